@@ -1,0 +1,8 @@
+"""sktransfer_cluster: scikit-learn-compatible transferable deep clustering on PyTorch."""
+
+from .cluster import SinkhornKMeans
+from .metrics import clustering_accuracy, n_dominant_clusters
+
+__version__ = "0.1.0"
+
+__all__ = ["SinkhornKMeans", "clustering_accuracy", "n_dominant_clusters", "__version__"]

@@ -1,0 +1,307 @@
+"""Shared machinery of every estimator: validation, device, seeding, chunked
+prediction, the transfer protocol, progress reporting and pickling of torch state.
+
+Estimators subclass :class:`TransferClusterMixin` (before ``ClusterMixin`` and
+``BaseEstimator``) and implement a few private hooks:
+
+* ``_fit(X, y, **fit_params)`` -- learn from the source; must set ``labels_``.
+* ``_transfer(X, **kwargs)`` -- adapt to an unlabelled target; returns its labels.
+* ``_predict(X_chunk)`` -- labels for a chunk, from the current model state only.
+
+Everything else -- input checks, ``device_``, the random generators, chunking,
+``NotFittedError``, the feature-count check -- lives here, once.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+__all__ = ["TransferClusterMixin", "resolve_device", "make_generators"]
+
+# Rows per chunk in predict/transform: bounds peak memory whatever n is.
+DEFAULT_CHUNK_SIZE = 65536
+
+
+def resolve_device(device):
+    """Turn a ``device`` parameter into an available :class:`torch.device`.
+
+    Parameters
+    ----------
+    device : str or torch.device
+        ``"auto"`` (CUDA if available, else MPS if available, else CPU), ``"cpu"``,
+        ``"cuda"``, ``"cuda:N"``, ``"mps"`` or a :class:`torch.device`.
+
+    Returns
+    -------
+    torch.device
+
+    Raises
+    ------
+    ValueError
+        If the string is not a device name, or the device is not available on
+        this machine; the message says which devices are.
+    """
+    if device is None or (isinstance(device, str) and device == "auto"):
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(
+            f"device={device!r} is not a valid device; use 'auto', 'cpu', 'cuda', 'cuda:N', "
+            "'mps' or a torch.device."
+        ) from exc
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device={device!r} was requested but CUDA is not available on this machine; "
+                "use device='cpu' or device='auto'."
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device={device!r} was requested but only {torch.cuda.device_count()} CUDA "
+                "device(s) exist; use 'cuda:0' .. 'cuda:N-1' or device='auto'."
+            )
+    elif dev.type == "mps":
+        if getattr(torch.backends, "mps", None) is None or not torch.backends.mps.is_available():
+            raise ValueError(
+                f"device={device!r} was requested but MPS is not available on this machine; "
+                "use device='cpu' or device='auto'."
+            )
+    elif dev.type != "cpu":
+        raise ValueError(f"device={device!r} is not supported; use 'auto', 'cpu', 'cuda' or 'mps'.")
+    return dev
+
+
+def make_generators(random_state, device):
+    """Local numpy and torch generators seeded from ``random_state``.
+
+    Global seeds are never touched: two estimators with the same
+    ``random_state`` draw the same numbers whatever else runs in the process.
+
+    Returns
+    -------
+    rng : numpy.random.Generator
+    torch_gen : torch.Generator
+        On ``device`` (CPU generator for CPU).
+    """
+    seed = int(check_random_state(random_state).randint(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    torch_gen = torch.Generator(device=device)
+    torch_gen.manual_seed(seed)
+    return rng, torch_gen
+
+
+def _move_torch(obj, device):
+    """Copy of ``obj`` with every tensor/module moved to ``device`` (containers walked)."""
+    if isinstance(obj, torch.nn.Module):
+        return copy.deepcopy(obj).to(device)
+    if torch.is_tensor(obj):
+        return obj.detach().to(device)
+    if isinstance(obj, dict):
+        return {k: _move_torch(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)) and any(
+        isinstance(v, torch.nn.Module) or torch.is_tensor(v) for v in obj
+    ):
+        return type(obj)(_move_torch(v, device) for v in obj)
+    return obj
+
+
+class TransferClusterMixin:
+    """Mixin holding the shared contract of the transferable clustering estimators.
+
+    Subclasses declare ``_requires_y = True`` when ``fit`` needs labels.
+    """
+
+    _requires_y = False
+    # Minimum samples for fit; estimators with n_clusters also check n >= n_clusters.
+    _min_samples = 1
+
+    # ------------------------------------------------------------------ checks
+    def _validate_input(self, X, *, reset, y=None):
+        """Validate X (and y when given) against the fitted feature count.
+
+        Numeric float32/float64 2-D arrays come out; NaN/inf, complex, object or
+        string data raise ``ValueError`` with the offending property named.
+        """
+        kwargs = dict(
+            dtype=[np.float64, np.float32],
+            ensure_min_samples=self._min_samples if reset else 1,
+            reset=reset,
+        )
+        if y is None:
+            return validate_data(self, X, **kwargs)
+        return validate_data(self, X, y, **kwargs)
+
+    def _check_n_clusters(self, n_samples, n_clusters, name="n_clusters"):
+        if n_samples < n_clusters:
+            raise ValueError(
+                f"n_samples={n_samples} should be >= {name}={n_clusters}; "
+                f"pass more samples or lower {name}."
+            )
+
+    def _require_y(self, y):
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__}.fit requires the source labels y (it learns what a "
+                "cluster is from labelled source data); call fit(X, y)."
+            )
+
+    def fit(self, X, y=None, **fit_params):
+        """Learn the transferable model from the source data.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Source data.
+        y : array-like of shape (n_samples,), default=None
+            Source labels; required by estimators that learn from labelled
+            sources, ignored by the others.
+        **fit_params : dict
+            Estimator-specific options.
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.
+        """
+        self._validate_params()
+        if self._requires_y:
+            self._require_y(y)
+            X, y = self._validate_input(X, reset=True, y=y)
+        else:
+            X = self._validate_input(X, reset=True)
+        self.device_ = resolve_device(self.device)
+        # Generators are passed down, not stored: fitted state stays picklable.
+        rng, torch_gen = make_generators(self.random_state, "cpu")
+        self._fit(X, y, rng=rng, torch_gen=torch_gen, **fit_params)
+        return self
+
+    def _dtype(self):
+        """Working float dtype: float64 on CPU (exact, deterministic), float32 elsewhere."""
+        return torch.float64 if self.device_.type == "cpu" else torch.float32
+
+    def _tensor(self, X):
+        X = np.asarray(X)
+        if not X.flags.writeable:
+            # torch cannot wrap read-only memory (e.g. memmaps) without a warning.
+            X = X.copy()
+        return torch.as_tensor(X, dtype=self._dtype(), device=self.device_)
+
+    # --------------------------------------------------------------- protocol
+    def transfer(self, X, **kwargs):
+        """Adapt the fitted model to an unlabelled target ``X`` and return its labels.
+
+        The transferable part learned by ``fit`` is reused, never relearned from
+        scratch; afterwards ``labels_`` holds the target's labels and ``predict``
+        serves the target.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Target data, same features as the source.
+        **kwargs : dict
+            Estimator-specific options (see the estimator's ``_transfer``).
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        check_is_fitted(self)
+        X = self._validate_input(X, reset=False)
+        labels = self._transfer(X, **kwargs)
+        self.labels_ = labels
+        return labels
+
+    def predict(self, X):
+        """Assign each sample of ``X`` to a cluster of the current model.
+
+        Never adapts the model to ``X`` (use :meth:`transfer` for that): the
+        result for a row does not depend on the other rows. Memory is bounded by
+        processing ``X`` in chunks.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        check_is_fitted(self)
+        X = self._validate_input(X, reset=False)
+        return self._chunked(self._predict, X, dtype=np.int64)
+
+    def _chunked(self, fn, X, dtype=None, chunk_size=DEFAULT_CHUNK_SIZE):
+        """Apply ``fn`` to row chunks of ``X`` and concatenate the numpy results."""
+        outs = []
+        with torch.no_grad():
+            for start in range(0, X.shape[0], chunk_size):
+                outs.append(np.asarray(fn(X[start : start + chunk_size])))
+        out = np.concatenate(outs, axis=0)
+        return out.astype(dtype, copy=False) if dtype is not None else out
+
+    # --------------------------------------------------------------- progress
+    @contextmanager
+    def _progress(self, total, desc):
+        """A tqdm bar when ``verbose >= 1``, a silent no-op otherwise."""
+        if not self.verbose:
+            yield None
+            return
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, desc=f"{type(self).__name__} {desc}", leave=False)
+        try:
+            yield bar
+        finally:
+            bar.close()
+
+    @staticmethod
+    def _tick(bar, **postfix):
+        if bar is not None:
+            bar.set_postfix({k: f"{v:.4g}" for k, v in postfix.items()}, refresh=False)
+            bar.update(1)
+
+    # ------------------------------------------------------------------- tags
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = self._requires_y
+        tags.non_deterministic = False
+        return tags
+
+    # --------------------------------------------------------------- pickling
+    def __getstate__(self):
+        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__.copy()
+        state = dict(state)
+        # torch state is stored on CPU so that a model fitted on a GPU unpickles anywhere.
+        return {k: _move_torch(v, "cpu") for k, v in state.items()}
+
+    def __setstate__(self, state):
+        device = state.get("device_")
+        if device is not None and device.type != "cpu":
+            try:
+                resolve_device(device)
+            except ValueError:
+                warnings.warn(
+                    f"This model was fitted on {device} which is not available here; "
+                    "it was loaded on the CPU.",
+                    UserWarning,
+                    stacklevel=2,
+                )
+                device = torch.device("cpu")
+            state = {k: _move_torch(v, device) for k, v in state.items()}
+            state["device_"] = device
+        if hasattr(super(), "__setstate__"):
+            super().__setstate__(state)
+        else:
+            self.__dict__.update(state)

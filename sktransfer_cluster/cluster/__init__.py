@@ -1,0 +1,5 @@
+"""One module per estimator."""
+
+from .sinkhorn_kmeans import SinkhornKMeans
+
+__all__ = ["SinkhornKMeans"]

@@ -1,0 +1,417 @@
+"""SinkhornKMeans: k-means as entropic optimal transport with cluster-size priors.
+
+Genevay, Dulac-Arnold & Vert, *Differentiable Deep Clustering with Cluster Size
+Constraints*. Without an embedding this is OT-Lloyd: assign with Sinkhorn under
+the size prior, move each centre to its plan-weighted mean. With
+``embedding="autoencoder"`` it is the paper's Algorithm 2.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
+from sklearn.cluster import kmeans_plusplus
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted
+
+from ..base import TransferClusterMixin, make_generators
+from ..losses import ot_clustering_loss, regularized_ot_cost, squared_distances
+from ..nn import AutoEncoder, init_module
+from ..ot import plan_from_potentials, sinkhorn_potentials
+
+__all__ = ["SinkhornKMeans"]
+
+# Cap on n_init * n * K cost entries solved in one batched Sinkhorn call.
+_BATCH_ENTRIES = 2**24
+_SINKHORN_TOL = 1e-5
+_SINKHORN_MAX_ITER = 300
+
+
+def _relative_reg(C, epsilon):
+    """``epsilon`` times the mean cost over the last two dims, kept strictly positive."""
+    return epsilon * C.mean((-1, -2)).clamp_min(torch.finfo(C.dtype).eps)
+
+
+def _ot_lloyd(X, centers, reg_rel, log_w, max_iter, tol):
+    """Batched OT-Lloyd from initial ``centers`` of shape (B, K, d).
+
+    Returns ``(centers, reg, n_iter, potentials)``; ``reg`` (shape (B,)) is
+    ``reg_rel`` times the mean cost at the initial centres, fixed for the run.
+    """
+    C = squared_distances(X, centers)  # (B, n, K)
+    reg = _relative_reg(C, reg_rel)
+    regv = reg.view(-1, 1, 1)
+    # One Sinkhorn call for the whole batch: scale each problem's cost by its reg.
+    init = None
+    for it in range(1, max_iter + 1):
+        res = sinkhorn_potentials(
+            C / regv, 1.0, None, log_w, init=init, max_iter=_SINKHORN_MAX_ITER, tol=_SINKHORN_TOL
+        )
+        init = (res.f, res.g)
+        P = plan_from_potentials(C / regv, res.f, res.g, 1.0, None, log_w)  # (B, n, K)
+        mass = P.sum(-2).unsqueeze(-1)
+        new = (P.transpose(-1, -2) @ X) / mass
+        shift = ((new - centers) ** 2).sum((-1, -2))
+        centers = new
+        C = squared_distances(X, centers)
+        if shift.max().item() <= tol:
+            break
+    return centers, reg, it, init
+
+
+class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNamePrefixFeaturesOutMixin, BaseEstimator):
+    """K-means as entropic optimal transport with a cluster-size prior.
+
+    Each iteration solves ``min_P <P, C> + eps KL(P | a w^T)`` with
+    ``C_ik = ||x_i - mu_k||^2``, ``a`` uniform over samples and ``w`` the
+    cluster proportions, so cluster sizes follow ``w`` instead of collapsing;
+    then moves each centre to its plan-weighted mean. With
+    ``embedding="autoencoder"`` an autoencoder is pre-trained, centres are
+    initialised by OT k-means on its codes, and encoder, decoder and centres are
+    trained jointly on ``reconstruction + OT loss`` (Algorithm 2 of the paper).
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+        Number of clusters.
+    epsilon : float, default=0.01
+        Entropic regularisation relative to the mean cost: the solver uses
+        ``epsilon * mean_ik C_ik`` computed at the initial centres (per
+        minibatch in the embedding phase), so the same value works whatever the
+        scale of the data. Small values approach hard OT assignments.
+    cluster_weights : array-like of shape (n_clusters,), default=None
+        Prior proportions of the clusters (normalised to sum to one); None is
+        uniform.
+    embedding : {None, "autoencoder"}, default=None
+        Cluster raw features, or learn a deep embedding (Algorithm 2).
+    hidden_dims : tuple of int, default=(256, 128, 10)
+        Encoder widths; the last one is the embedding dimension.
+    pretrain_epochs : int, default=50
+        Autoencoder pre-training epochs (reconstruction only); 0 skips it.
+    max_epochs : int, default=50
+        Joint training epochs on reconstruction + OT loss.
+    batch_size : int, default=300
+    learning_rate : float, default=1e-3
+        Adam learning rate for the embedding phases.
+    n_init : int, default=10
+        Number of k-means++ initialisations (solved as one batch); the run with
+        the lowest regularised transport cost is kept.
+    max_iter : int, default=100
+        Maximum OT-Lloyd iterations.
+    tol : float, default=1e-4
+        Convergence threshold on the squared centre shift, relative to the mean
+        feature variance (as in :class:`~sklearn.cluster.KMeans`).
+    device : str or torch.device, default="auto"
+        ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``.
+    random_state : int, RandomState instance or None, default=None
+        Seeds local generators only; equal values give identical results on CPU.
+    verbose : int, default=0
+        ``>= 1`` shows progress bars with the running loss.
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray of shape (n_clusters, n_features or embedding dim)
+        Centres, in the embedding space when an embedding is used.
+    labels_ : ndarray of shape (n_samples,)
+        Nearest-centre labels of the last data set seen by ``fit`` or ``transfer``.
+    inertia_ : float
+        Sum of squared distances of those samples to their nearest centre.
+    n_iter_ : int
+        OT-Lloyd iterations of the kept run (plus training epochs with an embedding).
+    reg_ : float
+        Absolute entropic regularisation used last.
+    weights_ : ndarray of shape (n_clusters,)
+        Normalised cluster proportions.
+    autoencoder_ : torch.nn.Module or None
+    history_ : list of dict
+        Per-epoch losses of the embedding phases (empty without an embedding).
+    device_ : torch.device
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when ``X`` has string feature names.
+
+    See Also
+    --------
+    sklearn.cluster.KMeans : the unconstrained counterpart.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_blobs
+    >>> from sktransfer_cluster import SinkhornKMeans
+    >>> X, _ = make_blobs(n_samples=300, centers=3, random_state=0)
+    >>> km = SinkhornKMeans(n_clusters=3, random_state=0).fit(X)
+    >>> km.cluster_centers_.shape
+    (3, 2)
+    >>> sorted(np.bincount(km.labels_).tolist())
+    [100, 100, 100]
+    """
+
+    _parameter_constraints = {
+        "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        "epsilon": [Interval(Real, 0, None, closed="neither")],
+        "cluster_weights": ["array-like", None],
+        "embedding": [StrOptions({"autoencoder"}), None],
+        "hidden_dims": [tuple, list],
+        "pretrain_epochs": [Interval(Integral, 0, None, closed="left")],
+        "max_epochs": [Interval(Integral, 0, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "n_init": [Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "device": [str, torch.device, None],
+        "random_state": ["random_state"],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        epsilon=0.01,
+        cluster_weights=None,
+        embedding=None,
+        hidden_dims=(256, 128, 10),
+        pretrain_epochs=50,
+        max_epochs=50,
+        batch_size=300,
+        learning_rate=1e-3,
+        n_init=10,
+        max_iter=100,
+        tol=1e-4,
+        device="auto",
+        random_state=None,
+        verbose=0,
+    ):
+        self.n_clusters = n_clusters
+        self.epsilon = epsilon
+        self.cluster_weights = cluster_weights
+        self.embedding = embedding
+        self.hidden_dims = hidden_dims
+        self.pretrain_epochs = pretrain_epochs
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.device = device
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # ----------------------------------------------------------------- helpers
+    def _log_weights(self):
+        if self.cluster_weights is None:
+            w = np.full(self.n_clusters, 1.0 / self.n_clusters)
+        else:
+            w = np.asarray(self.cluster_weights, dtype=np.float64).ravel()
+            if w.shape[0] != self.n_clusters or not np.all(np.isfinite(w)) or np.any(w <= 0):
+                raise ValueError(
+                    f"cluster_weights must hold {self.n_clusters} positive finite proportions "
+                    f"(one per cluster), got {self.cluster_weights!r}."
+                )
+            w = w / w.sum()
+        return w, torch.log(torch.as_tensor(w, dtype=self._dtype(), device=self.device_))
+
+    def _embed(self, X):
+        """Features the centres live with: raw X or the encoder's codes (torch)."""
+        Xt = self._tensor(X)
+        if self.autoencoder_ is None:
+            return Xt
+        return self.autoencoder_.encoder(Xt)
+
+    def _abs_tol(self, Z):
+        return float(self.tol * Z.var(0, unbiased=False).mean().item())
+
+    def _lloyd(self, Z, init_centers, rng):
+        """OT-Lloyd on ``Z`` from ``init_centers`` (B, K, d); keep the best run."""
+        _, log_w = self._log_weights()
+        n = Z.shape[0]
+        per_batch = max(1, _BATCH_ENTRIES // (n * self.n_clusters))
+        best = None
+        for start in range(0, init_centers.shape[0], per_batch):
+            centers, reg, n_iter, (f, g) = _ot_lloyd(
+                Z, init_centers[start : start + per_batch], self.epsilon, log_w, self.max_iter, self._abs_tol(Z)
+            )
+            C = squared_distances(Z, centers) / reg.view(-1, 1, 1)
+            P = plan_from_potentials(C, f, g, 1.0, None, log_w)
+            log_a = torch.full((n,), -math.log(n), dtype=Z.dtype, device=Z.device)
+            costs = regularized_ot_cost(C, P, 1.0, log_a, log_w) * reg
+            i = int(torch.argmin(costs))
+            if best is None or costs[i] < best[0]:
+                best = (costs[i].item(), centers[i], reg[i].item(), n_iter)
+        return best
+
+    def _kmeanspp(self, Z, n_init, rng):
+        Zn = Z.detach().cpu().numpy()
+        seeds = rng.integers(0, 2**31 - 1, size=n_init)
+        inits = [kmeans_plusplus(Zn, self.n_clusters, random_state=int(s))[0] for s in seeds]
+        return torch.as_tensor(np.stack(inits), dtype=Z.dtype, device=Z.device)
+
+    def _train_embedding(self, Xt, centers, epochs, torch_gen, desc):
+        """Minibatch Adam on reconstruction, plus the OT loss when ``centers`` is given.
+
+        Returns the trained centres (None when pre-training).
+        """
+        recon_only = centers is None
+        ae = self.autoencoder_
+        params = list(ae.parameters())
+        if not recon_only:
+            centers = torch.nn.Parameter(centers.detach().clone())
+            params.append(centers)
+        opt = torch.optim.Adam(params, lr=self.learning_rate)
+        _, log_w = self._log_weights()
+        n = Xt.shape[0]
+        with self._progress(epochs, desc) as bar:
+            for epoch in range(epochs):
+                perm = torch.randperm(n, generator=torch_gen).to(Xt.device)
+                tot_rec = tot_ot = 0.0
+                for start in range(0, n, self.batch_size):
+                    xb = Xt[perm[start : start + self.batch_size]]
+                    z, rec = ae(xb)
+                    loss_rec = ((rec - xb) ** 2).sum(1).mean()
+                    loss = loss_rec
+                    if not recon_only:
+                        with torch.no_grad():
+                            reg = _relative_reg(squared_distances(z, centers), self.epsilon).item()
+                        loss_ot, _ = ot_clustering_loss(z, centers, reg, log_w)
+                        loss = loss + loss_ot
+                        tot_ot += loss_ot.item() * xb.shape[0]
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    tot_rec += loss_rec.item() * xb.shape[0]
+                record = {"phase": desc, "epoch": epoch, "reconstruction": tot_rec / n}
+                if not recon_only:
+                    record["ot"] = tot_ot / n
+                if not math.isfinite(record["reconstruction"]):
+                    raise FloatingPointError(
+                        f"{type(self).__name__}: the loss became NaN/inf at epoch {epoch} of "
+                        f"{desc}; lower learning_rate."
+                    )
+                self.history_.append(record)
+                self._tick(bar, loss=record["reconstruction"] + record.get("ot", 0.0))
+        return None if recon_only else centers.detach()
+
+    def _finish(self, Z, centers, reg, n_iter):
+        self.cluster_centers_ = centers.detach().cpu().numpy()
+        self._centers = centers.detach()
+        self.reg_ = float(reg)
+        self.n_iter_ = int(n_iter)
+        D = squared_distances(Z.detach(), self._centers)
+        mins, labels = D.min(1)
+        self.inertia_ = float(mins.sum().item())
+        self.labels_ = labels.cpu().numpy().astype(np.int64)
+        return self.labels_
+
+    # -------------------------------------------------------------- protocol
+    def _fit(self, X, y, *, rng, torch_gen):
+        self._check_n_clusters(X.shape[0], self.n_clusters)
+        self.weights_, _ = self._log_weights()
+        self.history_ = []
+        self.autoencoder_ = None
+        Xt = self._tensor(X)
+        if self.embedding is None:
+            with torch.no_grad():
+                _, centers, reg, n_iter = self._lloyd(Xt, self._kmeanspp(Xt, self.n_init, rng), rng)
+            self._finish(Xt, centers, reg, n_iter)
+            return
+        ae = AutoEncoder(X.shape[1], list(self.hidden_dims))
+        self.autoencoder_ = init_module(ae, torch_gen).to(device=self.device_, dtype=self._dtype())
+        self._train_embedding(Xt, None, self.pretrain_epochs, torch_gen, "pretrain")
+        with torch.no_grad():
+            Z = self.autoencoder_.encoder(Xt)
+            _, centers, _, n_iter = self._lloyd(Z, self._kmeanspp(Z, self.n_init, rng), rng)
+        centers = self._train_embedding(Xt, centers, self.max_epochs, torch_gen, "train")
+        with torch.no_grad():
+            Z = self.autoencoder_.encoder(Xt)
+            reg = _relative_reg(squared_distances(Z, centers), self.epsilon).item()
+        self.autoencoder_.eval()
+        self._finish(Z, centers, reg, n_iter + self.max_epochs)
+
+    def _transfer(self, X, fine_tune_epochs=0):
+        """Warm-start OT k-means on the target from the source centres (and embedding).
+
+        Parameters
+        ----------
+        X : ndarray
+            Validated target data.
+        fine_tune_epochs : int, default=0
+            With an embedding: joint reconstruction + OT epochs on the target
+            before the final OT-Lloyd.
+        """
+        Xt = self._tensor(X)
+        self._check_n_clusters(X.shape[0], self.n_clusters)
+        rng, torch_gen = make_generators(self.random_state, "cpu")
+        centers = self._centers
+        if self.autoencoder_ is not None and fine_tune_epochs > 0:
+            self.autoencoder_.train()
+            centers = self._train_embedding(Xt, centers, int(fine_tune_epochs), torch_gen, "transfer")
+            self.autoencoder_.eval()
+        with torch.no_grad():
+            Z = self._embed(X)
+            _, centers, reg, n_iter = self._lloyd(Z, centers.unsqueeze(0), rng)
+            return self._finish(Z, centers, reg, n_iter)
+
+    def _predict(self, X):
+        Z = self._embed(X)
+        return squared_distances(Z, self._centers).argmin(1).cpu().numpy()
+
+    def transform(self, X):
+        """Euclidean distances of each sample to each centre (in the embedding space if any).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        distances : ndarray of shape (n_samples, n_clusters)
+        """
+        check_is_fitted(self)
+        X = self._validate_input(X, reset=False)
+        return self._chunked(
+            lambda xc: squared_distances(self._embed(xc), self._centers).sqrt().cpu().numpy(), X
+        )
+
+    def score(self, X, y=None):
+        """Minus the regularised transport cost of ``X`` to the centres.
+
+        ``-n * [<P, C> + reg_ KL(P | a w^T)]`` with the optimal plan ``P``:
+        like :meth:`sklearn.cluster.KMeans.score` (minus a sum over samples),
+        higher is better and no labels are needed.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : Ignored
+
+        Returns
+        -------
+        score : float
+        """
+        check_is_fitted(self)
+        X = self._validate_input(X, reset=False)
+        _, log_w = self._log_weights()
+        with torch.no_grad():
+            Z = self._embed(X)
+            C = squared_distances(Z, self._centers) / self.reg_
+            res = sinkhorn_potentials(C, 1.0, None, log_w, max_iter=_SINKHORN_MAX_ITER, tol=_SINKHORN_TOL)
+            P = plan_from_potentials(C, res.f, res.g, 1.0, None, log_w)
+            n = Z.shape[0]
+            log_a = torch.full((n,), -math.log(n), dtype=Z.dtype, device=Z.device)
+            cost = regularized_ot_cost(C, P, 1.0, log_a, log_w).item() * self.reg_
+        return -n * cost
+
+    @property
+    def _n_features_out(self):
+        return self.cluster_centers_.shape[0]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float64"]
+        return tags

@@ -1,0 +1,303 @@
+"""Transfer-task data: the bundled digits cross-task split and seeded generators
+for the protocols of the five papers. Nothing here downloads anything.
+
+Every generator takes ``random_state`` and is deterministic for a fixed value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from sklearn.datasets import load_digits, make_blobs, make_circles, make_moons
+from sklearn.utils import check_random_state
+
+__all__ = [
+    "TransferTask",
+    "load_digits_transfer",
+    "make_tdcm_transfer",
+    "make_c2m_sets",
+    "make_gaussian_ring",
+    "make_artifact_digits",
+    "load_transfer_file",
+]
+
+
+@dataclass
+class TransferTask:
+    """A source/target pair; labels are for scoring only, never needed by transfer.
+
+    Attributes
+    ----------
+    X_source, y_source : ndarray
+        Source data and its labels.
+    X_target, y_target : ndarray
+        Target data and its labels (``y_target`` may be None for unlabelled files).
+    name : str
+    """
+
+    X_source: np.ndarray
+    y_source: np.ndarray
+    X_target: np.ndarray
+    y_target: np.ndarray | None
+    name: str = "task"
+
+    @property
+    def n_clusters_target(self):
+        return None if self.y_target is None else int(np.unique(self.y_target).shape[0])
+
+
+def load_digits_transfer(source_classes=(0, 1, 2, 3, 4), target_classes=(5, 6, 7, 8, 9), scale=True):
+    """The standard cross-task split of sklearn's bundled 8x8 digits.
+
+    Learn on digits 0-4 (901 images), cluster digits 5-9 (896 images): the
+    target classes are never seen at fit time.
+
+    Parameters
+    ----------
+    source_classes, target_classes : sequence of int
+        Digit classes of each side.
+    scale : bool, default=True
+        Divide pixel values (0-16) by 16 so features lie in [0, 1].
+
+    Returns
+    -------
+    TransferTask
+        Labels are the original digit values.
+
+    Examples
+    --------
+    >>> from sktransfer_cluster.datasets import load_digits_transfer
+    >>> task = load_digits_transfer()
+    >>> task.X_source.shape, task.X_target.shape
+    ((901, 64), (896, 64))
+    """
+    X, y = load_digits(return_X_y=True)
+    X = X / 16.0 if scale else X.astype(np.float64)
+    src = np.isin(y, source_classes)
+    tgt = np.isin(y, target_classes)
+    return TransferTask(X[src], y[src], X[tgt], y[tgt], name="digits")
+
+
+def make_tdcm_transfer(
+    n_clusters=3,
+    n_samples_per_cluster=200,
+    n_features=2,
+    center_box=(-10.0, 10.0),
+    scale_range=(0.5, 1.5),
+    shift=1.0,
+    random_state=None,
+):
+    """The TDCM synthetic protocol: K Gaussians, then the same Gaussians with moved centres.
+
+    A source domain of ``n_clusters`` equal-sized Gaussian clusters with random
+    centres (uniform in ``center_box``) and random covariances ``A A^T`` with
+    ``A = R diag(s)``, R a random rotation and ``s`` uniform in ``scale_range``.
+    The target draws fresh samples from the same covariances around centres
+    perturbed by Gaussian noise of standard deviation ``shift`` per coordinate,
+    which creates the distribution drift between source and target.
+
+    Parameters
+    ----------
+    n_clusters : int, default=3
+    n_samples_per_cluster : int, default=200
+    n_features : int, default=2
+    center_box : tuple of float, default=(-10, 10)
+    scale_range : tuple of float, default=(0.5, 1.5)
+        Range of the per-axis standard deviations of each cluster.
+    shift : float, default=1.0
+        Standard deviation of the centre perturbation (0 = no drift).
+    random_state : int, RandomState instance or None
+
+    Returns
+    -------
+    TransferTask
+    """
+    rs = check_random_state(random_state)
+    centers = rs.uniform(*center_box, size=(n_clusters, n_features))
+    factors = []
+    for _ in range(n_clusters):
+        q, _ = np.linalg.qr(rs.normal(size=(n_features, n_features)))
+        factors.append(q * rs.uniform(*scale_range, size=n_features))
+    shifted = centers + shift * rs.normal(size=centers.shape)
+
+    def draw(cs):
+        X = np.concatenate(
+            [cs[k] + rs.normal(size=(n_samples_per_cluster, n_features)) @ factors[k].T for k in range(n_clusters)]
+        )
+        y = np.repeat(np.arange(n_clusters), n_samples_per_cluster)
+        perm = rs.permutation(X.shape[0])
+        return X[perm], y[perm]
+
+    Xs, ys = draw(centers)
+    Xt, yt = draw(shifted)
+    return TransferTask(Xs, ys, Xt, yt, name=f"tdcm_k{n_clusters}")
+
+
+def _one_c2m_set(kind, n_points, n_clusters, rs):
+    seed = int(rs.randint(0, 2**31 - 1))
+    if kind == "blobs":
+        X, y = make_blobs(n_samples=n_points, centers=n_clusters, cluster_std=1.0, random_state=seed)
+    elif kind == "anisotropic":
+        X, y = make_blobs(n_samples=n_points, centers=n_clusters, cluster_std=1.0, random_state=seed)
+        X = X @ np.array([[0.6, -0.6], [-0.4, 0.8]])
+    elif kind == "moons":
+        X, y = make_moons(n_samples=n_points, noise=0.05, random_state=seed)
+    elif kind == "circles":
+        X, y = make_circles(n_samples=n_points, noise=0.05, factor=0.5, random_state=seed)
+    else:
+        raise ValueError(f"kind must be 'blobs', 'anisotropic', 'moons' or 'circles', got {kind!r}.")
+    # Standardise each set: the critic sees sets on a common scale.
+    X = (X - X.mean(0)) / X.std(0).mean()
+    return X, y
+
+
+def make_c2m_sets(
+    kind="blobs",
+    n_sets=20,
+    n_points=200,
+    pool_size=1500,
+    n_clusters_range=(2, 6),
+    random_state=None,
+):
+    """Collections of small labelled sets, the C2M protocol.
+
+    For each set a pool of ``pool_size`` points is generated (``make_blobs`` with a
+    random number of clusters in ``n_clusters_range``, anisotropic blobs, moons or
+    circles) and ``n_points`` are drawn from it without replacement; each set is
+    centred and scaled to unit average standard deviation.
+
+    Parameters
+    ----------
+    kind : {"blobs", "anisotropic", "moons", "circles"}, default="blobs"
+    n_sets : int, default=20
+    n_points : int, default=200
+    pool_size : int, default=1500
+    n_clusters_range : tuple of int, default=(2, 6)
+        Inclusive range of the number of blobs (moons and circles have 2).
+    random_state : int, RandomState instance or None
+
+    Returns
+    -------
+    X : ndarray of shape (n_sets * n_points, 2)
+    y : ndarray of shape (n_sets * n_points,)
+        Labels within each set, from 0.
+    groups : ndarray of shape (n_sets * n_points,)
+        Which set each row belongs to (pass as ``groups=`` to ``C2MCluster.fit``).
+    """
+    if pool_size < n_points:
+        raise ValueError(f"pool_size={pool_size} must be >= n_points={n_points}.")
+    rs = check_random_state(random_state)
+    Xs, ys, gs = [], [], []
+    for s in range(n_sets):
+        k = int(rs.randint(n_clusters_range[0], n_clusters_range[1] + 1))
+        X, y = _one_c2m_set(kind, pool_size, k, rs)
+        idx = rs.choice(pool_size, n_points, replace=False)
+        _, y_sub = np.unique(y[idx], return_inverse=True)
+        Xs.append(X[idx])
+        ys.append(y_sub)
+        gs.append(np.full(n_points, s))
+    return np.concatenate(Xs), np.concatenate(ys), np.concatenate(gs)
+
+
+def make_gaussian_ring(n_samples=2000, sigma=0.014, random_state=None):
+    """Eight Gaussians on a ring of radius sqrt(2), the precise-feature synthetic check.
+
+    Centres at (+-1.414, 0), (0, +-1.414), (+-1, +-1); isotropic standard deviation
+    ``sigma``; equal cluster sizes (up to one sample).
+
+    Returns
+    -------
+    X : ndarray of shape (n_samples, 2)
+    y : ndarray of shape (n_samples,)
+    """
+    rs = check_random_state(random_state)
+    r = np.sqrt(2.0)
+    centers = np.array(
+        [[r, 0], [-r, 0], [0, r], [0, -r], [1, 1], [1, -1], [-1, 1], [-1, -1]], dtype=np.float64
+    )
+    y = np.arange(n_samples) % 8
+    rs.shuffle(y)
+    X = centers[y] + sigma * rs.normal(size=(n_samples, 2))
+    return X, y
+
+
+def make_artifact_digits(values=(0.1, 0.5, 0.9), random_state=None):
+    """Digits whose first pixel is set to one of three values (Artifact-MNIST analogue).
+
+    Images are scaled to [0, 1]; pixel 0 (always blank in the digits data) is
+    overwritten with a value drawn uniformly from ``values``. The labels to
+    recover are the artifact ids, which are independent of the digit.
+
+    Returns
+    -------
+    X : ndarray of shape (1797, 64)
+    y_artifact : ndarray of shape (1797,)
+        Index into ``values`` of each image's planted value.
+    y_digit : ndarray of shape (1797,)
+    """
+    rs = check_random_state(random_state)
+    X, y_digit = load_digits(return_X_y=True)
+    X = X / 16.0
+    y_art = rs.randint(0, len(values), size=X.shape[0])
+    X[:, 0] = np.asarray(values)[y_art]
+    return X, y_art, y_digit
+
+
+def load_transfer_file(path):
+    """Load a user's transfer task from ``.npz`` or ``.csv``.
+
+    * ``.npz`` with arrays ``X_source``, ``X_target`` and optional ``y_source``,
+      ``y_target``.
+    * ``.csv`` with a header; a column ``domain`` holding ``source``/``target``,
+      an optional column ``label``, every other column a feature.
+
+    Raises
+    ------
+    ValueError
+        If a required array/column is missing, shapes disagree, or values are
+        not finite numbers.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"{path}: no such file.")
+    if path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as data:
+            missing = {"X_source", "X_target"} - set(data.files)
+            if missing:
+                raise ValueError(f"{path}: missing arrays {sorted(missing)}; expected X_source, X_target.")
+            arrays = {k: data[k] for k in data.files}
+        Xs, Xt = arrays["X_source"], arrays["X_target"]
+        ys, yt = arrays.get("y_source"), arrays.get("y_target")
+    elif path.suffix == ".csv":
+        import csv
+
+        with open(path, newline="") as fh:
+            rows = list(csv.reader(fh))
+        if not rows or "domain" not in rows[0]:
+            raise ValueError(f"{path}: expected a header with a 'domain' column (source/target).")
+        header, body = rows[0], rows[1:]
+        dom_i = header.index("domain")
+        lab_i = header.index("label") if "label" in header else None
+        feat_i = [i for i in range(len(header)) if i not in (dom_i, lab_i)]
+        try:
+            feats = np.array([[float(r[i]) for i in feat_i] for r in body])
+            labels = np.array([r[lab_i] for r in body]) if lab_i is not None else None
+        except (ValueError, IndexError) as exc:
+            raise ValueError(f"{path}: non-numeric or missing feature value ({exc}).") from exc
+        dom = np.array([r[dom_i] for r in body])
+        Xs, Xt = feats[dom == "source"], feats[dom == "target"]
+        ys = labels[dom == "source"] if labels is not None else None
+        yt = labels[dom == "target"] if labels is not None else None
+    else:
+        raise ValueError(f"{path}: unsupported file type {path.suffix!r}; use .npz or .csv.")
+    for name, X in (("X_source", Xs), ("X_target", Xt)):
+        X = np.asarray(X)
+        if X.ndim != 2 or X.shape[0] == 0:
+            raise ValueError(f"{path}: {name} must be a non-empty 2-D array, got shape {X.shape}.")
+        if not np.issubdtype(X.dtype, np.number) or not np.isfinite(X).all():
+            raise ValueError(f"{path}: {name} contains NaN, infinity or non-numeric values.")
+    if Xs.shape[1] != Xt.shape[1]:
+        raise ValueError(f"{path}: source has {Xs.shape[1]} features but target has {Xt.shape[1]}.")
+    return TransferTask(np.asarray(Xs, float), ys, np.asarray(Xt, float), yt, name=path.stem)

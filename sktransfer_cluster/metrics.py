@@ -1,0 +1,88 @@
+"""Clustering metrics that are invariant to how cluster ids are numbered."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+from sklearn.utils.validation import check_consistent_length, column_or_1d
+
+__all__ = ["clustering_accuracy", "n_dominant_clusters"]
+
+
+def _contingency(labels_true, labels_pred):
+    _, t = np.unique(labels_true, return_inverse=True)
+    _, p = np.unique(labels_pred, return_inverse=True)
+    table = np.zeros((t.max() + 1, p.max() + 1), dtype=np.int64)
+    np.add.at(table, (t, p), 1)
+    return table
+
+
+def clustering_accuracy(labels_true, labels_pred):
+    """Accuracy under the best one-to-one matching of clusters to classes.
+
+    The matching is found with the Hungarian algorithm on the contingency table.
+    When the numbers of clusters and classes differ, the unmatched clusters (or
+    classes) count as errors -- this is accuracy, not purity: merging every
+    sample into one cluster scores ``max class share``, and splitting every
+    sample into its own cluster scores ``n_classes / n_samples``.
+
+    Parameters
+    ----------
+    labels_true : array-like of shape (n_samples,)
+        Ground-truth class labels (any hashable, sortable values).
+    labels_pred : array-like of shape (n_samples,)
+        Cluster labels to evaluate.
+
+    Returns
+    -------
+    accuracy : float
+        In [0, 1]; 1.0 means the clustering equals the classes up to renaming.
+
+    Examples
+    --------
+    >>> from sktransfer_cluster.metrics import clustering_accuracy
+    >>> clustering_accuracy([0, 0, 1, 1, 2, 2], [1, 1, 0, 0, 2, 0])
+    0.8333333333333334
+    """
+    labels_true = column_or_1d(labels_true)
+    labels_pred = column_or_1d(labels_pred)
+    check_consistent_length(labels_true, labels_pred)
+    if labels_true.shape[0] == 0:
+        raise ValueError("clustering_accuracy needs at least one sample.")
+    table = _contingency(labels_true, labels_pred)
+    rows, cols = linear_sum_assignment(table, maximize=True)
+    return float(table[rows, cols].sum() / labels_true.shape[0])
+
+
+def n_dominant_clusters(labels, n_clusters=None):
+    """Number of dominant clusters, ``NDC = sum_k [|C_k| >= n / K]``.
+
+    This is the estimate of the number of clusters used by Hsu et al. when the
+    clustering network is given an upper bound ``K`` on the number of clusters.
+
+    Parameters
+    ----------
+    labels : array-like of shape (n_samples,)
+        Cluster labels.
+    n_clusters : int, default=None
+        The ``K`` of the threshold ``n / K`` (the number of outputs of the
+        clustering model). Defaults to the number of distinct labels.
+
+    Returns
+    -------
+    ndc : int
+
+    Examples
+    --------
+    >>> from sktransfer_cluster.metrics import n_dominant_clusters
+    >>> n_dominant_clusters([0] * 45 + [1] * 50 + [2] * 5, n_clusters=10)
+    2
+    """
+    labels = column_or_1d(labels)
+    if labels.shape[0] == 0:
+        raise ValueError("n_dominant_clusters needs at least one sample.")
+    _, counts = np.unique(labels, return_counts=True)
+    k = counts.shape[0] if n_clusters is None else int(n_clusters)
+    if k < 1:
+        raise ValueError(f"n_clusters must be >= 1, got {n_clusters}.")
+    return int(np.sum(counts >= labels.shape[0] / k))

@@ -1,0 +1,223 @@
+"""The shared contract, checked over every public estimator.
+
+Add each new estimator to ``ESTIMATORS`` with a fast configuration; the whole
+suite (scikit-learn's checks included) then applies to it.
+"""
+
+import pickle
+
+import joblib
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.datasets import make_blobs
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from sktransfer_cluster import SinkhornKMeans
+
+ESTIMATORS = [
+    SinkhornKMeans(n_clusters=3, n_init=2, max_iter=30, device="cpu", random_state=0),
+    SinkhornKMeans(
+        n_clusters=3,
+        embedding="autoencoder",
+        hidden_dims=(8, 3),
+        pretrain_epochs=2,
+        max_epochs=2,
+        batch_size=64,
+        n_init=1,
+        device="cpu",
+        random_state=0,
+    ),
+]
+
+# Checks we knowingly fail, with the reason, per estimator class.
+EXPECTED_FAILED = {}
+
+
+def _ids(est):
+    params = est.get_params()
+    return f"{type(est).__name__}-{params.get('embedding') or 'raw'}"
+
+
+def _expected_failed_checks(est):
+    return EXPECTED_FAILED.get(type(est).__name__, {})
+
+
+@parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failed_checks)
+def test_sklearn_compatible_estimator(estimator, check):
+    check(estimator)
+
+
+def _requires_y(est):
+    return est.__sklearn_tags__().target_tags.required
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = make_blobs(n_samples=90, centers=3, n_features=4, random_state=0)
+    Xt, yt = make_blobs(n_samples=60, centers=3, n_features=4, random_state=1)
+    return X, y, Xt, yt
+
+
+def _fit(est, X, y):
+    return est.fit(X, y) if _requires_y(est) else est.fit(X)
+
+
+@pytest.fixture(params=ESTIMATORS, ids=_ids)
+def estimator(request):
+    return clone(request.param)
+
+
+def test_same_random_state_gives_identical_labels(estimator, data):
+    X, y, Xt, _ = data
+    a, b = _fit(clone(estimator), X, y), _fit(clone(estimator), X, y)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    np.testing.assert_array_equal(a.predict(Xt), b.predict(Xt))
+    np.testing.assert_array_equal(a.transfer(Xt), b.transfer(Xt))
+
+
+def test_pickle_and_joblib_round_trips_keep_predictions(estimator, data, tmp_path):
+    X, y, Xt, _ = data
+    est = _fit(estimator, X, y)
+    expected = est.predict(Xt)
+    restored = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(restored.predict(Xt), expected)
+    joblib.dump(est, tmp_path / "model.joblib")
+    np.testing.assert_array_equal(joblib.load(tmp_path / "model.joblib").predict(Xt), expected)
+
+
+def test_clone_is_unfitted_with_same_params(estimator, data):
+    X, y, _, _ = data
+    est = _fit(estimator, X, y)
+    twin = clone(est)
+    assert twin.get_params() == est.get_params()
+    with pytest.raises(NotFittedError):
+        twin.predict(X)
+
+
+def test_inputs_are_never_modified(estimator, data):
+    X, y, Xt, _ = data
+    X0, y0, Xt0 = X.copy(), y.copy(), Xt.copy()
+    est = _fit(estimator, X, y)
+    est.predict(Xt)
+    est.score(Xt)
+    est.transfer(Xt)
+    np.testing.assert_array_equal(X, X0)
+    np.testing.assert_array_equal(y, y0)
+    np.testing.assert_array_equal(Xt, Xt0)
+
+
+def test_transfer_sets_labels_and_predict_serves_the_target(estimator, data):
+    X, y, Xt, _ = data
+    est = _fit(estimator, X, y)
+    labels = est.transfer(Xt)
+    assert labels.shape == (Xt.shape[0],)
+    np.testing.assert_array_equal(est.labels_, labels)
+    assert est.predict(Xt).shape == (Xt.shape[0],)
+
+
+def test_transfer_before_fit_raises_not_fitted(estimator, data):
+    with pytest.raises(NotFittedError):
+        estimator.transfer(data[2])
+
+
+def test_score_is_a_finite_float(estimator, data):
+    X, y, Xt, _ = data
+    assert np.isfinite(_fit(estimator, X, y).score(Xt))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
+def test_non_finite_input_is_rejected_at_fit(estimator, data, bad):
+    X, y, _, _ = data
+    X = X.copy()
+    X[3, 1] = bad
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        _fit(estimator, X, y)
+
+
+@pytest.mark.parametrize("method", ["predict", "transfer", "score"])
+def test_non_finite_input_is_rejected_after_fit_and_model_stays_usable(estimator, data, method):
+    X, y, Xt, _ = data
+    est = _fit(estimator, X, y)
+    before = est.predict(Xt)
+    bad = Xt.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        getattr(est, method)(bad)
+    np.testing.assert_array_equal(est.predict(Xt), before)
+
+
+def test_empty_input_is_rejected(estimator, data):
+    X, y, _, _ = data
+    with pytest.raises(ValueError, match="0 sample"):
+        _fit(estimator, X[:0], y[:0])
+
+
+def test_fewer_samples_than_clusters_is_rejected_with_both_numbers(estimator, data):
+    X, y, _, _ = data
+    with pytest.raises(ValueError, match=r"n_samples=2 should be >= n_clusters=3"):
+        _fit(estimator, X[:2], y[:2])
+
+
+def test_one_sample_is_rejected_naming_n_samples(estimator, data):
+    X, y, _, _ = data
+    with pytest.raises(ValueError, match="n_samples=1"):
+        _fit(estimator, X[:1], y[:1])
+
+
+@pytest.mark.parametrize("method", ["predict", "transfer", "score", "transform"])
+def test_wrong_feature_count_after_fit_says_what_was_expected(estimator, data, method):
+    X, y, Xt, _ = data
+    est = _fit(estimator, X, y)
+    if not hasattr(est, method):
+        pytest.skip(f"{type(est).__name__} has no {method}")
+    with pytest.raises(ValueError, match="X has 3 features, but .* is expecting 4 features"):
+        getattr(est, method)(Xt[:, :3])
+    assert est.predict(Xt).shape == (Xt.shape[0],)
+
+
+def test_non_numeric_input_is_rejected(estimator, data):
+    X, y, _, _ = data
+    X = X.astype(object)
+    X[0, 0] = "seven"
+    with pytest.raises((ValueError, TypeError), match="string|float|numeric"):
+        _fit(estimator, X, y)
+
+
+def test_missing_required_y_is_a_clear_error(estimator, data):
+    if not _requires_y(estimator):
+        pytest.skip("y is optional for this estimator")
+    with pytest.raises(ValueError, match="requires the source labels y"):
+        estimator.fit(data[0])
+
+
+def test_unavailable_device_is_a_clear_error_and_estimator_stays_usable(estimator, data):
+    X, y, _, _ = data
+    est = _fit(estimator, X, y)
+    before = est.predict(X)
+    est.set_params(device="cuda:99")
+    with pytest.raises(ValueError, match="not available|device"):
+        _fit(est, X, y)
+    est.set_params(device="cpu")
+    np.testing.assert_array_equal(_fit(est, X, y).predict(X), before)
+
+
+def test_invalid_device_name_is_a_clear_error(estimator, data):
+    X, y, _, _ = data
+    with pytest.raises(ValueError, match="device"):
+        _fit(estimator.set_params(device="tpu"), X, y)
+
+
+def test_int_and_float32_inputs_work(estimator, data):
+    X, y, Xt, _ = data
+    est = _fit(estimator, np.round(X * 10).astype(np.int64), y)
+    assert est.predict(np.round(Xt * 10).astype(np.int64)).shape == (Xt.shape[0],)
+    est = _fit(clone(estimator), X.astype(np.float32), y)
+    assert est.predict(Xt.astype(np.float32)).shape == (Xt.shape[0],)
+
+
+def test_verbose_shows_progress_without_failing(estimator, data, capsys):
+    X, y, _, _ = data
+    _fit(estimator.set_params(verbose=1), X, y)
+    assert estimator.labels_.shape == (X.shape[0],)

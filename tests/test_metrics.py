@@ -1,0 +1,55 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sktransfer_cluster.metrics import clustering_accuracy, n_dominant_clusters
+
+labelings = st.lists(st.integers(0, 5), min_size=1, max_size=60)
+
+
+@settings(max_examples=50, deadline=None)
+@given(labelings, st.randoms(use_true_random=False))
+def test_accuracy_is_invariant_to_renaming_cluster_ids(labels, rnd):
+    labels = np.array(labels)
+    ids = list(range(6))
+    rnd.shuffle(ids)
+    renamed = np.array(ids)[labels]
+    assert clustering_accuracy(labels, renamed) == 1.0
+
+
+@settings(max_examples=50, deadline=None)
+@given(labelings, labelings, st.randoms(use_true_random=False))
+def test_accuracy_is_symmetric_in_renaming_the_prediction(true, pred, rnd):
+    n = min(len(true), len(pred))
+    true, pred = np.array(true[:n]), np.array(pred[:n])
+    ids = list(range(6))
+    rnd.shuffle(ids)
+    assert clustering_accuracy(true, pred) == clustering_accuracy(true, np.array(ids)[pred])
+
+
+def test_accuracy_with_more_clusters_than_classes_counts_unmatched_as_errors():
+    assert clustering_accuracy([0, 0, 0, 0], [0, 1, 2, 3]) == 0.25
+
+
+def test_accuracy_with_fewer_clusters_than_classes():
+    assert clustering_accuracy([0, 0, 1, 1, 2, 2], [0, 0, 0, 0, 1, 1]) == pytest.approx(4 / 6)
+
+
+def test_accuracy_accepts_string_labels():
+    assert clustering_accuracy(["a", "a", "b"], [5, 5, 7]) == 1.0
+
+
+def test_accuracy_rejects_mismatched_lengths():
+    with pytest.raises(ValueError):
+        clustering_accuracy([0, 1], [0])
+
+
+def test_n_dominant_clusters_counts_clusters_above_n_over_k():
+    labels = [0] * 40 + [1] * 40 + [2] * 15 + [3] * 5
+    assert n_dominant_clusters(labels, n_clusters=5) == 2  # threshold 20
+    assert n_dominant_clusters(labels, n_clusters=10) == 3  # threshold 10
+
+
+def test_n_dominant_clusters_defaults_k_to_the_number_of_distinct_labels():
+    assert n_dominant_clusters([0] * 40 + [1] * 40 + [2] * 15 + [3] * 5) == 2  # threshold 25
