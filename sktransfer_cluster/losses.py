@@ -53,3 +53,107 @@ def ot_clustering_loss(Z, centers, reg, log_w, *, init=None, max_iter=1000, tol=
         res = sinkhorn_potentials(C.detach(), reg, None, log_w, init=init, max_iter=max_iter, tol=tol)
         P = plan_from_potentials(C.detach(), res.f, res.g, reg, None, log_w)
     return (P * C).sum(), res
+
+
+# --------------------------------------------------------------------------- KCL / LCO
+# Hsu, Lv & Kira, *Learning to cluster in order to transfer across domains and tasks*.
+
+
+def pairwise_kl_detached(log_p):
+    """``D[i, j] = KL(P_i* || P_j)`` for every ordered pair of rows, ``*`` = detached.
+
+    Computed as ``sum_c p_ic log p_ic - p_i @ log p_j`` (one matrix product, no
+    ``n^2 x K`` tensor). The gradient flows only through the second argument
+    ``P_j``, so summing ``D`` over all ordered pairs gives, for each unordered
+    pair, both halves ``KL(P*||Q) + KL(Q*||P)`` of the paper's symmetric cost.
+
+    Parameters
+    ----------
+    log_p : torch.Tensor of shape (n, K)
+        Log-probabilities (e.g. ``log_softmax`` outputs).
+
+    Returns
+    -------
+    torch.Tensor of shape (n, n)
+    """
+    # Clamp -inf (p = 0) so that 0 * log 0 terms are 0 and never NaN.
+    log_p = torch.maximum(log_p, torch.log(log_p.new_tensor(torch.finfo(log_p.dtype).tiny)))
+    log_t = log_p.detach()
+    t = log_t.exp()
+    neg_entropy = (t * log_t).sum(1, keepdim=True)
+    return neg_entropy - t @ log_p.transpose(0, 1)
+
+
+def kcl_loss(log_p, similarity, *, mask=None, margin=2.0, reduction="mean"):
+    """KL-divergence contrastive loss (KCL, the paper's LCO) over all ordered pairs.
+
+    For the ordered pair ``(i, j)`` with ``d_ij = KL(P_i* || P_j)`` (``*`` held
+    constant) the cost is ``d_ij`` if the pair is similar and
+    ``max(0, margin - d_ij)`` if dissimilar. Summed over ``(i, j)`` and ``(j, i)``
+    this is exactly the paper's similar cost ``KL(P*||Q) + KL(Q*||P)`` and
+    dissimilar cost ``max(0, s - KL(P*||Q)) + max(0, s - KL(Q*||P))``.
+
+    Parameters
+    ----------
+    log_p : torch.Tensor of shape (n, K)
+        Log-probabilities of the cluster assignments of a minibatch.
+    similarity : torch.Tensor of shape (n, n)
+        1 (or True) for similar pairs, 0 for dissimilar ones (e.g. ``G``'s
+        predictions binarised at 0.5).
+    mask : torch.Tensor of shape (n, n), default=None
+        True where the similarity of the pair is known; pairs of unknown
+        similarity contribute nothing (they are *not* treated as dissimilar).
+        None means every pair is known.
+    margin : float, default=2.0
+        The hinge margin ``sigma``.
+    reduction : {"mean", "sum", "none"}, default="mean"
+        Mean over the known ordered pairs (0 when there are none), their sum,
+        or the (n, n) matrix of per-pair costs (zeros where masked).
+
+    Returns
+    -------
+    torch.Tensor
+        Scalar, or (n, n) with ``reduction="none"``.
+    """
+    d = pairwise_kl_detached(log_p)
+    s = similarity.to(d.dtype)
+    cost = s * d + (1.0 - s) * (margin - d).clamp_min(0.0)
+    if mask is not None:
+        cost = cost * mask.to(d.dtype)
+    if reduction == "none":
+        return cost
+    if reduction == "sum":
+        return cost.sum()
+    if reduction == "mean":
+        count = d.new_tensor(float(d.numel())) if mask is None else mask.sum().to(d.dtype)
+        return cost.sum() / count.clamp_min(1.0)
+    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}.")
+
+
+__all__ += ["pairwise_kl_detached", "kcl_loss"]
+
+
+def negative_size_entropy(delta):
+    """``sum_j pi_j log pi_j`` with ``pi_j = mean_i delta_ij`` (cluster sizes).
+
+    This is minus the entropy of the cluster sizes: it is smallest (``-log K``)
+    for balanced clusters and largest (0) when every sample is in one cluster,
+    so *adding* it to a loss that is minimised pushes towards balanced clusters.
+
+    Parameters
+    ----------
+    delta : torch.Tensor of shape (n, K)
+        Soft assignments (rows sum to one).
+
+    Returns
+    -------
+    torch.Tensor (scalar)
+    """
+    pi = delta.mean(0)
+    return (pi * torch.log(pi.clamp_min(torch.finfo(pi.dtype).tiny))).sum()
+
+
+def orthogonality_penalty(W):
+    """``||W W^T - I||_F^2``: the soft form of the constraint ``W W^T = I``."""
+    eye = torch.eye(W.shape[0], dtype=W.dtype, device=W.device)
+    return ((W @ W.T - eye) ** 2).sum()

@@ -27,8 +27,12 @@ __all__ = ["SinkhornKMeans"]
 
 # Cap on n_init * n * K cost entries solved in one batched Sinkhorn call.
 _BATCH_ENTRIES = 2**24
+# Inside OT-Lloyd the potentials are warm-started across iterations, so a loose
+# per-iteration solve suffices; exposed plans and scores are solved tightly.
 _SINKHORN_TOL = 1e-5
 _SINKHORN_MAX_ITER = 300
+_PLAN_TOL = 1e-9
+_PLAN_MAX_ITER = 20000
 
 
 def _relative_reg(C, epsilon):
@@ -378,12 +382,39 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
             lambda xc: squared_distances(self._embed(xc), self._centers).sqrt().cpu().numpy(), X
         )
 
+    def _plan(self, C):
+        """Optimal plan for costs C (n, K) at the fitted ``reg_`` and weights."""
+        _, log_w = self._log_weights()
+        res = sinkhorn_potentials(C / self.reg_, 1.0, None, log_w, max_iter=_PLAN_MAX_ITER, tol=_PLAN_TOL)
+        return plan_from_potentials(C / self.reg_, res.f, res.g, 1.0, None, log_w), log_w
+
+    def transport_plan(self, X):
+        """Entropic OT plan between the samples of ``X`` and the centres.
+
+        Solves ``min_P <P, C> + reg_ KL(P | a w^T)`` with ``C_ik`` the squared
+        distance to centre ``k``: rows sum to ``1/n``, columns to ``weights_``.
+        ``n * P`` are soft assignments that respect the cluster-size prior.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        plan : ndarray of shape (n_samples, n_clusters)
+        """
+        check_is_fitted(self)
+        X = self._validate_input(X, reset=False)
+        with torch.no_grad():
+            P, _ = self._plan(squared_distances(self._embed(X), self._centers))
+        return P.cpu().numpy()
+
     def score(self, X, y=None):
         """Minus the regularised transport cost of ``X`` to the centres.
 
-        ``-n * [<P, C> + reg_ KL(P | a w^T)]`` with the optimal plan ``P``:
-        like :meth:`sklearn.cluster.KMeans.score` (minus a sum over samples),
-        higher is better and no labels are needed.
+        ``-n * [<P, C> + reg_ KL(P | a w^T)]`` with ``P`` the optimal plan (see
+        :meth:`transport_plan`): like :meth:`sklearn.cluster.KMeans.score`
+        (minus a sum over samples), higher is better and no labels are needed.
 
         Parameters
         ----------
@@ -396,15 +427,12 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         """
         check_is_fitted(self)
         X = self._validate_input(X, reset=False)
-        _, log_w = self._log_weights()
         with torch.no_grad():
-            Z = self._embed(X)
-            C = squared_distances(Z, self._centers) / self.reg_
-            res = sinkhorn_potentials(C, 1.0, None, log_w, max_iter=_SINKHORN_MAX_ITER, tol=_SINKHORN_TOL)
-            P = plan_from_potentials(C, res.f, res.g, 1.0, None, log_w)
-            n = Z.shape[0]
-            log_a = torch.full((n,), -math.log(n), dtype=Z.dtype, device=Z.device)
-            cost = regularized_ot_cost(C, P, 1.0, log_a, log_w).item() * self.reg_
+            C = squared_distances(self._embed(X), self._centers)
+            P, log_w = self._plan(C)
+            n = C.shape[0]
+            log_a = torch.full((n,), -math.log(n), dtype=C.dtype, device=C.device)
+            cost = regularized_ot_cost(C, P, self.reg_, log_a, log_w).item()
         return -n * cost
 
     @property

@@ -1,0 +1,520 @@
+"""TDCMCluster: transferable deep clustering with learnable centroid-updating blocks.
+
+Zhang & Zhao, *Transferable Deep Clustering Model*. An encoder ``g`` embeds the
+samples; ``K`` orthogonal centroids (rows of the identity) pass ``L`` learnable
+attention blocks that reassign the samples and move the centroids, so the
+centroids adapt to whatever data set is pushed through: that forward pass is the
+transfer to a new domain.
+
+Reading of the paper used here (its equations are garbled in the text):
+
+* score ``l(z, c) = -sigma(q(z - c))`` with ``q(p) = (W_Q p) . (W_K p)`` (Eq. 2);
+  block ``l`` assigns ``delta^(l) = softmax_j(l(z_i, c_j^(l-1)) / tau)`` and sets
+  ``c_j^(l) = sum_i delta_ij^(l) z_i / sum_i delta_ij^(l)`` (Eq. 1; the
+  ``sum_i sum_j`` normaliser printed in Eq. 1 is read as the per-centroid mass, as
+  in soft k-means, which Theorem 4.2 says the block generalises).
+* ``L_clust = -sum_l alpha_l mean_i sum_j delta_ij^(l) l(z_i, c_j^(l))`` (Eq. 4):
+  the assignments of block ``l`` weight the similarity to the centroids they
+  produced, i.e. a learned within-cluster scatter, minimised. ``tau`` is left
+  out of ``l`` in the loss (identical to the paper at its ``tau = 1``) so losses
+  and :meth:`TDCMCluster.score` stay comparable across ``tau``.
+* ``L_ent = sum_l alpha_l sum_j pi_j log pi_j``, ``pi_j = mean_i delta_ij``
+  (Eq. 5 with the sign that *favours balanced clusters* when minimised; Eq. 5 as
+  printed would reward putting every sample in one cluster).
+* ``alpha_l = 2 l / (L (L + 1))``: linearly increasing, summing to one.
+* the constraint ``W W^T = I`` becomes the penalty
+  ``ortho_weight * sum_blocks (||W_Q W_Q^T - I||^2 + ||W_K W_K^T - I||^2)``.
+* sums over samples are means, so the loss does not scale with the batch size.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted
+
+from ..base import TransferClusterMixin, make_generators
+from ..losses import negative_size_entropy, orthogonality_penalty
+from ..nn import CentroidUpdateBlock, centroids_from_stats, init_module, mlp
+
+__all__ = ["TDCMCluster"]
+
+# Cap on n_chunk * K score entries held at once when adapting centroids on a full data set.
+_ADAPT_ENTRIES = 2**22
+
+
+def _block_weights(n_blocks, dtype=torch.float64):
+    """Linearly increasing ``alpha_l = 2 l / (L (L + 1))``, ``l = 1..L`` (sums to one)."""
+    L = n_blocks
+    return [2.0 * (l + 1) / (L * (L + 1)) for l in range(L)]
+
+
+def _initial_centroids(n_clusters, dim, dtype, device):
+    """Orthogonal starting centroids ``c_j^(0) = e_j`` (rows of the identity)."""
+    return torch.eye(n_clusters, dim, dtype=dtype, device=device)
+
+
+def _run_blocks(Z, blocks, C0, tau):
+    """One-shot (differentiable) pass of all blocks on ``Z``: ``[(delta_l, C_l)]``."""
+    out = []
+    C = C0
+    for blk in blocks:
+        delta, C = blk(Z, C, tau)
+        out.append((delta, C))
+    return out
+
+
+def _loss_terms(Z, blocks, C0, tau):
+    """``(clustering, negative entropy)`` of a batch, each summed over blocks with ``alpha_l``."""
+    alphas = _block_weights(len(blocks))
+    clust = Z.new_zeros(())
+    negent = Z.new_zeros(())
+    for a, blk, (delta, C) in zip(alphas, blocks, _run_blocks(Z, blocks, C0, tau)):
+        clust = clust + a * (delta * blk.act(blk.quadratic(Z, C))).sum(1).mean()
+        negent = negent + a * negative_size_entropy(delta)
+    return clust, negent
+
+
+def _ortho_term(blocks):
+    total = None
+    for blk in blocks:
+        WQ, WK = blk.matrices()
+        t = orthogonality_penalty(WQ) + orthogonality_penalty(WK)
+        total = t if total is None else total + t
+    return total
+
+
+def _chunk_rows(n, n_clusters, chunk_size=None):
+    if chunk_size is None:
+        chunk_size = max(1, _ADAPT_ENTRIES // max(1, n_clusters))
+    return [(s, min(n, s + chunk_size)) for s in range(0, n, chunk_size)]
+
+
+@torch.no_grad()
+def _adapt_centroids(Z, blocks, C0, tau, chunk_size=None):
+    """All blocks on the full ``Z`` with streamed sufficient statistics.
+
+    For each block, ``sum_i delta_ij z_i`` and ``sum_i delta_ij`` are accumulated
+    over row chunks, so only a ``chunk x K`` assignment matrix exists at a time.
+    Equals :func:`_run_blocks` up to floating-point summation order.
+
+    Returns
+    -------
+    list of torch.Tensor
+        ``[C_1, ..., C_L]``, each of shape (K, b).
+    """
+    K = C0.shape[0]
+    chunks = _chunk_rows(Z.shape[0], K, chunk_size)
+    C = C0
+    out = []
+    for blk in blocks:
+        wsum = torch.zeros_like(C0)
+        mass = torch.zeros(K, dtype=C0.dtype, device=C0.device)
+        for s, e in chunks:
+            delta = blk.assign(Z[s:e], C, tau)
+            wsum += delta.T @ Z[s:e]
+            mass += delta.sum(0)
+        C = centroids_from_stats(wsum, mass, C)
+        out.append(C)
+    return out
+
+
+@torch.no_grad()
+def _streamed_loss_terms(Z, blocks, C0, centroids, tau, chunk_size=None):
+    """``(clustering, negative entropy)`` of the full ``Z`` given the adapted ``centroids``."""
+    alphas = _block_weights(len(blocks))
+    K = C0.shape[0]
+    n = Z.shape[0]
+    chunks = _chunk_rows(n, K, chunk_size)
+    clust = 0.0
+    negent = 0.0
+    prev = C0
+    for a, blk, C in zip(alphas, blocks, centroids):
+        mass = torch.zeros(K, dtype=C0.dtype, device=C0.device)
+        scatter = Z.new_zeros(())
+        for s, e in chunks:
+            delta = blk.assign(Z[s:e], prev, tau)
+            mass += delta.sum(0)
+            scatter += (delta * blk.act(blk.quadratic(Z[s:e], C))).sum()
+        clust += a * float(scatter) / n
+        negent += a * float(negative_size_entropy((mass / n).unsqueeze(0)))
+        prev = C
+    return clust, negent
+
+
+class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNamePrefixFeaturesOutMixin, BaseEstimator):
+    """Transferable Deep Clustering Model: an encoder plus learnable centroid-updating blocks.
+
+    An MLP encoder embeds the samples in ``R^embedding_dim``. ``n_clusters``
+    centroids start as the first rows of the identity and pass ``n_blocks``
+    attention blocks; block ``l`` assigns
+    ``delta_ij = softmax_j(-sigma((W_Q (z_i - c_j)) . (W_K (z_i - c_j))) / tau)``
+    and moves each centroid to the ``delta``-weighted mean of the embeddings,
+    with ``W_Q``, ``W_K`` symmetric by construction. Encoder and blocks are
+    trained unsupervised on the source with Adam on
+    ``L_clust + beta * L_ent + ortho_weight * ||W W^T - I||^2`` (see Notes).
+    Because the centroids are produced by a forward pass rather than learned as
+    fixed parameters, :meth:`transfer` adapts them to a new domain by running the
+    blocks on its embeddings.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+        Number of clusters ``K``.
+    hidden_dims : tuple of int, default=(64, 64)
+        Hidden widths of the MLP encoder (the paper uses a 3-layer MLP for vectors).
+    embedding_dim : int, default=10
+        Embedding dimension ``b``; must be ``>= n_clusters`` (the starting
+        centroids are orthogonal unit vectors).
+    n_blocks : int, default=4
+        Number of centroid-updating blocks ``L`` (paper: 4 synthetic, 5 real).
+    tau : float, default=1.0
+        Softmax temperature of the assignments.
+    activation : {"relu", "leaky_relu"}, default="relu"
+        The non-decreasing ``sigma`` applied to the quadratic score.
+    symmetric : bool, default=True
+        Parametrise ``W_Q``, ``W_K`` as ``(A + A^T) / 2``. ``False`` is the
+        paper's variant-R ablation.
+    beta : float, default=1.0
+        Weight of the cluster-size entropy term (``0`` is the variant-E ablation).
+    ortho_weight : float, default=1.0
+        Weight of the orthogonality penalty (``0`` is the variant-O ablation).
+    max_epochs : int, default=100
+        Training epochs on the source (the paper trains 500 on synthetic data).
+    batch_size : int, default=256
+    learning_rate : float, default=5e-3
+        Adam learning rate (paper: 5e-3 synthetic, 5e-4 real data).
+    weight_decay : float, default=5e-4
+        Adam weight decay.
+    device : str or torch.device, default="auto"
+        ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``.
+    random_state : int, RandomState instance or None, default=None
+        Seeds local generators only; equal values give identical results on CPU.
+    verbose : int, default=0
+        ``>= 1`` shows a progress bar with the running loss.
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray of shape (n_clusters, embedding_dim)
+        Centroids adapted to the last data set seen by ``fit`` (the source) or
+        ``transfer`` (the target), in the embedding space. Clusters that
+        received no sample of that data set are ordered last.
+    labels_ : ndarray of shape (n_samples,)
+        Labels of that data set (argmax of the last block's assignment).
+    n_iter_ : int
+        Training epochs run by ``fit``.
+    history_ : list of dict
+        Per-epoch mean losses (``loss``, ``clustering``, ``entropy``,
+        ``orthogonality``) with ``phase`` ``"fit"`` or ``"transfer"``.
+    encoder_ : torch.nn.Module
+    blocks_ : torch.nn.ModuleList of CentroidUpdateBlock
+    device_ : torch.device
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when ``X`` has string feature names.
+
+    See Also
+    --------
+    SinkhornKMeans : fixed centres, transferred by warm-started OT k-means.
+
+    Notes
+    -----
+    The loss, per batch (sums over samples are means):
+
+    * ``L_clust = sum_l alpha_l mean_i sum_j delta_ij^(l) sigma(q_l(z_i - c_j^(l)))``,
+      i.e. ``-sum alpha delta l(z, c)`` with the similarity score
+      ``l = -sigma(q)``: assignments are rewarded for high similarity to the
+      centroids they produce;
+    * ``L_ent = sum_l alpha_l sum_j pi_j log pi_j`` with ``pi_j = mean_i delta_ij``:
+      minus the entropy of the cluster sizes, so minimising it favours balanced
+      clusters;
+    * ``alpha_l = 2 l / (L (L + 1))`` increases linearly and sums to one.
+
+    ``predict`` never adapts: it assigns to the stored centroids with the last
+    block's rule, so a row's label does not depend on the other rows.
+    ``transfer`` re-runs the blocks on the target (streamed over row chunks, in
+    bounded memory) and stores the adapted centroids.
+
+    Examples
+    --------
+    >>> from sktransfer_cluster import TDCMCluster
+    >>> from sktransfer_cluster.datasets import make_tdcm_transfer
+    >>> task = make_tdcm_transfer(n_clusters=3, n_samples_per_cluster=50, shift=1.0, random_state=0)
+    >>> model = TDCMCluster(n_clusters=3, hidden_dims=(16,), embedding_dim=4, max_epochs=5,
+    ...                     device="cpu", random_state=0).fit(task.X_source)
+    >>> model.cluster_centers_.shape
+    (3, 4)
+    >>> model.transfer(task.X_target).shape
+    (150,)
+    >>> model.transform(task.X_target).shape
+    (150, 4)
+    """
+
+    _parameter_constraints = {
+        "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        "hidden_dims": [tuple, list],
+        "embedding_dim": [Interval(Integral, 1, None, closed="left")],
+        "n_blocks": [Interval(Integral, 1, None, closed="left")],
+        "tau": [Interval(Real, 0, None, closed="neither")],
+        "activation": [StrOptions({"relu", "leaky_relu"})],
+        "symmetric": ["boolean"],
+        "embedding_norm": [StrOptions({"batch"}), None],
+        "beta": [Interval(Real, 0, None, closed="left")],
+        "ortho_weight": [Interval(Real, 0, None, closed="left")],
+        "max_epochs": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "weight_decay": [Interval(Real, 0, None, closed="left")],
+        "device": [str, torch.device, None],
+        "random_state": ["random_state"],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        hidden_dims=(64, 64),
+        embedding_dim=10,
+        n_blocks=4,
+        tau=1.0,
+        activation="relu",
+        symmetric=True,
+        embedding_norm="batch",
+        beta=1.0,
+        ortho_weight=1.0,
+        max_epochs=100,
+        batch_size=256,
+        learning_rate=5e-3,
+        weight_decay=5e-4,
+        device="auto",
+        random_state=None,
+        verbose=0,
+    ):
+        self.n_clusters = n_clusters
+        self.hidden_dims = hidden_dims
+        self.embedding_dim = embedding_dim
+        self.n_blocks = n_blocks
+        self.tau = tau
+        self.activation = activation
+        self.symmetric = symmetric
+        self.embedding_norm = embedding_norm
+        self.beta = beta
+        self.ortho_weight = ortho_weight
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.device = device
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # ----------------------------------------------------------------- helpers
+    def _c0(self):
+        return _initial_centroids(self.n_clusters, self.embedding_dim, self._dtype(), self.device_)
+
+    def _embed(self, X):
+        return self.encoder_(self._tensor(X))
+
+    def _embed_all(self, X):
+        """Embeddings of all rows (torch, no grad), computed in row chunks."""
+        with torch.no_grad():
+            parts = [self._embed(X[s:e]) for s, e in _chunk_rows(X.shape[0], 1, 65536)]
+        return torch.cat(parts, 0)
+
+    def _objective(self, Z):
+        clust, negent = _loss_terms(Z, self.blocks_, self._c0(), self.tau)
+        ortho = _ortho_term(self.blocks_)
+        loss = clust + self.beta * negent
+        if self.ortho_weight > 0:
+            loss = loss + self.ortho_weight * ortho
+        return loss, clust, negent, ortho
+
+    def _train(self, Xt, epochs, torch_gen, phase):
+        params = list(self.encoder_.parameters()) + list(self.blocks_.parameters())
+        opt = torch.optim.Adam(params, lr=self.learning_rate, weight_decay=self.weight_decay)
+        n = Xt.shape[0]
+        self.encoder_.train()
+        with self._progress(epochs, phase) as bar:
+            for epoch in range(epochs):
+                perm = torch.randperm(n, generator=torch_gen).to(Xt.device)
+                sums = np.zeros(4)
+                for start in range(0, n, self.batch_size):
+                    xb = Xt[perm[start : start + self.batch_size]]
+                    if xb.shape[0] < 2 and self.embedding_norm == "batch":
+                        continue  # batch norm cannot standardise a single sample
+                    terms = self._objective(self.encoder_(xb))
+                    loss = terms[0]
+                    if not torch.isfinite(loss):
+                        raise FloatingPointError(
+                            f"{type(self).__name__}: the loss became NaN/inf at epoch {epoch} of "
+                            f"{phase} (learning_rate={self.learning_rate}); lower learning_rate."
+                        )
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    sums += np.array([float(t.detach()) for t in terms]) * xb.shape[0]
+                mean = sums / n
+                record = {
+                    "phase": phase,
+                    "epoch": epoch,
+                    "loss": mean[0],
+                    "clustering": mean[1],
+                    "entropy": mean[2],
+                    "orthogonality": mean[3],
+                }
+                self.history_.append(record)
+                self._tick(bar, loss=record["loss"])
+        self.encoder_.eval()
+
+    @torch.no_grad()
+    def _set_norm_stats(self, X):
+        """Exact mean/variance of the pre-normalisation embeddings of ``X`` (streamed).
+
+        Replaces batch norm's running averages, so the normalisation used by
+        ``predict``/``transfer`` is deterministic and does not depend on the
+        last training batches.
+        """
+        if self.embedding_norm != "batch":
+            return
+        body, bn = self.encoder_[0], self.encoder_[1]
+        s1 = s2 = None
+        n = X.shape[0]
+        for s, e in _chunk_rows(n, 1, 65536):
+            h = body(self._tensor(X[s:e]))
+            a, b = h.sum(0), (h * h).sum(0)
+            s1, s2 = (a, b) if s1 is None else (s1 + a, s2 + b)
+        mean = s1 / n
+        bn.running_mean.copy_(mean)
+        bn.running_var.copy_((s2 / n - mean * mean).clamp_min(0.0))
+
+    def _adapt(self, X):
+        """Run the blocks on all of ``X``; store the centroids; return the labels."""
+        Z = self._embed_all(X)
+        C = _adapt_centroids(Z, self.blocks_, self._c0(), self.tau)[-1]
+        with torch.no_grad():
+            labels = self._assign(Z, C)
+        # Occupied clusters first (in their order), so labels_ are 0..m-1 consecutive.
+        counts = np.bincount(labels, minlength=self.n_clusters)
+        order = np.concatenate([np.flatnonzero(counts > 0), np.flatnonzero(counts == 0)])
+        remap = np.empty_like(order)
+        remap[order] = np.arange(order.shape[0])
+        self._centroids = C[torch.as_tensor(order, device=C.device)].detach()
+        self.cluster_centers_ = self._centroids.cpu().numpy()
+        return remap[labels].astype(np.int64)
+
+    def _assign(self, Z, C):
+        """Argmax of the last block's assignment against fixed centroids ``C``."""
+        return self.blocks_[-1].logits(Z, C, self.tau).argmax(1).cpu().numpy().astype(np.int64)
+
+    # -------------------------------------------------------------- protocol
+    def _fit(self, X, y, *, rng, torch_gen):
+        self._check_n_clusters(X.shape[0], self.n_clusters)
+        if self.embedding_dim < self.n_clusters:
+            raise ValueError(
+                f"embedding_dim={self.embedding_dim} must be >= n_clusters={self.n_clusters}: "
+                "the initial centroids are orthogonal unit vectors of the embedding space; "
+                "raise embedding_dim."
+            )
+        dims = [X.shape[1], *[int(h) for h in self.hidden_dims], int(self.embedding_dim)]
+        encoder = init_module(mlp(dims), torch_gen)
+        if self.embedding_norm == "batch":
+            if X.shape[0] < 2:
+                raise ValueError(
+                    f"n_samples={X.shape[0]}: embedding_norm='batch' standardises the embeddings "
+                    "over a batch and needs at least 2 samples; pass more samples or "
+                    "embedding_norm=None."
+                )
+            encoder = torch.nn.Sequential(encoder, torch.nn.BatchNorm1d(self.embedding_dim, affine=False))
+        blocks = torch.nn.ModuleList(
+            CentroidUpdateBlock(self.embedding_dim, symmetric=self.symmetric, activation=self.activation)
+            .reset_parameters(torch_gen)
+            for _ in range(self.n_blocks)
+        )
+        self.encoder_ = encoder.to(device=self.device_, dtype=self._dtype())
+        self.blocks_ = blocks.to(device=self.device_, dtype=self._dtype())
+        self.history_ = []
+        self._train(self._tensor(X), self.max_epochs, torch_gen, "fit")
+        self._set_norm_stats(X)
+        self.n_iter_ = int(self.max_epochs)
+        self.labels_ = self._adapt(X)
+
+    def _transfer(self, X, fine_tune_epochs=0):
+        """Adapt the centroids to the target by a forward pass of the blocks.
+
+        Parameters
+        ----------
+        X : ndarray
+            Validated target data.
+        fine_tune_epochs : int, default=0
+            Unsupervised training epochs (same loss) of encoder and blocks on the
+            target before the forward pass; 0 is the paper's pure forward-pass
+            transfer.
+        """
+        fine_tune_epochs = int(fine_tune_epochs)
+        if fine_tune_epochs < 0:
+            raise ValueError(f"fine_tune_epochs must be >= 0, got {fine_tune_epochs}.")
+        if fine_tune_epochs > 0:
+            _, torch_gen = make_generators(self.random_state, "cpu")
+            self._train(self._tensor(X), fine_tune_epochs, torch_gen, "transfer")
+            self._set_norm_stats(X)
+        return self._adapt(X)
+
+    def _predict(self, X):
+        return self._assign(self._embed(X), self._centroids)
+
+    def transform(self, X):
+        """Embed ``X`` with the encoder.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        Z : ndarray of shape (n_samples, embedding_dim)
+        """
+        check_is_fitted(self)
+        X = self._validate_input(X, reset=False)
+        return self._chunked(lambda xc: self._embed(xc).cpu().numpy(), X)
+
+    def score(self, X, y=None):
+        """Minus the training objective on ``X`` (higher is better, no labels needed).
+
+        The blocks run on all of ``X`` (streamed), and
+        ``-(L_clust + beta L_ent + ortho_weight ||W W^T - I||^2)`` is returned,
+        with sample means, so values are comparable across data set sizes.
+        The fitted model is not changed.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : Ignored
+
+        Returns
+        -------
+        score : float
+        """
+        check_is_fitted(self)
+        X = self._validate_input(X, reset=False)
+        Z = self._embed_all(X)
+        C0 = self._c0()
+        with torch.no_grad():
+            centroids = _adapt_centroids(Z, self.blocks_, C0, self.tau)
+            clust, negent = _streamed_loss_terms(Z, self.blocks_, C0, centroids, self.tau)
+            ortho = float(_ortho_term(self.blocks_)) if self.ortho_weight > 0 else 0.0
+        return -(clust + self.beta * negent + self.ortho_weight * ortho)
+
+    @property
+    def _n_features_out(self):
+        return int(self.embedding_dim)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float64"]
+        return tags

@@ -1,0 +1,283 @@
+"""CCNCluster (Hsu, Lv & Kira): the KCL loss, the pair-enumeration network G, the estimator."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from sklearn.datasets import make_blobs
+
+from sktransfer_cluster.cluster.ccn import CCNCluster
+from sktransfer_cluster.datasets import load_digits_transfer
+from sktransfer_cluster.losses import kcl_loss, pairwise_kl_detached
+from sktransfer_cluster.metrics import clustering_accuracy
+from sktransfer_cluster.nn import SimilarityNetwork, init_module, pair_enumerate
+
+torch.set_num_threads(1)
+
+FAST = dict(
+    hidden_dims=(16,),
+    pair_hidden=16,
+    similarity_epochs=5,
+    clustering_epochs=10,
+    batch_size=40,
+    device="cpu",
+    random_state=0,
+)
+
+# P = (0.5, 0.5), Q = (0.9, 0.1):
+# KL(P||Q) = 0.5 ln(0.5/0.9) + 0.5 ln(0.5/0.1);  KL(Q||P) = 0.9 ln 1.8 + 0.1 ln 0.2
+KL_PQ = 0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1)
+KL_QP = 0.9 * math.log(0.9 / 0.5) + 0.1 * math.log(0.1 / 0.5)
+OFF_DIAGONAL = ~torch.eye(2, dtype=torch.bool)
+
+
+def _two_distributions():
+    return torch.tensor([[0.5, 0.5], [0.9, 0.1]], dtype=torch.float64, requires_grad=True)
+
+
+def _blob_task(seed=0):
+    centers = np.array([[0, 0], [6, 0], [0, 6], [6, 6], [-6, 0], [0, -6]], dtype=float)
+    X, y = make_blobs(n_samples=300, centers=centers, cluster_std=0.7, random_state=seed)
+    return X[y < 3], y[y < 3], X[y >= 3], y[y >= 3]
+
+
+# ------------------------------------------------------------------------ KCL loss
+def test_kcl_similar_pair_value_and_gradient_match_hand_computation():
+    prob = _two_distributions()
+    loss = kcl_loss(prob.log(), torch.ones(2, 2), mask=OFF_DIAGONAL, reduction="sum")
+    loss.backward()
+    assert loss.item() == pytest.approx(KL_PQ + KL_QP)
+    # d KL(P*||Q) / dq = -p / q and d KL(Q*||P) / dp = -q / p.
+    expected = torch.tensor([[-0.9 / 0.5, -0.1 / 0.5], [-0.5 / 0.9, -0.5 / 0.1]], dtype=torch.float64)
+    torch.testing.assert_close(prob.grad, expected)
+
+
+def test_kcl_dissimilar_pair_value_and_gradient_match_hand_computation():
+    prob = _two_distributions()
+    loss = kcl_loss(prob.log(), torch.zeros(2, 2), mask=OFF_DIAGONAL, margin=2.0, reduction="sum")
+    loss.backward()
+    assert loss.item() == pytest.approx((2.0 - KL_PQ) + (2.0 - KL_QP))
+    expected = torch.tensor([[0.9 / 0.5, 0.1 / 0.5], [0.5 / 0.9, 0.5 / 0.1]], dtype=torch.float64)
+    torch.testing.assert_close(prob.grad, expected)
+
+
+def test_kcl_hinge_is_zero_with_zero_gradient_beyond_the_margin():
+    prob = torch.tensor([[0.999, 0.001], [0.001, 0.999]], dtype=torch.float64, requires_grad=True)
+    loss = kcl_loss(prob.log(), torch.zeros(2, 2), mask=OFF_DIAGONAL, margin=2.0, reduction="sum")
+    loss.backward()
+    assert loss.item() == 0.0
+    assert torch.all(prob.grad == 0)
+
+
+def _paper_lco(logits, S, sigma):
+    """Eq. (1)-(5) of the paper, one unordered pair at a time (self-pairs once)."""
+    P = torch.softmax(logits, 1)
+    total = 0.0
+    n = P.shape[0]
+
+    def kl(target, pred):
+        target = target.detach()
+        return (target * (target.log() - pred.log())).sum()
+
+    for p in range(n):
+        for q in range(p, n):
+            a, b = kl(P[p], P[q]), kl(P[q], P[p])
+            if p == q:  # the ordered self-pair counts once
+                a, b = a, torch.zeros((), dtype=P.dtype)
+                cost = a if S[p, q] else torch.clamp(sigma - a, min=0) + 0 * b
+            elif S[p, q]:
+                cost = a + b
+            else:
+                cost = torch.clamp(sigma - a, min=0) + torch.clamp(sigma - b, min=0)
+            total = total + cost
+    return total
+
+
+def test_kcl_equals_the_paper_formulation_on_a_random_batch_value_and_gradient():
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(7, 4, generator=gen, dtype=torch.float64) * 2
+    S = torch.randint(0, 2, (7, 7), generator=gen)
+    S = torch.triu(S) + torch.triu(S, 1).T  # symmetric similarity, as G predicts both orders
+    a = logits.clone().requires_grad_(True)
+    ours = kcl_loss(F.log_softmax(a, 1), S, margin=2.0, reduction="sum")
+    ours.backward()
+    b = logits.clone().requires_grad_(True)
+    ref = _paper_lco(b, S, 2.0)
+    ref.backward()
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_kcl_mean_averages_over_known_pairs_only():
+    log_p = F.log_softmax(torch.randn(5, 3, dtype=torch.float64), 1)
+    S = torch.ones(5, 5)
+    mask = torch.zeros(5, 5, dtype=torch.bool)
+    mask[:3, :3] = True
+    torch.testing.assert_close(
+        kcl_loss(log_p, S, mask=mask), kcl_loss(log_p[:3], S[:3, :3])
+    )
+
+
+def test_kcl_unknown_pairs_are_masked_not_treated_as_dissimilar():
+    logits = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    S = torch.ones(4, 4)
+    S[0, 3] = S[3, 0] = 0  # only meaningful if known
+    mask = torch.ones(4, 4, dtype=torch.bool)
+    mask[0, 3] = mask[3, 0] = False
+    masked = kcl_loss(F.log_softmax(logits, 1), S, mask=mask, reduction="none")
+    assert masked[0, 3] == 0 and masked[3, 0] == 0
+    as_dissimilar = kcl_loss(F.log_softmax(logits, 1), S, reduction="none")
+    assert as_dissimilar[0, 3] > 0
+    # A fully masked batch contributes nothing (and no NaN from 0 / 0).
+    empty = kcl_loss(F.log_softmax(logits, 1), S, mask=torch.zeros(4, 4, dtype=torch.bool))
+    assert empty.item() == 0.0
+
+
+def test_pairwise_kl_matrix_matches_definition_and_is_zero_on_the_diagonal():
+    log_p = F.log_softmax(torch.randn(4, 5, dtype=torch.float64), 1)
+    D = pairwise_kl_detached(log_p)
+    P = log_p.exp()
+    ref = (P[:, None, :] * (log_p[:, None, :] - log_p[None, :, :])).sum(-1)
+    torch.testing.assert_close(D, ref)
+    torch.testing.assert_close(torch.diagonal(D), torch.zeros(4, dtype=torch.float64))
+
+
+# --------------------------------------------------------------- pair enumeration / G
+def test_pair_enumeration_gives_all_ordered_pairs_with_self_pairs():
+    a = torch.arange(6.0).reshape(3, 2)
+    b = torch.arange(10.0, 18.0).reshape(4, 2)
+    out = pair_enumerate(a, b)
+    assert out.shape == (12, 4)
+    for i in range(3):
+        for j in range(4):
+            torch.testing.assert_close(out[i * 4 + j], torch.cat([a[i], b[j]]))
+    assert pair_enumerate(torch.zeros(10, 512)).shape == (100, 1024)
+
+
+def _graph_size(t):
+    seen, stack = set(), [t.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        stack.extend(fn for fn, _ in node.next_functions)
+    return len(seen)
+
+
+def test_pair_enumeration_is_vectorised_not_a_loop_over_pairs():
+    small = pair_enumerate(torch.randn(3, 4, requires_grad=True))
+    large = pair_enumerate(torch.randn(60, 4, requires_grad=True))
+    assert _graph_size(small) == _graph_size(large)  # constant number of ops, whatever n
+
+
+def test_similarity_network_returns_logits_for_every_ordered_pair():
+    g = init_module(SimilarityNetwork(5, (8, 6), pair_hidden=7), torch.Generator().manual_seed(0))
+    g.eval()
+    x, x2 = torch.randn(4, 5), torch.randn(3, 5)
+    assert g(x).shape == (4, 4, 2)
+    assert g(x, x2).shape == (4, 3, 2)
+    with torch.no_grad():
+        torch.testing.assert_close(g(x)[1, 2], g(x[[1]], x[[2]])[0, 0])
+
+
+def test_similarity_network_learns_same_versus_different_class_on_blobs():
+    Xs, ys, _, _ = _blob_task()
+    est = CCNCluster(n_clusters=3, **FAST).fit(Xs, ys)
+    Xn, yn, _, _ = _blob_task(seed=1)  # fresh draws of the same classes
+    S = est.pairwise_similarity(Xn) > 0.5
+    same = yn[:, None] == yn[None, :]
+    assert (S == same).mean() > 0.95
+
+
+# ------------------------------------------------------------------------ estimator
+def test_fit_without_y_raises_a_clear_error():
+    with pytest.raises(ValueError, match="requires the source labels y"):
+        CCNCluster(**FAST).fit(np.zeros((10, 2)))
+
+
+def test_fit_sets_labels_by_training_f_with_the_learned_similarity():
+    Xs, ys, _, _ = _blob_task()
+    est = CCNCluster(n_clusters=3, **FAST).fit(Xs, ys)
+    assert clustering_accuracy(ys, est.labels_) > 0.95
+    assert est.n_iter_ == FAST["similarity_epochs"] + FAST["clustering_epochs"]
+    assert {h["phase"] for h in est.history_} == {"similarity", "fit"}
+
+
+def test_transfer_to_unseen_digit_classes_beats_chance():
+    task = load_digits_transfer()
+    rs = np.random.RandomState(0)
+    src = rs.choice(task.X_source.shape[0], 400, replace=False)
+    tgt = rs.choice(task.X_target.shape[0], 300, replace=False)
+    est = CCNCluster(
+        n_clusters=5,
+        hidden_dims=(64,),
+        pair_hidden=32,
+        similarity_epochs=5,
+        clustering_epochs=20,
+        batch_size=100,
+        device="cpu",
+        random_state=0,
+    ).fit(task.X_source[src], task.y_source[src])
+    labels = est.transfer(task.X_target[tgt])
+    # Chance (everything in the largest class) is about 0.2.
+    assert clustering_accuracy(task.y_target[tgt], labels) > 0.5
+
+
+def test_n_clusters_is_estimated_with_an_over_large_upper_bound():
+    Xs, ys, Xt, yt = _blob_task()
+    est = CCNCluster(n_clusters=12, **FAST).fit(Xs, ys)
+    labels = est.transfer(Xt)
+    assert est.n_clusters_ == 3
+    assert clustering_accuracy(yt, labels) > 0.9
+
+
+def test_labels_are_consecutive_largest_cluster_first_and_predict_reuses_the_map():
+    Xs, ys, Xt, _ = _blob_task()
+    est = CCNCluster(n_clusters=12, **FAST).fit(Xs, ys)
+    labels = est.transfer(Xt)
+    counts = np.bincount(labels)
+    np.testing.assert_array_equal(np.unique(labels), np.arange(counts.shape[0]))
+    assert np.all(np.diff(counts) <= 0)
+    assert counts.shape[0] == est.cluster_outputs_.shape[0]
+    np.testing.assert_array_equal(est.predict(Xt), labels)
+    # Unused outputs never show up: far-away points still get one of the used labels.
+    far = np.random.RandomState(0).uniform(-50, 50, size=(200, 2))
+    assert set(np.unique(est.predict(far))) <= set(range(counts.shape[0]))
+
+
+def test_ccn_plus_mode_trains_with_labelled_source_rows_in_the_batch():
+    Xs, ys, _, _ = _blob_task()
+    Xd = Xs + np.array([0.5, -0.5])  # same classes, shifted domain
+    est = CCNCluster(n_clusters=3, **FAST).fit(Xs, ys)
+    labels = est.transfer(Xd, source=(Xs, ys))
+    assert clustering_accuracy(ys, labels) > 0.9
+    # The cross-entropy ties output units to source classes.
+    np.testing.assert_array_equal(est.cluster_outputs_[labels], ys)
+
+
+def test_ccn_plus_rejects_more_source_classes_than_outputs():
+    Xs, ys, _, _ = _blob_task()
+    est = CCNCluster(n_clusters=3, **FAST).fit(Xs, ys)
+    with pytest.raises(ValueError, match="3 classes but n_clusters=2"):
+        est.set_params(n_clusters=2).transfer(Xs, source=(Xs, ys))
+
+
+def test_score_is_minus_the_kcl_loss_of_f_under_g():
+    Xs, ys, Xt, _ = _blob_task()
+    est = CCNCluster(n_clusters=3, **FAST).fit(Xs, ys)
+    est.transfer(Xt)
+    Xtt = torch.as_tensor(Xt)
+    with torch.no_grad():
+        g = est.target_similarity_net_
+        S = g(Xtt).argmax(-1)
+        expected = -kcl_loss(F.log_softmax(est.clustering_net_(Xtt), 1), S, margin=est.sigma)
+    assert est.score(Xt) == pytest.approx(expected.item())
+
+
+def test_nan_loss_raises_floating_point_error_naming_the_epoch():
+    Xs, ys, _, _ = _blob_task()
+    with pytest.raises(FloatingPointError, match="epoch 0"):
+        CCNCluster(n_clusters=3, **FAST).fit(Xs * 1e306, ys)

@@ -1,0 +1,157 @@
+"""SinkhornKMeans: OT-Lloyd, the size prior, transfer, and its sklearn workflows."""
+
+import numpy as np
+import ot
+import pandas as pd
+import pytest
+from sklearn.cluster import KMeans
+from sklearn.datasets import make_blobs
+from sklearn.metrics import adjusted_rand_score
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import StandardScaler
+
+from sktransfer_cluster import SinkhornKMeans
+
+FAST = dict(n_init=3, device="cpu", random_state=0)
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    return make_blobs(n_samples=240, centers=3, cluster_std=0.6, random_state=3)
+
+
+def test_recovers_well_separated_blobs_like_kmeans(blobs):
+    X, y = blobs
+    labels = SinkhornKMeans(3, **FAST).fit(X).labels_
+    assert adjusted_rand_score(y, labels) == 1.0
+    assert adjusted_rand_score(KMeans(3, n_init=3, random_state=0).fit(X).labels_, labels) == 1.0
+
+
+def test_labels_are_nearest_centre_and_equal_predict_on_training_data(blobs):
+    X, _ = blobs
+    km = SinkhornKMeans(3, **FAST).fit(X)
+    d = ((X[:, None, :] - km.cluster_centers_[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(km.labels_, d.argmin(1))
+    np.testing.assert_array_equal(km.predict(X), km.labels_)
+    assert km.inertia_ == pytest.approx(d.min(1).sum())
+
+
+def test_transform_returns_euclidean_distances_to_centres(blobs):
+    X, _ = blobs
+    km = SinkhornKMeans(3, **FAST).fit(X)
+    d = np.sqrt(((X[:, None, :] - km.cluster_centers_[None]) ** 2).sum(-1))
+    np.testing.assert_allclose(km.transform(X), d, atol=1e-10)
+
+
+def test_transport_plan_matches_pot(blobs):
+    X, _ = blobs
+    km = SinkhornKMeans(3, cluster_weights=[0.5, 0.3, 0.2], **FAST).fit(X)
+    M = ot.dist(X, km.cluster_centers_)
+    a = np.full(X.shape[0], 1 / X.shape[0])
+    expected = ot.sinkhorn(a, km.weights_, M, km.reg_, method="sinkhorn_log", stopThr=1e-12, numItermax=10**5)
+    np.testing.assert_allclose(km.transport_plan(X), expected, atol=1e-6)
+
+
+def test_transport_plan_columns_follow_the_cluster_weights(blobs):
+    X, _ = blobs
+    w = np.array([2.0, 1.0, 1.0])
+    km = SinkhornKMeans(3, cluster_weights=w, **FAST).fit(X)
+    np.testing.assert_allclose(km.weights_, w / w.sum())
+    np.testing.assert_allclose(km.transport_plan(X).sum(0), w / w.sum(), atol=1e-5)
+
+
+def test_uniform_prior_balances_clusters_where_kmeans_does_not():
+    # Two touching groups of 150 and 50 points: the uniform prior pulls the split
+    # towards 100/100 while KMeans follows the gap.
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(0, 1, (150, 1)), rng.normal(3, 1, (50, 1))])
+    ot_sizes = np.bincount(SinkhornKMeans(2, **FAST).fit(X).labels_)
+    km_sizes = np.bincount(KMeans(2, n_init=3, random_state=0).fit(X).labels_)
+    assert abs(ot_sizes[0] - ot_sizes[1]) < abs(km_sizes[0] - km_sizes[1])
+
+
+def test_score_is_minus_n_times_the_regularised_cost_from_pot(blobs):
+    X, _ = blobs
+    km = SinkhornKMeans(3, **FAST).fit(X)
+    n = X.shape[0]
+    a, b = np.full(n, 1 / n), np.full(3, 1 / 3)
+    M = ot.dist(X, km.cluster_centers_)
+    P = ot.sinkhorn(a, b, M, km.reg_, method="sinkhorn_log", stopThr=1e-12, numItermax=10**5)
+    expected = (P * M).sum() + km.reg_ * (P * np.log(P / np.outer(a, b))).sum()
+    assert km.score(X) == pytest.approx(-n * expected, rel=1e-5)
+
+
+def test_epsilon_is_relative_to_the_cost_scale(blobs):
+    X, _ = blobs
+    a = SinkhornKMeans(3, **FAST).fit(X)
+    b = SinkhornKMeans(3, **FAST).fit(1000.0 * X)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    assert b.reg_ == pytest.approx(1e6 * a.reg_, rel=1e-6)
+
+
+def test_invalid_cluster_weights_are_a_clear_error(blobs):
+    X, _ = blobs
+    for bad in ([1.0, 1.0], [1.0, -1.0, 1.0], [1.0, np.nan, 1.0]):
+        with pytest.raises(ValueError, match="cluster_weights must hold 3 positive"):
+            SinkhornKMeans(3, cluster_weights=bad, **FAST).fit(X)
+
+
+def test_transfer_moves_the_source_centres_onto_a_shifted_target(blobs):
+    X, y = blobs
+    km = SinkhornKMeans(3, **FAST).fit(X)
+    shift = np.array([2.5, -2.0])
+    src_centres = km.cluster_centers_.copy()
+    labels = km.transfer(X + shift)
+    assert adjusted_rand_score(y, labels) == 1.0
+    np.testing.assert_allclose(km.cluster_centers_, src_centres + shift, atol=1e-6)
+
+
+def test_grid_search_over_epsilon_needs_no_scorer(blobs):
+    X, _ = blobs
+    gs = GridSearchCV(SinkhornKMeans(3, **FAST), {"epsilon": [0.005, 0.05, 0.5]}, cv=2).fit(X)
+    assert gs.best_params_["epsilon"] in (0.005, 0.05, 0.5)
+    assert np.isfinite(gs.cv_results_["mean_test_score"]).all()
+
+
+def test_works_in_a_pipeline_with_pandas_output(blobs):
+    X, y = blobs
+    df = pd.DataFrame(X, columns=["a", "b"])
+    pipe = Pipeline([("scale", StandardScaler()), ("cluster", SinkhornKMeans(3, **FAST))])
+    pipe.set_output(transform="pandas")
+    labels = pipe.fit_predict(df)
+    assert adjusted_rand_score(y, labels) == 1.0
+    out = pipe.transform(df)
+    assert list(out.columns) == ["sinkhornkmeans0", "sinkhornkmeans1", "sinkhornkmeans2"]
+    np.testing.assert_array_equal(pipe[-1].feature_names_in_, ["a", "b"])
+
+
+def test_autoencoder_embedding_trains_and_records_history(blobs):
+    X, y = blobs
+    km = SinkhornKMeans(
+        3,
+        embedding="autoencoder",
+        hidden_dims=(16, 2),
+        pretrain_epochs=20,
+        max_epochs=10,
+        batch_size=60,
+        learning_rate=1e-2,
+        **FAST,
+    ).fit(X)
+    phases = [h["phase"] for h in km.history_]
+    assert phases == ["pretrain"] * 20 + ["train"] * 10
+    assert all(np.isfinite(h["reconstruction"]) for h in km.history_)
+    assert km.cluster_centers_.shape == (3, 2)
+    assert km.transform(X).shape == (X.shape[0], 3)
+    assert adjusted_rand_score(y, km.labels_) > 0.5
+
+
+def test_transfer_with_fine_tuning_keeps_the_source_model_as_start(blobs):
+    X, _ = blobs
+    km = SinkhornKMeans(
+        3, embedding="autoencoder", hidden_dims=(16, 2), pretrain_epochs=2, max_epochs=2, batch_size=60, **FAST
+    ).fit(X)
+    n_before = len(km.history_)
+    labels = km.transfer(X + 1.0, fine_tune_epochs=2)
+    assert [h["phase"] for h in km.history_[n_before:]] == ["transfer", "transfer"]
+    assert labels.shape == (X.shape[0],)

@@ -1,0 +1,174 @@
+"""TDCMCluster: the behaviours specific to the transferable deep clustering model."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import make_blobs
+from sklearn.metrics import adjusted_rand_score
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from sktransfer_cluster.cluster.tdcm import TDCMCluster, _adapt_centroids, _initial_centroids, _run_blocks
+from sktransfer_cluster.datasets import make_tdcm_transfer
+from sktransfer_cluster.losses import negative_size_entropy
+from sktransfer_cluster.nn import CentroidUpdateBlock
+
+FAST = dict(hidden_dims=(16,), embedding_dim=4, n_blocks=2, max_epochs=5, batch_size=64, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    X, y = make_blobs(n_samples=120, centers=3, n_features=4, random_state=0)
+    return X, y
+
+
+def _random_blocks(n, dim, seed, symmetric=True):
+    g = torch.Generator().manual_seed(seed)
+    blocks = torch.nn.ModuleList(
+        CentroidUpdateBlock(dim, symmetric=symmetric).reset_parameters(g, noise=0.5) for _ in range(n)
+    )
+    return blocks.double()
+
+
+def test_query_and_key_matrices_are_exactly_symmetric_by_construction(blobs):
+    model = TDCMCluster(n_clusters=3, random_state=0, **FAST).fit(blobs[0])
+    for blk in model.blocks_:
+        for W in blk.matrices():
+            assert torch.equal(W, W.T)
+
+
+def test_symmetric_false_learns_non_symmetric_matrices(blobs):
+    model = TDCMCluster(n_clusters=3, symmetric=False, random_state=0, **FAST).fit(blobs[0])
+    assert any(not torch.equal(W, W.T) for blk in model.blocks_ for W in blk.matrices())
+
+
+def test_chunked_centroid_adaptation_equals_one_shot_computation():
+    g = torch.Generator().manual_seed(0)
+    Z = torch.randn(1003, 6, generator=g, dtype=torch.float64) * 2.0
+    blocks = _random_blocks(3, 6, seed=1)
+    C0 = _initial_centroids(5, 6, torch.float64, torch.device("cpu"))
+    with torch.no_grad():
+        one_shot = [C for _, C in _run_blocks(Z, blocks, C0, 0.7)]
+    for chunk_size in (1, 17, 250, 5000):
+        streamed = _adapt_centroids(Z, blocks, C0, 0.7, chunk_size=chunk_size)
+        for a, b in zip(streamed, one_shot):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_quadratic_score_equals_the_direct_formula_for_every_pair():
+    blk = _random_blocks(1, 4, seed=2, symmetric=False)[0]
+    g = torch.Generator().manual_seed(3)
+    Z = torch.randn(7, 4, generator=g, dtype=torch.float64)
+    C = torch.randn(3, 4, generator=g, dtype=torch.float64)
+    WQ, WK = blk.matrices()
+    P = Z[:, None, :] - C[None, :, :]
+    direct = ((P @ WQ.T) * (P @ WK.T)).sum(-1)
+    torch.testing.assert_close(blk.quadratic(Z, C), direct)
+
+
+def test_entropy_term_is_lower_for_balanced_clusters_and_its_gradient_balances():
+    balanced = torch.tensor([[1.0, 0.0], [0.0, 1.0]] * 5, dtype=torch.float64)
+    skewed = torch.tensor([[1.0, 0.0]] * 9 + [[0.0, 1.0]], dtype=torch.float64)
+    assert negative_size_entropy(balanced) < negative_size_entropy(skewed)
+    torch.testing.assert_close(negative_size_entropy(balanced), torch.tensor(-np.log(2.0), dtype=torch.float64))
+    logits = torch.tensor([[2.0, 0.0]] * 10, dtype=torch.float64, requires_grad=True)
+    negative_size_entropy(torch.softmax(logits, 1)).backward()
+    with torch.no_grad():
+        stepped = torch.softmax(logits - 0.5 * logits.grad, 1).mean(0)
+    assert stepped[1] > torch.softmax(logits.detach(), 1).mean(0)[1]  # the small cluster grows
+
+
+@pytest.mark.parametrize(
+    "ablation",
+    [dict(symmetric=False), dict(ortho_weight=0.0), dict(beta=0.0), dict(embedding_norm=None), dict(activation="leaky_relu")],
+    ids=["variant-R", "variant-O", "variant-E", "no-norm", "leaky_relu"],
+)
+def test_ablation_flags_fit_predict_and_transfer(blobs, ablation):
+    X, _ = blobs
+    model = TDCMCluster(n_clusters=3, random_state=0, **{**FAST, **ablation}).fit(X)
+    assert model.labels_.shape == (X.shape[0],)
+    assert model.predict(X).shape == (X.shape[0],)
+    assert model.transfer(X[:50] + 1.0).shape == (50,)
+    assert np.isfinite(model.score(X))
+
+
+def test_embedding_dim_smaller_than_n_clusters_is_a_clear_error(blobs):
+    with pytest.raises(ValueError, match=r"embedding_dim=2 must be >= n_clusters=3"):
+        TDCMCluster(n_clusters=3, **{**FAST, "embedding_dim": 2}).fit(blobs[0])
+
+
+def test_nan_loss_raises_floating_point_error_suggesting_lower_learning_rate(blobs):
+    X, _ = blobs
+    with pytest.raises(FloatingPointError, match="epoch 0 .*lower learning_rate"):
+        TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "learning_rate": 1e300}).fit(X * 1e150)
+
+
+def test_predict_does_not_adapt_to_the_batch(blobs):
+    X, _ = blobs
+    model = TDCMCluster(n_clusters=3, random_state=0, **FAST).fit(X)
+    full = model.predict(X + 3.0)
+    np.testing.assert_array_equal(model.predict(X[:10] + 3.0), full[:10])
+    np.testing.assert_array_equal(model.predict(X), model.labels_)
+
+
+def test_transfer_moves_the_centroids_to_the_target(blobs):
+    X, _ = blobs
+    model = TDCMCluster(n_clusters=3, random_state=0, **FAST).fit(X)
+    source_centers = model.cluster_centers_.copy()
+    model.transfer(X + 5.0)
+    assert not np.allclose(model.cluster_centers_, source_centers)
+    np.testing.assert_array_equal(model.predict(X + 5.0), model.labels_)
+
+
+def test_transfer_beats_predicting_with_source_centroids_on_shifted_tdcm_target():
+    predicted, transferred = [], []
+    for seed in range(3):
+        task = make_tdcm_transfer(n_clusters=3, n_samples_per_cluster=60, shift=5.0, random_state=seed)
+        model = TDCMCluster(
+            n_clusters=3, hidden_dims=(32,), embedding_dim=4, max_epochs=40, batch_size=64, device="cpu", random_state=0
+        ).fit(task.X_source)
+        predicted.append(adjusted_rand_score(task.y_target, model.predict(task.X_target)))
+        transferred.append(adjusted_rand_score(task.y_target, model.transfer(task.X_target)))
+    assert np.mean(transferred) > np.mean(predicted) + 0.1
+
+
+def test_fine_tune_epochs_train_on_the_target_and_are_recorded(blobs):
+    X, _ = blobs
+    model = TDCMCluster(n_clusters=3, random_state=0, **FAST).fit(X)
+    model.transfer(X + 1.0, fine_tune_epochs=2)
+    phases = [h["phase"] for h in model.history_]
+    assert phases.count("fit") == FAST["max_epochs"] and phases.count("transfer") == 2
+    assert model.n_iter_ == FAST["max_epochs"]
+
+
+def test_grid_search_over_tau_works_without_a_scorer(blobs):
+    X, _ = blobs
+    search = GridSearchCV(TDCMCluster(n_clusters=3, random_state=0, **FAST), {"tau": [0.5, 2.0]}, cv=2)
+    search.fit(X)
+    assert search.best_params_["tau"] in (0.5, 2.0)
+    assert np.all(np.isfinite(search.cv_results_["mean_test_score"]))
+
+
+def test_pipeline_with_standard_scaler_fits_predicts_and_transfers(blobs):
+    X, _ = blobs
+    pipe = make_pipeline(StandardScaler(), TDCMCluster(n_clusters=3, random_state=0, **FAST)).fit(X)
+    assert pipe.predict(X).shape == (X.shape[0],)
+    assert pipe[-1].transfer(pipe[0].transform(X[:40])).shape == (40,)
+
+
+def test_score_is_finite_and_higher_for_clustered_data_than_for_noise(blobs):
+    X, _ = blobs
+    model = TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "max_epochs": 20}).fit(X)
+    noise = np.random.default_rng(0).uniform(X.min(0), X.max(0), size=X.shape)
+    assert np.isfinite(model.score(X))
+    assert model.score(X) > model.score(noise)
+
+
+def test_score_does_not_change_the_fitted_model(blobs):
+    X, _ = blobs
+    model = TDCMCluster(n_clusters=3, random_state=0, **FAST).fit(X)
+    centers, labels = model.cluster_centers_.copy(), model.labels_.copy()
+    model.score(X + 2.0)
+    np.testing.assert_array_equal(model.cluster_centers_, centers)
+    np.testing.assert_array_equal(model.labels_, labels)
