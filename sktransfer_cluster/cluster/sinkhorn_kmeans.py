@@ -144,14 +144,20 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
 
     Examples
     --------
+    >>> import numpy as np
     >>> from sklearn.datasets import make_blobs
     >>> from sktransfer_cluster import SinkhornKMeans
     >>> X, _ = make_blobs(n_samples=300, centers=3, random_state=0)
     >>> km = SinkhornKMeans(n_clusters=3, random_state=0).fit(X)
     >>> km.cluster_centers_.shape
     (3, 2)
-    >>> sorted(np.bincount(km.labels_).tolist())
-    [100, 100, 100]
+    >>> np.round(km.transport_plan(X).sum(axis=0), 3).tolist()  # the size prior
+    [0.333, 0.333, 0.333]
+    >>> km.predict(X[:2]).shape
+    (2,)
+    >>> X_shifted = X + 1.0  # a target domain: transfer warm-starts from the source
+    >>> km.transfer(X_shifted).shape
+    (300,)
     """
 
     _parameter_constraints = {
