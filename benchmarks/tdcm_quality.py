@@ -66,27 +66,30 @@ def run_task(task, K, seed, tdcm_kwargs):
     km = KMeans(K, n_init=10, random_state=seed).fit(task.X_source)
     out["KMeans source->target"] = metrics(task.y_target, km.predict(task.X_target))
     out["KMeans source->target"]["source_nmi"] = metrics(task.y_source, km.labels_)["nmi"]
-    out["KMeans refit target"] = metrics(task.y_target, KMeans(K, n_init=10, random_state=seed).fit_predict(task.X_target))
+    refit = KMeans(K, n_init=10, random_state=seed).fit_predict(task.X_target)
+    out["KMeans refit target"] = metrics(task.y_target, refit)
     return out
 
 
 def table(rows, title):
     names = list(rows[0].keys())
-    md = [f"### {title}", "", "| method | target NMI | target ARI | target ACC | source NMI |", "|---|---|---|---|---|"]
+    md = [f"### {title}", "", "| method | target NMI | target ARI | target ACC | source NMI |"]
+    md.append("|---|---|---|---|---|")
     agg = {}
     for name in names:
         vals = {k: [r[name][k] for r in rows if k in r[name]] for k in ("nmi", "ari", "acc", "source_nmi")}
         agg[name] = {k: (float(np.mean(v)) if v else None) for k, v in vals.items()}
         sd = float(np.std(vals["nmi"]))
         src = f"{agg[name]['source_nmi']:.3f}" if agg[name]["source_nmi"] is not None else "-"
-        md.append(
-            f"| {name} | {agg[name]['nmi']:.3f} ± {sd:.3f} | {agg[name]['ari']:.3f} | {agg[name]['acc']:.3f} | {src} |"
-        )
+        a = agg[name]
+        md.append(f"| {name} | {a['nmi']:.3f} ± {sd:.3f} | {a['ari']:.3f} | {a['acc']:.3f} | {src} |")
     return agg, md
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--datasets", type=int, default=3, help="data sets per K (paper: 10)")
     parser.add_argument("--epochs", type=int, default=100, help="training epochs (paper: 500)")
     parser.add_argument("--shift", type=float, default=3.0, help="std of the centre perturbation")
@@ -108,10 +111,13 @@ def main():
     for K in args.ks:
         rows = []
         for d in range(args.datasets):
-            task = make_tdcm_transfer(n_clusters=K, n_samples_per_cluster=200, shift=args.shift, random_state=1000 * K + d)
+            task = make_tdcm_transfer(
+                n_clusters=K, n_samples_per_cluster=200, shift=args.shift, random_state=1000 * K + d
+            )
             kw = dict(hidden_dims=(64, 64), embedding_dim=max(10, K), max_epochs=args.epochs)
             rows.append(run_task(task, K, seed=d, tdcm_kwargs=kw))
-            print(f"K={K} dataset {d}: " + ", ".join(f"{n}={r['nmi']:.3f}" for n, r in rows[-1].items()), flush=True)
+            summary_line = ", ".join(f"{n}={r['nmi']:.3f}" for n, r in rows[-1].items())
+            print(f"K={K} dataset {d}: {summary_line}", flush=True)
         agg, lines = table(rows, f"K = {K}")
         payload["synthetic"][str(K)] = {"mean": agg, "per_dataset": rows}
         md += lines + [""]
@@ -119,9 +125,12 @@ def main():
     task = load_digits_transfer()
     rows = []
     for seed in range(1 if args.quick else 2):
-        kw = dict(hidden_dims=(128, 64), embedding_dim=10, n_blocks=5, max_epochs=args.epochs, learning_rate=5e-4)
+        kw = dict(
+            hidden_dims=(128, 64), embedding_dim=10, n_blocks=5, max_epochs=args.epochs, learning_rate=5e-4
+        )
         rows.append(run_task(task, 5, seed=seed, tdcm_kwargs=kw))
-        print(f"digits seed {seed}: " + ", ".join(f"{n}={r['nmi']:.3f}" for n, r in rows[-1].items()), flush=True)
+        summary_line = ", ".join(f"{n}={r['nmi']:.3f}" for n, r in rows[-1].items())
+        print(f"digits seed {seed}: {summary_line}", flush=True)
     agg, lines = table(rows, f"Digits: fit on 0-4, cluster 5-9 ({len(rows)} seed(s), lr 5e-4, L=5)")
     payload["digits"] = {"mean": agg, "per_seed": rows}
     md += lines

@@ -154,7 +154,9 @@ class TransferClusterMixin:
         if y is None:
             raise ValueError(
                 f"{type(self).__name__}.fit requires the source labels y (it learns what a "
-                "cluster is from labelled source data); call fit(X, y)."
+                "cluster is from labelled source data); call fit(X, y). "
+                # scikit-learn's phrase for a missing required y (check_requires_y_none).
+                f"{type(self).__name__} requires y to be passed, but the target y is None."
             )
 
     def fit(self, X, y=None, **fit_params):
@@ -199,6 +201,24 @@ class TransferClusterMixin:
         return torch.as_tensor(X, dtype=self._dtype(), device=self.device_)
 
     # --------------------------------------------------------------- protocol
+    def fit_predict(self, X, y=None, **fit_params):
+        """Fit on the source and return ``labels_``.
+
+        Unlike :meth:`sklearn.base.ClusterMixin.fit_predict`, ``y`` is passed on
+        to ``fit`` (estimators that learn from labelled sources need it).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,), default=None
+        **fit_params : dict
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        return self.fit(X, y, **fit_params).labels_
+
     def transfer(self, X, **kwargs):
         """Adapt the fitted model to an unlabelled target ``X`` and return its labels.
 

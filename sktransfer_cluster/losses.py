@@ -6,7 +6,15 @@ import torch
 
 from .ot import plan_from_potentials, sinkhorn_potentials
 
-__all__ = ["squared_distances", "ot_clustering_loss", "regularized_ot_cost"]
+__all__ = [
+    "squared_distances",
+    "ot_clustering_loss",
+    "regularized_ot_cost",
+    "negative_size_entropy",
+    "orthogonality_penalty",
+    "pairwise_kl_detached",
+    "kcl_loss",
+]
 
 
 def squared_distances(X, C):
@@ -130,7 +138,6 @@ def kcl_loss(log_p, similarity, *, mask=None, margin=2.0, reduction="mean"):
     raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}.")
 
 
-__all__ += ["pairwise_kl_detached", "kcl_loss"]
 
 
 def negative_size_entropy(delta):

@@ -11,7 +11,16 @@ import math
 import torch
 from torch import nn
 
-__all__ = ["mlp", "AutoEncoder", "init_module"]
+__all__ = [
+    "mlp",
+    "AutoEncoder",
+    "init_module",
+    "CentroidUpdateBlock",
+    "centroids_from_stats",
+    "pair_enumerate",
+    "PairEnum",
+    "SimilarityNetwork",
+]
 
 
 def mlp(dims, activation=nn.ReLU, batch_norm=False, final_activation=False):
@@ -152,7 +161,6 @@ class SimilarityNetwork(nn.Module):
         return self.pair_logits(fa, fb)
 
 
-__all__ += ["pair_enumerate", "PairEnum", "SimilarityNetwork"]
 
 
 class CentroidUpdateBlock(nn.Module):

@@ -121,13 +121,16 @@ def test_non_finite_cost_is_rejected():
         sinkhorn(a, b, M, 0.1)
 
 
+# reg >= 0.1 x cost range: near-permutation plans at smaller reg converge
+# arbitrarily slowly for any Sinkhorn (POT's too), which is not what these test.
 costs = st.integers(2, 8).flatmap(
     lambda n: st.tuples(
-        st.integers(0, 2**31 - 1), st.just(n), st.integers(2, 6), st.floats(0.05, 2.0)
+        st.integers(0, 2**31 - 1), st.just(n), st.integers(2, 6), st.floats(0.3, 2.0)
     )
 )
 
 
+@pytest.mark.filterwarnings("error::sklearn.exceptions.ConvergenceWarning")
 @settings(max_examples=25, deadline=None)
 @given(costs)
 def test_plan_marginals_match_a_and_b(params):
@@ -142,8 +145,9 @@ def test_plan_marginals_match_a_and_b(params):
     assert (P >= 0).all()
 
 
+@pytest.mark.filterwarnings("error::sklearn.exceptions.ConvergenceWarning")
 @settings(max_examples=25, deadline=None)
-@given(costs, st.floats(-5, 5), st.floats(-5, 5))
+@given(costs, st.floats(-2, 2), st.floats(-2, 2))
 def test_plan_invariant_to_constants_added_to_a_row_and_a_column(params, c_row, c_col):
     seed, n, m, reg = params
     rng = np.random.default_rng(seed)

@@ -71,7 +71,8 @@ def test_entropy_term_is_lower_for_balanced_clusters_and_its_gradient_balances()
     balanced = torch.tensor([[1.0, 0.0], [0.0, 1.0]] * 5, dtype=torch.float64)
     skewed = torch.tensor([[1.0, 0.0]] * 9 + [[0.0, 1.0]], dtype=torch.float64)
     assert negative_size_entropy(balanced) < negative_size_entropy(skewed)
-    torch.testing.assert_close(negative_size_entropy(balanced), torch.tensor(-np.log(2.0), dtype=torch.float64))
+    expected = torch.tensor(-np.log(2.0), dtype=torch.float64)
+    torch.testing.assert_close(negative_size_entropy(balanced), expected)
     logits = torch.tensor([[2.0, 0.0]] * 10, dtype=torch.float64, requires_grad=True)
     negative_size_entropy(torch.softmax(logits, 1)).backward()
     with torch.no_grad():
@@ -81,7 +82,13 @@ def test_entropy_term_is_lower_for_balanced_clusters_and_its_gradient_balances()
 
 @pytest.mark.parametrize(
     "ablation",
-    [dict(symmetric=False), dict(ortho_weight=0.0), dict(beta=0.0), dict(embedding_norm=None), dict(activation="leaky_relu")],
+    [
+        dict(symmetric=False),
+        dict(ortho_weight=0.0),
+        dict(beta=0.0),
+        dict(embedding_norm=None),
+        dict(activation="leaky_relu"),
+    ],
     ids=["variant-R", "variant-O", "variant-E", "no-norm", "leaky_relu"],
 )
 def test_ablation_flags_fit_predict_and_transfer(blobs, ablation):
@@ -126,7 +133,13 @@ def test_transfer_beats_predicting_with_source_centroids_on_shifted_tdcm_target(
     for seed in range(3):
         task = make_tdcm_transfer(n_clusters=3, n_samples_per_cluster=60, shift=5.0, random_state=seed)
         model = TDCMCluster(
-            n_clusters=3, hidden_dims=(32,), embedding_dim=4, max_epochs=40, batch_size=64, device="cpu", random_state=0
+            n_clusters=3,
+            hidden_dims=(32,),
+            embedding_dim=4,
+            max_epochs=40,
+            batch_size=64,
+            device="cpu",
+            random_state=0,
         ).fit(task.X_source)
         predicted.append(adjusted_rand_score(task.y_target, model.predict(task.X_target)))
         transferred.append(adjusted_rand_score(task.y_target, model.transfer(task.X_target)))

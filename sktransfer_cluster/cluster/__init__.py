@@ -1,5 +1,7 @@
 """One module per estimator."""
 
+from .ccn import CCNCluster
 from .sinkhorn_kmeans import SinkhornKMeans
+from .tdcm import TDCMCluster
 
-__all__ = ["SinkhornKMeans"]
+__all__ = ["CCNCluster", "SinkhornKMeans", "TDCMCluster"]

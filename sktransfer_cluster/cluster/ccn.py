@@ -248,15 +248,6 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.verbose = verbose
 
     # ----------------------------------------------------------------- helpers
-    def _require_y(self, y):
-        # Contains scikit-learn's phrase for a missing required y (check_requires_y_none).
-        if y is None:
-            raise ValueError(
-                f"{type(self).__name__}.fit requires the source labels y (it learns what a "
-                "cluster is from labelled source data); call fit(X, y). "
-                f"{type(self).__name__} requires y to be passed, but the target y is None."
-            )
-
     def _check_samples(self, n):
         self._check_n_clusters(n, self.n_clusters)
         if n < 2:
@@ -449,25 +440,6 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
                 "maps each source class to an output, so raise n_clusters."
             )
         return self._tensor(Xs), torch.as_tensor(codes.astype(np.int64), device=self.device_)
-
-    def fit_predict(self, X, y=None, **fit_params):
-        """Fit on the labelled source and return ``labels_``.
-
-        Overrides :meth:`sklearn.base.ClusterMixin.fit_predict`, which would drop
-        the required ``y``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-            Source labels (required).
-        **fit_params : dict
-
-        Returns
-        -------
-        labels : ndarray of shape (n_samples,)
-        """
-        return self.fit(X, y, **fit_params).labels_
 
     def _predict(self, X):
         logits = self.clustering_net_(self._tensor(X))

@@ -29,7 +29,6 @@ Reading of the paper used here (its equations are garbled in the text):
 
 from __future__ import annotations
 
-import math
 from numbers import Integral, Real
 
 import numpy as np
@@ -48,7 +47,7 @@ __all__ = ["TDCMCluster"]
 _ADAPT_ENTRIES = 2**22
 
 
-def _block_weights(n_blocks, dtype=torch.float64):
+def _block_weights(n_blocks):
     """Linearly increasing ``alpha_l = 2 l / (L (L + 1))``, ``l = 1..L`` (sums to one)."""
     L = n_blocks
     return [2.0 * (l + 1) / (L * (L + 1)) for l in range(L)]

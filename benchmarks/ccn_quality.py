@@ -1,0 +1,182 @@
+"""CCNCluster quality on the digits cross-task split, beside KMeans measured in the same run.
+
+G is learned on digits 0-4; the clustering network is trained on digits 5-9 with
+K known (5) and unknown (K=20, an upper bound). Reports ACC / NMI, the K error
+|NDC - 5|, G's pair precision/recall on the target, and time per clustering epoch
+against the batch size (each batch holds b^2 pairs).
+
+    python benchmarks/ccn_quality.py [--quick] [--seeds 0 1 2] [--threads 1]
+
+Writes benchmarks/results/ccn_quality.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.cluster import KMeans
+from sklearn.metrics import normalized_mutual_info_score
+
+from sktransfer_cluster.cluster.ccn import CCNCluster
+from sktransfer_cluster.datasets import load_digits_transfer
+from sktransfer_cluster.metrics import clustering_accuracy, n_dominant_clusters
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def _pair_stats(S, y):
+    same = y[:, None] == y[None, :]
+    tp = (S & same).sum()
+    return {
+        "similar_precision": float(tp / max(S.sum(), 1)),
+        "similar_recall": float(tp / same.sum()),
+        "dissimilar_precision": float((~S & ~same).sum() / max((~S).sum(), 1)),
+        "dissimilar_recall": float((~S & ~same).sum() / (~same).sum()),
+    }
+
+
+def _quality(seed, params):
+    task = load_digits_transfer()
+    Xt, yt = task.X_target, task.y_target
+    rows = []
+    t0 = time.perf_counter()
+    est = CCNCluster(n_clusters=5, device="cpu", random_state=seed, **params).fit(task.X_source, task.y_source)
+    fit_s = time.perf_counter() - t0
+    pair = None
+    for K in (5, 20):
+        est.set_params(n_clusters=K)
+        t0 = time.perf_counter()
+        labels = est.transfer(Xt)
+        elapsed = time.perf_counter() - t0
+        if pair is None:  # G (BN adapted to the target) is the same for both K
+            pair = _pair_stats(est.pairwise_similarity(Xt) > 0.5, yt)
+        rows.append(
+            {
+                "method": f"CCN (K={K})",
+                "seed": seed,
+                "acc": clustering_accuracy(yt, labels),
+                "nmi": normalized_mutual_info_score(yt, labels),
+                "ndc": est.n_clusters_,
+                "k_error": abs(est.n_clusters_ - 5),
+                "seconds": elapsed,
+                "fit_seconds": fit_s,
+            }
+        )
+    for K in (5, 20):
+        t0 = time.perf_counter()
+        labels = KMeans(K, n_init=10, random_state=seed).fit_predict(Xt)
+        elapsed = time.perf_counter() - t0
+        ndc = n_dominant_clusters(labels, n_clusters=K)
+        rows.append(
+            {
+                "method": f"KMeans({K})",
+                "seed": seed,
+                "acc": clustering_accuracy(yt, labels),
+                "nmi": normalized_mutual_info_score(yt, labels),
+                "ndc": ndc,
+                "k_error": abs(ndc - 5),
+                "seconds": elapsed,
+            }
+        )
+    return rows, dict(pair, seed=seed)
+
+
+def _timing(batch_sizes, params):
+    task = load_digits_transfer()
+    est = CCNCluster(n_clusters=5, device="cpu", random_state=0, **params).fit(task.X_source, task.y_source)
+    h = est.hidden_dims[-1]
+    out = []
+    for b in batch_sizes:
+        est.set_params(batch_size=b)
+        t0 = time.perf_counter()
+        est.transfer(task.X_target, epochs=2)
+        per_epoch = (time.perf_counter() - t0) / 2
+        # Pair activations of G for one batch: enumerated features (2h), hidden (x2 for BN+ReLU), logits.
+        pair_bytes = b * b * (2 * h + 3 * est.pair_hidden + 2) * 8
+        out.append(
+            {
+                "batch_size": b,
+                "pairs_per_batch": b * b,
+                "g_pair_activation_mib": pair_bytes / 2**20,
+                "seconds_per_epoch": per_epoch,
+            }
+        )
+    return out
+
+
+def _markdown(summary, pairs, timing, args, params):
+    lines = [
+        "# CCNCluster on digits 0-4 -> 5-9",
+        "",
+        f"Command: `python benchmarks/ccn_quality.py{' --quick' if args.quick else ''} "
+        f"--seeds {' '.join(map(str, args.seeds))} --threads {args.threads}`; "
+        f"torch threads = {args.threads}; {platform.processor() or platform.machine()}.",
+        f"CCN parameters: {params} (others default).",
+        "",
+        "| method | ACC (mean ± sd) | NMI | NDC | K error abs(NDC-5) | seconds |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m, r in summary.items():
+        lines.append(
+            f"| {m} | {r['acc_mean']:.3f} ± {r['acc_std']:.3f} | {r['nmi_mean']:.3f} | "
+            f"{r['ndc_mean']:.1f} | {r['k_error_mean']:.1f} | {r['seconds_mean']:.1f} |"
+        )
+    lines += ["", "G's binarised pair predictions on the target (all 896^2 ordered pairs):", ""]
+    lines += ["| seed | similar precision | similar recall | dissimilar precision | dissimilar recall |", "|---|---|---|---|---|"]
+    for p in pairs:
+        lines.append(
+            f"| {p['seed']} | {p['similar_precision']:.3f} | {p['similar_recall']:.3f} | "
+            f"{p['dissimilar_precision']:.3f} | {p['dissimilar_recall']:.3f} |"
+        )
+    lines += ["", "Time per clustering epoch (896 target rows) vs batch size:", ""]
+    lines += ["| batch size b | pairs per batch (b^2) | G pair activations (MiB, float64) | s / epoch |", "|---|---|---|---|"]
+    for t in timing:
+        lines.append(
+            f"| {t['batch_size']} | {t['pairs_per_batch']} | {t['g_pair_activation_mib']:.1f} | "
+            f"{t['seconds_per_epoch']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one seed, fewer batch sizes")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.seeds is None:
+        args.seeds = [0] if args.quick else [0, 1, 2]
+    params = {}
+    rows, pairs = [], []
+    for seed in args.seeds:
+        r, p = _quality(seed, params)
+        rows += r
+        pairs.append(p)
+        print(json.dumps(r), flush=True)
+    summary = {}
+    for m in dict.fromkeys(r["method"] for r in rows):
+        sel = [r for r in rows if r["method"] == m]
+        summary[m] = {
+            f"{k}_{s}": float(getattr(np, s)([r[k] for r in sel]))
+            for k in ("acc", "nmi", "ndc", "k_error", "seconds")
+            for s in ("mean", "std")
+        }
+    timing = _timing([50, 100, 200] if args.quick else [50, 100, 200, 400], params)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    payload = {"rows": rows, "summary": summary, "pairs": pairs, "timing": timing, "params": params,
+               "threads": args.threads, "seeds": args.seeds, "quick": args.quick}
+    (RESULTS / "ccn_quality.json").write_text(json.dumps(payload, indent=2))
+    md = _markdown(summary, pairs, timing, args, params)
+    (RESULTS / "ccn_quality.md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
