@@ -9,7 +9,6 @@ pixels and SinkhornKMeans with the autoencoder embedding (Algorithm 2).
 import argparse
 import time
 
-import numpy as np
 import torch
 from _common import summary, write
 from sklearn.cluster import KMeans

@@ -25,6 +25,13 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 __all__ = ["TransferClusterMixin", "resolve_device", "make_generators"]
 
+# Parameter constraints every estimator shares (sklearn's _parameter_constraints).
+COMMON_PARAMETER_CONSTRAINTS = {
+    "device": [str, torch.device, None],
+    "random_state": ["random_state"],
+    "verbose": ["verbose"],
+}
+
 # Rows per chunk in predict/transform: bounds peak memory whatever n is.
 DEFAULT_CHUNK_SIZE = 65536
 
@@ -143,6 +150,11 @@ class TransferClusterMixin:
             return validate_data(self, X, **kwargs)
         return validate_data(self, X, y, **kwargs)
 
+    def _fitted_input(self, X):
+        """``NotFittedError`` before fit, else X validated against the fitted features."""
+        check_is_fitted(self)
+        return self._validate_input(X, reset=False)
+
     def _check_n_clusters(self, n_samples, n_clusters, name="n_clusters"):
         if n_samples < n_clusters:
             raise ValueError(
@@ -237,8 +249,7 @@ class TransferClusterMixin:
         -------
         labels : ndarray of shape (n_samples,)
         """
-        check_is_fitted(self)
-        X = self._validate_input(X, reset=False)
+        X = self._fitted_input(X)
         labels = self._transfer(X, **kwargs)
         self.labels_ = labels
         return labels
@@ -258,8 +269,7 @@ class TransferClusterMixin:
         -------
         labels : ndarray of shape (n_samples,)
         """
-        check_is_fitted(self)
-        X = self._validate_input(X, reset=False)
+        X = self._fitted_input(X)
         return self._chunked(self._predict, X, dtype=np.int64)
 
     def _chunked(self, fn, X, dtype=None, chunk_size=DEFAULT_CHUNK_SIZE):

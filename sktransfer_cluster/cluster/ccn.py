@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils._param_validation import Interval
-from sklearn.utils.validation import check_consistent_length, check_is_fitted, column_or_1d
+from sklearn.utils.validation import check_consistent_length, column_or_1d
 
-from ..base import TransferClusterMixin, make_generators
+from ..base import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, make_generators
 from ..losses import kcl_loss
 from ..metrics import n_dominant_clusters
 from ..nn import SimilarityNetwork, init_module, mlp
@@ -211,9 +211,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         "batch_size": [Interval(Integral, 2, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "adapt_bn": ["boolean"],
-        "device": [str, torch.device, None],
-        "random_state": ["random_state"],
-        "verbose": ["verbose"],
+        **COMMON_PARAMETER_CONSTRAINTS,
     }
 
     def __init__(
@@ -466,8 +464,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         -------
         similarity : ndarray of shape (n_samples, m_samples)
         """
-        check_is_fitted(self)
-        X = self._validate_input(X, reset=False)
+        X = self._fitted_input(X)
         X2 = X if X2 is None else self._validate_input(X2, reset=False)
         g = self._current_g()
         out = np.empty((X.shape[0], X2.shape[0]))
@@ -495,8 +492,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         -------
         score : float
         """
-        check_is_fitted(self)
-        X = self._validate_input(X, reset=False)
+        X = self._fitted_input(X)
         g = self._current_g()
         n = X.shape[0]
         total = 0.0

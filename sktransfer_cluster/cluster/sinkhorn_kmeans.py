@@ -16,9 +16,8 @@ import torch
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.cluster import kmeans_plusplus
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted
 
-from ..base import TransferClusterMixin, make_generators
+from ..base import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, make_generators
 from ..losses import ot_clustering_loss, regularized_ot_cost, squared_distances
 from ..nn import AutoEncoder, init_module
 from ..ot import plan_from_potentials, sinkhorn_potentials
@@ -173,9 +172,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         "n_init": [Interval(Integral, 1, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
-        "device": [str, torch.device, None],
-        "random_state": ["random_state"],
-        "verbose": ["verbose"],
+        **COMMON_PARAMETER_CONSTRAINTS,
     }
 
     def __init__(
@@ -382,8 +379,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         -------
         distances : ndarray of shape (n_samples, n_clusters)
         """
-        check_is_fitted(self)
-        X = self._validate_input(X, reset=False)
+        X = self._fitted_input(X)
         return self._chunked(
             lambda xc: squared_distances(self._embed(xc), self._centers).sqrt().cpu().numpy(), X
         )
@@ -409,8 +405,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         -------
         plan : ndarray of shape (n_samples, n_clusters)
         """
-        check_is_fitted(self)
-        X = self._validate_input(X, reset=False)
+        X = self._fitted_input(X)
         with torch.no_grad():
             P, _ = self._plan(squared_distances(self._embed(X), self._centers))
         return P.cpu().numpy()
@@ -431,8 +426,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         -------
         score : float
         """
-        check_is_fitted(self)
-        X = self._validate_input(X, reset=False)
+        X = self._fitted_input(X)
         with torch.no_grad():
             C = squared_distances(self._embed(X), self._centers)
             P, log_w = self._plan(C)

@@ -35,9 +35,8 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted
 
-from ..base import TransferClusterMixin, make_generators
+from ..base import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, make_generators
 from ..losses import negative_size_entropy, orthogonality_penalty
 from ..nn import CentroidUpdateBlock, centroids_from_stats, init_module, mlp
 
@@ -269,9 +268,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "weight_decay": [Interval(Real, 0, None, closed="left")],
-        "device": [str, torch.device, None],
-        "random_state": ["random_state"],
-        "verbose": ["verbose"],
+        **COMMON_PARAMETER_CONSTRAINTS,
     }
 
     def __init__(
@@ -478,8 +475,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         -------
         Z : ndarray of shape (n_samples, embedding_dim)
         """
-        check_is_fitted(self)
-        X = self._validate_input(X, reset=False)
+        X = self._fitted_input(X)
         return self._chunked(lambda xc: self._embed(xc).cpu().numpy(), X)
 
     def score(self, X, y=None):
@@ -499,8 +495,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         -------
         score : float
         """
-        check_is_fitted(self)
-        X = self._validate_input(X, reset=False)
+        X = self._fitted_input(X)
         Z = self._embed_all(X)
         C0 = self._c0()
         with torch.no_grad():
