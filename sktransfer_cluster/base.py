@@ -190,16 +190,35 @@ class TransferClusterMixin:
             The fitted estimator.
         """
         self._validate_params()
-        if self._requires_y:
-            self._require_y(y)
-            X, y = self._validate_input(X, reset=True, y=y)
-        else:
-            X = self._validate_input(X, reset=True)
-        self.device_ = resolve_device(self.device)
-        # Generators are passed down, not stored: fitted state stays picklable.
-        rng, torch_gen = make_generators(self.random_state, "cpu")
-        self._fit(X, y, rng=rng, torch_gen=torch_gen, **fit_params)
+        # Everything below, data validation included (it sets n_features_in_),
+        # is undone if any step fails.
+        with self._rollback_on_error():
+            if self._requires_y:
+                self._require_y(y)
+                X, y = self._validate_input(X, reset=True, y=y)
+            else:
+                X = self._validate_input(X, reset=True)
+            self.device_ = resolve_device(self.device)
+            # Generators are passed down, not stored: fitted state stays picklable.
+            rng, torch_gen = make_generators(self.random_state, "cpu")
+            self._fit(X, y, rng=rng, torch_gen=torch_gen, **fit_params)
         return self
+
+    @contextmanager
+    def _rollback_on_error(self):
+        """Restore the estimator's previous state if the block raises.
+
+        A diverging loss, a bad option or a ``KeyboardInterrupt`` during
+        ``fit``/``transfer`` leaves the estimator exactly as it was before the
+        call (unfitted, or fitted on the previous data) -- never half-fitted.
+        """
+        saved = copy.deepcopy(self.__dict__)
+        try:
+            yield
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            raise
 
     def _dtype(self):
         """Working float dtype: float64 on CPU (exact, deterministic), float32 elsewhere."""
@@ -250,8 +269,9 @@ class TransferClusterMixin:
         labels : ndarray of shape (n_samples,)
         """
         X = self._fitted_input(X)
-        labels = self._transfer(X, **kwargs)
-        self.labels_ = labels
+        with self._rollback_on_error():
+            labels = self._transfer(X, **kwargs)
+            self.labels_ = labels
         return labels
 
     def predict(self, X):

@@ -9,6 +9,7 @@ import pickle
 import joblib
 import numpy as np
 import pytest
+import torch
 from sklearn.base import clone
 from sklearn.datasets import make_blobs
 from sklearn.exceptions import NotFittedError
@@ -235,3 +236,62 @@ def test_verbose_shows_progress_without_failing(estimator, data, capsys):
     X, y, _, _ = data
     _fit(estimator.set_params(verbose=1), X, y)
     assert estimator.labels_.shape == (X.shape[0],)
+
+
+@pytest.mark.parametrize("method", ["fit", "transfer"])
+@pytest.mark.parametrize("error", [KeyboardInterrupt, FloatingPointError])
+def test_interrupted_or_diverged_call_leaves_the_previous_model(estimator, data, monkeypatch, method, error):
+    X, y, Xt, _ = data
+    est = _fit(estimator, X, y)
+    before, labels_before = est.predict(Xt), est.labels_.copy()
+    hook = "_fit" if method == "fit" else "_transfer"
+
+    def half_done_then_fail(*args, **kwargs):
+        est.labels_ = np.full(7, -1)  # a half-written attribute
+        raise error("stopped mid-way")
+
+    monkeypatch.setattr(est, hook, half_done_then_fail)
+    with pytest.raises(error):
+        _fit(est, X, y) if method == "fit" else est.transfer(Xt)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(est.labels_, labels_before)
+    np.testing.assert_array_equal(est.predict(Xt), before)
+
+
+def test_failed_first_fit_leaves_the_estimator_unfitted(estimator, data, monkeypatch):
+    X, y, _, _ = data
+
+    def fail(*args, **kwargs):
+        estimator.labels_ = np.zeros(3)
+        raise FloatingPointError("loss became NaN at epoch 0; lower learning_rate")
+
+    monkeypatch.setattr(estimator, "_fit", fail)
+    with pytest.raises(FloatingPointError):
+        _fit(estimator, X, y)
+    monkeypatch.undo()
+    with pytest.raises(NotFittedError):
+        estimator.predict(X)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="simulates a CUDA-fitted model on a CPU-only machine")
+def test_model_fitted_on_gpu_loads_on_cpu_with_a_warning(estimator, data):
+    X, y, Xt, _ = data
+    est = _fit(estimator, X, y)
+    expected = est.predict(Xt)
+    state = est.__getstate__()
+    state["device_"] = torch.device("cuda")  # what a GPU-fitted model pickles
+    restored = type(est).__new__(type(est))
+    with pytest.warns(UserWarning, match="not available here; it was loaded on the CPU"):
+        restored.__setstate__(state)
+    assert restored.device_ == torch.device("cpu")
+    np.testing.assert_array_equal(restored.predict(Xt), expected)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_fits_and_predicts_on_cuda_and_unpickles(estimator, data):
+    X, y, Xt, _ = data
+    est = _fit(estimator.set_params(device="cuda"), X, y)
+    assert est.device_.type == "cuda"
+    labels = est.predict(Xt)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(est)).predict(Xt), labels)
