@@ -6,7 +6,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from sklearn.utils.validation import check_consistent_length, column_or_1d
 
-__all__ = ["clustering_accuracy", "n_dominant_clusters"]
+__all__ = ["clustering_accuracy", "match_labels", "n_dominant_clusters"]
 
 
 def _contingency(labels_true, labels_pred):
@@ -52,6 +52,43 @@ def clustering_accuracy(labels_true, labels_pred):
     table = _contingency(labels_true, labels_pred)
     rows, cols = linear_sum_assignment(table, maximize=True)
     return float(table[rows, cols].sum() / labels_true.shape[0])
+
+
+def match_labels(labels_true, labels_pred):
+    """Rename predicted clusters to the classes they best match (Hungarian).
+
+    Useful to colour plots consistently or to read a confusion matrix.
+    Clusters left unmatched (more clusters than classes) get fresh ids after
+    the largest class id.
+
+    Parameters
+    ----------
+    labels_true : array-like of shape (n_samples,)
+        Integer class labels.
+    labels_pred : array-like of shape (n_samples,)
+
+    Returns
+    -------
+    renamed : ndarray of shape (n_samples,)
+
+    Examples
+    --------
+    >>> from sktransfer_cluster.metrics import match_labels
+    >>> match_labels([0, 0, 1, 1], [1, 1, 0, 0]).tolist()
+    [0, 0, 1, 1]
+    """
+    labels_true = column_or_1d(labels_true)
+    labels_pred = column_or_1d(labels_pred)
+    check_consistent_length(labels_true, labels_pred)
+    classes = np.unique(labels_true)
+    clusters, pred_idx = np.unique(labels_pred, return_inverse=True)
+    table = _contingency(labels_true, labels_pred)
+    rows, cols = linear_sum_assignment(table, maximize=True)
+    mapping = np.empty(clusters.shape[0], dtype=np.int64)
+    mapping[cols] = classes[rows]
+    unmatched = np.setdiff1d(np.arange(clusters.shape[0]), cols)
+    mapping[unmatched] = int(classes.max()) + 1 + np.arange(unmatched.shape[0])
+    return mapping[pred_idx]
 
 
 def n_dominant_clusters(labels, n_clusters=None):

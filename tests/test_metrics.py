@@ -53,3 +53,17 @@ def test_n_dominant_clusters_counts_clusters_above_n_over_k():
 
 def test_n_dominant_clusters_defaults_k_to_the_number_of_distinct_labels():
     assert n_dominant_clusters([0] * 40 + [1] * 40 + [2] * 15 + [3] * 5) == 2  # threshold 25
+
+
+def test_match_labels_renames_clusters_to_their_best_matching_class():
+    from sktransfer_cluster.metrics import match_labels
+
+    renamed = match_labels([0, 0, 1, 1, 2, 2], [5, 5, 3, 3, 3, 9])
+    assert renamed.tolist() == [0, 0, 1, 1, 1, 2]
+
+
+def test_match_labels_gives_unmatched_clusters_fresh_ids():
+    from sktransfer_cluster.metrics import match_labels
+
+    # cluster 1 matches class 0; clusters 0 and 2 become 1 and 2
+    assert match_labels([0, 0, 0, 0], [0, 1, 1, 2]).tolist() == [1, 0, 0, 2]
