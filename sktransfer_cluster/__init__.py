@@ -1,7 +1,8 @@
 """sktransfer_cluster: scikit-learn-compatible transferable deep clustering on PyTorch."""
 
+from .base import pipeline_transfer
 from .cluster import CCNCluster, SinkhornKMeans, TDCMCluster
-from .metrics import clustering_accuracy, n_dominant_clusters
+from .metrics import clustering_accuracy, match_labels, n_dominant_clusters
 
 __version__ = "0.1.0"
 
@@ -9,4 +10,9 @@ __all__ = [
     "CCNCluster",
     "SinkhornKMeans",
     "TDCMCluster",
-    "clustering_accuracy", "n_dominant_clusters", "__version__"]
+    "clustering_accuracy",
+    "match_labels",
+    "n_dominant_clusters",
+    "pipeline_transfer",
+    "__version__",
+]
