@@ -8,6 +8,7 @@ from .ot import plan_from_potentials, sinkhorn_potentials
 
 __all__ = [
     "squared_distances",
+    "nearest_centre",
     "ot_clustering_loss",
     "regularized_ot_cost",
     "negative_size_entropy",
@@ -21,6 +22,15 @@ def squared_distances(X, C):
     """``||x_i - c_k||^2`` for all pairs, clamped at 0; shapes (..., n, d), (..., k, d)."""
     d = (X * X).sum(-1, keepdim=True) - 2.0 * X @ C.transpose(-1, -2) + (C * C).sum(-1).unsqueeze(-2)
     return d.clamp_min_(0.0)
+
+
+def nearest_centre(X, C):
+    """Index of the nearest row of ``C`` for each row of ``X``.
+
+    ``argmin_k ||c_k||^2 - 2 x . c_k``: the ``||x||^2`` term and the clamp of
+    :func:`squared_distances` do not change the argmin, so they are skipped.
+    """
+    return ((C * C).sum(-1) - 2.0 * X @ C.transpose(-1, -2)).argmin(-1)
 
 
 def regularized_ot_cost(M, P, reg, log_a, log_b):
@@ -164,3 +174,44 @@ def orthogonality_penalty(W):
     """``||W W^T - I||_F^2``: the soft form of the constraint ``W W^T = I``."""
     eye = torch.eye(W.shape[0], dtype=W.dtype, device=W.device)
     return ((W @ W.T - eye) ** 2).sum()
+
+
+# --------------------------------------------------------------------------- WGAN-GP
+# Gulrajani et al.; used by the precise-feature GAN (Gan et al., Eq. 5).
+
+
+def gradient_penalty(critic, real, fake, *, weight=1.0, generator=None, eps=None):
+    """WGAN-GP penalty ``weight * mean_i (||grad D(x_hat_i)||_2 - 1)^2``.
+
+    ``x_hat_i = eps_i real_i + (1 - eps_i) fake_i`` with ``eps_i ~ U[0, 1]``, one
+    per row, drawn from ``generator`` (a CPU :class:`torch.Generator`; global RNG
+    untouched). The gradient is taken with ``create_graph=True`` so the penalty
+    can be back-propagated into the critic's parameters. The norm is over all
+    non-batch dimensions.
+
+    Parameters
+    ----------
+    critic : callable
+        Maps a batch shaped like ``real`` to one value per row.
+    real, fake : torch.Tensor of shape (n, ...)
+        Real and generated samples (``fake`` is treated as a constant).
+    weight : float, default=1.0
+        The coefficient ``lambda`` (the paper uses 100).
+    generator : torch.Generator, default=None
+        Source of ``eps``.
+    eps : torch.Tensor of shape (n,), default=None
+        Interpolation weights to use instead of drawing them.
+
+    Returns
+    -------
+    torch.Tensor (scalar)
+    """
+    n = real.shape[0]
+    if eps is None:
+        eps = torch.rand(n, generator=generator, dtype=real.dtype, device="cpu").to(real.device)
+    eps = eps.to(dtype=real.dtype, device=real.device).reshape(n, *([1] * (real.dim() - 1)))
+    x_hat = (eps * real.detach() + (1.0 - eps) * fake.detach()).requires_grad_(True)
+    out = critic(x_hat)
+    (grad,) = torch.autograd.grad(out.sum(), x_hat, create_graph=True)
+    norm = grad.reshape(n, -1).norm(2, dim=1)
+    return weight * ((norm - 1.0) ** 2).mean()

@@ -18,7 +18,7 @@ from sklearn.cluster import kmeans_plusplus
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..base import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, make_generators
-from ..losses import ot_clustering_loss, regularized_ot_cost, squared_distances
+from ..losses import nearest_centre, ot_clustering_loss, regularized_ot_cost, squared_distances
 from ..nn import AutoEncoder, init_module
 from ..ot import plan_from_potentials, sinkhorn_potentials
 
@@ -366,7 +366,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
 
     def _predict(self, X):
         Z = self._embed(X)
-        return squared_distances(Z, self._centers).argmin(1).cpu().numpy()
+        return nearest_centre(Z, self._centers).cpu().numpy()
 
     def transform(self, X):
         """Euclidean distances of each sample to each centre (in the embedding space if any).
