@@ -263,7 +263,8 @@ class TransferClusterMixin:
         return torch.float64 if self.device_.type == "cpu" else torch.float32
 
     def _tensor(self, X):
-        X = np.asarray(X)
+        # torch cannot wrap negative strides (e.g. X[::-1]), which pass validation.
+        X = np.ascontiguousarray(X)
         if not X.flags.writeable:
             # torch cannot wrap read-only memory (e.g. memmaps) without a warning.
             X = X.copy()

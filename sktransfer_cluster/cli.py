@@ -21,7 +21,7 @@ from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from sklearn.mixture import GaussianMixture
 
 from .base import resolve_device
-from .cluster import CCNCluster, SinkhornKMeans, TDCMCluster
+from .cluster import C2MCluster, CCNCluster, SinkhornKMeans, TDCMCluster
 from .datasets import load_digits_transfer, load_transfer_file, make_tdcm_transfer
 from .metrics import clustering_accuracy, match_labels
 
@@ -45,8 +45,8 @@ def _sinkhorn_kmeans_ae(k, seed, device, scale):
         k,
         embedding="autoencoder",
         hidden_dims=(256, 128, 10),
-        pretrain_epochs=_epochs(50, scale),
-        max_epochs=_epochs(50, scale),
+        pretrain_epochs=_epochs(30, scale),
+        max_epochs=_epochs(30, scale),
         random_state=seed,
         device=device,
     )
@@ -66,12 +66,27 @@ def _ccn(k, seed, device, scale):
     )
 
 
+def _c2m(k, seed, device, scale):
+    # K is not given: max_clusters is only an upper bound on what the critic may choose.
+    return C2MCluster(
+        max_clusters=max(10, 2 * k),
+        critic_dims=(128, 128),
+        max_epochs=_epochs(2, scale),
+        sets_per_epoch=_epochs(10, scale),
+        population=32,
+        cem_iter=10,
+        random_state=seed,
+        device=device,
+    )
+
+
 # name -> (factory(n_clusters, seed, device, budget scale), needs source labels)
 METHODS = {
     "SinkhornKMeans": (_sinkhorn_kmeans, False),
     "SinkhornKMeans-AE": (_sinkhorn_kmeans_ae, False),
     "TDCMCluster": (_tdcm, False),
     "CCNCluster": (_ccn, True),
+    "C2MCluster": (_c2m, True),
 }
 BASELINES = ("KMeans", "GaussianMixture")
 
@@ -137,9 +152,11 @@ def _run_method(name, task, k, seed, device, scale):
     t1 = time.perf_counter()
     labels = est.transfer(task.X_target)
     t2 = time.perf_counter()
-    # CCN reports its number of dominant clusters even when K is given.
     found = getattr(est, "n_clusters_", None)
-    k_text = f"given {k}" if found is None else f"given {k}, NDC {found}"
+    if "n_clusters" not in est.get_params():
+        k_text = f"found {found}"
+    else:  # CCN reports its number of dominant clusters even when K is given
+        k_text = f"given {k}" if found is None else f"given {k}, NDC {found}"
     return Row(task.name, name, k_text, *_scores(task.y_target, labels), t1 - t0, t2 - t1, labels.tolist())
 
 

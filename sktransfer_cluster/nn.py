@@ -20,6 +20,11 @@ __all__ = [
     "pair_enumerate",
     "PairEnum",
     "SimilarityNetwork",
+    "clique_propagate",
+    "cluster_margin_features",
+    "CliqueGAE",
+    "gram_pool",
+    "ClusteringCritic",
 ]
 
 
@@ -265,3 +270,325 @@ def centroids_from_stats(weighted_sum, mass, C_prev):
     tiny = torch.finfo(mass.dtype).tiny
     new = weighted_sum / mass.clamp_min(tiny).unsqueeze(1)
     return torch.where((mass > 0).unsqueeze(1), new, C_prev)
+
+
+# ------------------------------------------------- conditional GAN networks (precise-feature GAN)
+# Gan et al., *Learning the Precise Feature for Cluster Assignment*: 5x5 stride-2 (de)convolutions.
+
+
+def _image_shape(image_shape):
+    """``(c, h, w)`` from ``(h, w)`` or ``(c, h, w)``; ValueError otherwise."""
+    shape = tuple(int(s) for s in image_shape)
+    if len(shape) == 2:
+        shape = (1, *shape)
+    if len(shape) != 3 or min(shape) < 1:
+        raise ValueError(f"image_shape must be (h, w) or (c, h, w) with positive sizes, got {image_shape!r}.")
+    return shape
+
+
+def _halved(n, times):
+    """Sizes after ``times`` 5x5 stride-2 convolutions with padding 2: ``n -> ceil(n / 2)``."""
+    sizes = [int(n)]
+    for _ in range(times):
+        sizes.append((sizes[-1] + 1) // 2)
+    return sizes
+
+
+class ConvNet(nn.Module):
+    """Image network ``(c, h, w) -> n_out``: 5x5 stride-2 convolutions + ReLU, then a linear layer.
+
+    The critic and the classifier of the precise-feature GAN (the paper's Fig. 2,
+    scaled down). Inputs are flat rows of ``c * h * w`` values (channel-major,
+    as ``X.reshape(n, c, h, w)`` reads them).
+
+    Parameters
+    ----------
+    image_shape : tuple of int
+        ``(h, w)`` or ``(c, h, w)``.
+    channels : sequence of int
+        Output channels of each convolution; each one halves the height and width
+        (rounding up).
+    n_out : int
+        Output width.
+    """
+
+    def __init__(self, image_shape, channels, n_out):
+        super().__init__()
+        self.image_shape = _image_shape(image_shape)
+        c, h, w = self.image_shape
+        layers = []
+        prev = c
+        for ch in channels:
+            layers += [nn.Conv2d(prev, int(ch), 5, stride=2, padding=2), nn.ReLU()]
+            prev = int(ch)
+        self.features = nn.Sequential(*layers)
+        hh, ww = _halved(h, len(channels))[-1], _halved(w, len(channels))[-1]
+        self.head = nn.Linear(prev * hh * ww, int(n_out))
+
+    def forward(self, x):
+        x = x.reshape(x.shape[0], *self.image_shape)
+        return self.head(self.features(x).flatten(1))
+
+
+class ConvGenerator(nn.Module):
+    """Image generator ``n_in -> (c, h, w)``: a linear layer, then 5x5 stride-2 transposed convolutions.
+
+    Mirrors :class:`ConvNet`: ``channels`` are read from the image side, so
+    ``ConvGenerator(d, shape, (32, 64))`` starts from 64 maps at a quarter of the
+    resolution and doubles twice (cropping by ``output_padding`` so odd sizes come
+    out exactly). ReLU between layers, no activation on the output. Returns flat
+    rows of ``c * h * w`` values.
+
+    Parameters
+    ----------
+    n_in : int
+        Input width (one-hot cluster id + noise).
+    image_shape : tuple of int
+        ``(h, w)`` or ``(c, h, w)``.
+    channels : sequence of int
+        Channels of the intermediate maps, image side first (as in :class:`ConvNet`).
+    """
+
+    def __init__(self, n_in, image_shape, channels):
+        super().__init__()
+        self.image_shape = _image_shape(image_shape)
+        c, h, w = self.image_shape
+        channels = [int(ch) for ch in channels]
+        hs, ws = _halved(h, len(channels)), _halved(w, len(channels))
+        self.start = (channels[-1], hs[-1], ws[-1])
+        self.project = nn.Sequential(nn.Linear(int(n_in), channels[-1] * hs[-1] * ws[-1]), nn.ReLU())
+        layers = []
+        outs = [c, *channels]  # outs[i] = channels of the map at resolution level i
+        for level in range(len(channels), 0, -1):
+            th, tw = hs[level - 1], ws[level - 1]
+            pad = (th - (2 * hs[level] - 1), tw - (2 * ws[level] - 1))
+            layers.append(
+                nn.ConvTranspose2d(outs[level], outs[level - 1], 5, stride=2, padding=2, output_padding=pad)
+            )
+            if level > 1:
+                layers.append(nn.ReLU())
+        self.deconv = nn.Sequential(*layers)
+
+    def forward(self, z):
+        x = self.project(z).reshape(z.shape[0], *self.start)
+        return self.deconv(x).flatten(1)
+
+
+# ------------------------------------------------- clique-graph GAE and set critic (C2M)
+# Alami, Kaddah & Read, *Transferable Deep Metric Learning for Clustering*.
+# A labelling y of n points is the graph whose cliques are the clusters. With
+# Kipf & Welling's propagation A_hat = D^-1/2 (A + I) D^-1/2 and A the clique
+# adjacency (A_ij = 1 iff y_i == y_j, i != j), A + I is block-diagonal all-ones
+# and D_ii = |C(i)|, so (A_hat H)_i is the mean of H over i's cluster: a segment
+# sum, O(n h), never an n x n matrix. Sums run over the points in their order
+# whatever the cluster ids are, so everything below is exactly (bit for bit)
+# invariant to renaming the clusters.
+
+
+def _population_labels(labels):
+    """``labels`` as an int64 tensor of shape (P, n) (a 1-D labelling is P = 1)."""
+    labels = torch.as_tensor(labels)
+    if labels.ndim == 1:
+        labels = labels.unsqueeze(0)
+    if labels.ndim != 2:
+        raise ValueError(f"labels must have shape (n,) or (P, n), got {tuple(labels.shape)}.")
+    return labels.long()
+
+
+def _segment_index(labels):
+    """Flat segment ids ``p * n_slots + y_pi`` of a (P, n) labelling, and ``n_slots``."""
+    n_slots = int(labels.max()) + 1 if labels.numel() else 1
+    offsets = n_slots * torch.arange(labels.shape[0], device=labels.device).unsqueeze(1)
+    return (labels + offsets).reshape(-1), n_slots
+
+
+def clique_propagate(H, labels):
+    """GCN propagation ``A_hat H`` on the clique graph of each labelling: cluster means.
+
+    Parameters
+    ----------
+    H : torch.Tensor of shape (n, h) or (P, n, h)
+        Node features, shared by all labellings (2-D) or one set per labelling.
+    labels : torch.Tensor of shape (n,) or (P, n)
+        Non-negative integer cluster ids; P labellings of the same n points.
+        Memory grows with ``P * (max id + 1)``: use consecutive ids.
+
+    Returns
+    -------
+    torch.Tensor of shape (P, n, h)
+        Row ``i`` of labelling ``p`` is the mean of ``H`` over the points that
+        ``p`` puts in ``i``'s cluster, computed with segment sums
+        (``index_add_``) in O(P n h) time and memory.
+    """
+    labels = _population_labels(labels)
+    P, n = labels.shape
+    h = H.shape[-1]
+    idx, n_slots = _segment_index(labels)
+    flat = H.expand(P, n, h).reshape(P * n, h)
+    sums = flat.new_zeros(P * n_slots, h).index_add_(0, idx, flat)
+    counts = torch.bincount(idx, minlength=P * n_slots).to(H.dtype)
+    return (sums / counts.clamp_min(1).unsqueeze(1))[idx].reshape(P, n, h)
+
+
+def cluster_margin_features(X, labels, chunk_elements=2**22):
+    """Distance of each point to its own cluster mean and to the nearest other one.
+
+    ``a_i = ||x_i - m_C(i)||`` and ``b_i = min_{c != C(i)} ||x_i - m_c||``
+    (``b_i = 0`` when the labelling has a single cluster): the two ingredients
+    of the silhouette, with cluster means in place of all pairs, so the cost is
+    O(P n k d) for k clusters, never O(n^2).
+
+    Parameters
+    ----------
+    X : torch.Tensor of shape (n, d)
+    labels : torch.Tensor of shape (n,) or (P, n)
+    chunk_elements : int
+        Bound on the elements of one block of point-to-mean distances.
+
+    Returns
+    -------
+    torch.Tensor of shape (P, n, 2)
+    """
+    labels = _population_labels(labels)
+    P, n = labels.shape
+    d = X.shape[-1]
+    idx, n_slots = _segment_index(labels)
+    flat = X.expand(P, n, d).reshape(P * n, d)
+    sums = flat.new_zeros(P * n_slots, d).index_add_(0, idx, flat)
+    counts = torch.bincount(idx, minlength=P * n_slots).reshape(P, n_slots)
+    means = (sums.reshape(P, n_slots, d) / counts.clamp_min(1).unsqueeze(-1).to(X.dtype))
+    unused = (counts == 0).unsqueeze(1)  # (P, 1, slots)
+    out = X.new_empty(P, n, 2)
+    rows = max(1, chunk_elements // max(1, P * n_slots))
+    for s in range(0, n, rows):
+        xs = X[s : s + rows]  # (r, d)
+        # Direct differences, not the ||x||^2 + ||m||^2 - 2 x.m matrix-product trick:
+        # each distance is computed the same way whatever its cluster's id.
+        dist = torch.cdist(
+            xs.expand(P, xs.shape[0], d), means, compute_mode="donot_use_mm_for_euclid_dist"
+        )  # (P, r, slots)
+        own = labels[:, s : s + rows].unsqueeze(-1)
+        a = dist.gather(-1, own).squeeze(-1)
+        other = dist.scatter(-1, own, float("inf")).masked_fill(unused, float("inf"))
+        b = other.min(-1).values
+        out[:, s : s + rows, 0] = a
+        out[:, s : s + rows, 1] = torch.where(torch.isfinite(b), b, torch.zeros_like(b))
+    return out
+
+
+class CliqueGAE(nn.Module):
+    """Graph convolutional encoder of a labelled set, on the clique graph of its clusters.
+
+    Layer ``l``: ``H_{l+1} = act(A_hat H_l W_l [+ H_l U_l + b_l])`` with ``A_hat H``
+    from :func:`clique_propagate` (cluster means); ReLU between layers, the last
+    layer linear, as in Kipf & Welling's GAE encoder.
+
+    Parameters
+    ----------
+    n_features : int
+    hidden_dims : sequence of int, default=(32, 16)
+        Layer widths; the node embedding size is ``hidden_dims[-1]``.
+    skip : bool, default=True
+        Add a per-node term ``H U + b`` to every layer. Without it (the plain GCN
+        of the paper) every point of a cluster gets the same embedding, a
+        function of the cluster mean only, so the encoder cannot see how the
+        points spread inside their cluster.
+
+    ``forward(H, labels)``: ``H`` of shape (n, d) or (P, n, d), ``labels`` of
+    shape (n,) or (P, n); returns ``Z`` of shape (P, n, hidden_dims[-1]).
+    """
+
+    def __init__(self, n_features, hidden_dims=(32, 16), skip=True):
+        super().__init__()
+        dims = [int(n_features), *[int(h) for h in hidden_dims]]
+        self.propagate = nn.ModuleList(
+            nn.Linear(dims[i], dims[i + 1], bias=False) for i in range(len(dims) - 1)
+        )
+        self.self_loop = (
+            nn.ModuleList(nn.Linear(dims[i], dims[i + 1]) for i in range(len(dims) - 1)) if skip else None
+        )
+
+    def forward(self, H, labels):
+        labels = _population_labels(labels)
+        n_layers = len(self.propagate)
+        for i in range(n_layers):
+            out = clique_propagate(self.propagate[i](H), labels)
+            if self.self_loop is not None:
+                out = out + self.self_loop[i](H)
+            H = torch.relu(out) if i < n_layers - 1 else out
+        return H
+
+
+def gram_pool(Z, eps=1e-12):
+    """Size-free embedding of a set: upper triangle of ``Z_n^T Z_n / n``.
+
+    ``Z_n`` is ``Z`` with each row scaled to unit L2 norm (rows of norm below
+    ``eps`` are left as they are), so the result is the mean over the points of
+    ``z_i z_i^T / ||z_i||^2``: its scale depends neither on the number of points
+    (the paper's ``Z^T Z`` grows linearly with n) nor on the encoder's output
+    scale (trace 1), and duplicating every point leaves it unchanged.
+
+    Parameters
+    ----------
+    Z : torch.Tensor of shape (..., n, m)
+
+    Returns
+    -------
+    torch.Tensor of shape (..., m (m + 1) / 2)
+        Row-major upper triangle, diagonal included.
+    """
+    m = Z.shape[-1]
+    Zn = Z / Z.norm(dim=-1, keepdim=True).clamp_min(eps)
+    G = Zn.transpose(-1, -2) @ Zn / Z.shape[-2]
+    iu = torch.triu_indices(m, m, device=Z.device)
+    return G[..., iu[0], iu[1]]
+
+
+class ClusteringCritic(nn.Module):
+    """The C2M metric ``r(X, y) = c(pool(GAE(graph(X, y))))``, batched over labellings.
+
+    Parameters
+    ----------
+    n_features : int
+    gae_dims : sequence of int, default=(32, 16)
+    critic_dims : sequence of int, default=(256, 256, 512, 512)
+        Hidden widths of the critic MLP (LeakyReLU, then one linear output).
+    skip : bool, default=True
+        See :class:`CliqueGAE`.
+    margin_features : bool, default=True
+        Feed :func:`cluster_margin_features` (distance to the own and to the
+        nearest other cluster mean) to the encoder beside the coordinates.
+    negative_slope : float, default=0.2
+
+    ``embed(X, labels)`` returns the pooled embeddings (P, e); ``head(e)`` the
+    scores; ``forward(X, labels)`` both, shape (P,). ``X`` (n, d) is shared by the
+    P labellings of ``labels`` (P, n).
+    """
+
+    def __init__(
+        self,
+        n_features,
+        gae_dims=(32, 16),
+        critic_dims=(256, 256, 512, 512),
+        skip=True,
+        margin_features=True,
+        negative_slope=0.2,
+    ):
+        super().__init__()
+        self.margin_features = bool(margin_features)
+        self.gae = CliqueGAE(int(n_features) + (2 if self.margin_features else 0), gae_dims, skip=skip)
+        m = int(gae_dims[-1])
+        slope = float(negative_slope)
+        self.head = mlp([m * (m + 1) // 2, *critic_dims, 1], activation=lambda: nn.LeakyReLU(slope))
+
+    def embed(self, X, labels):
+        labels = _population_labels(labels)
+        if self.margin_features:
+            P, n = labels.shape
+            H = torch.cat([X.expand(P, n, X.shape[-1]), cluster_margin_features(X, labels)], -1)
+        else:
+            H = X
+        return gram_pool(self.gae(H, labels))
+
+    def forward(self, X, labels):
+        return self.head(self.embed(X, labels)).squeeze(-1)

@@ -1,7 +1,8 @@
 """One module per estimator."""
 
+from .c2m import C2MCluster
 from .ccn import CCNCluster
 from .sinkhorn_kmeans import SinkhornKMeans
 from .tdcm import TDCMCluster
 
-__all__ = ["CCNCluster", "SinkhornKMeans", "TDCMCluster"]
+__all__ = ["C2MCluster", "CCNCluster", "SinkhornKMeans", "TDCMCluster"]

@@ -1,0 +1,641 @@
+"""C2MCluster: transferable deep metric learning for clustering (Alami, Kaddah & Read, IDA 2023).
+
+A *metric* ``r(X, y)`` scores a labelling ``y`` of a whole set ``X``: the set
+becomes a graph whose cliques are the clusters, a graph autoencoder's encoder
+embeds it, the node embeddings are pooled into one size-free vector and a
+critic MLP maps that vector to a number. ``fit`` learns ``r`` from labelled
+source sets as a WGAN critic (real = true labellings, fake = the labellings the
+cross-entropy method finds by maximising the current ``r``: the paper's
+Algorithm 2). Clustering any set -- the source in ``fit``, an unseen target in
+``transfer`` -- is maximising ``r`` over the weights of a small MLP whose argmax
+output is the label, with the cross-entropy method; the number of clusters is
+whatever the maximiser uses, up to ``max_clusters``.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClusterMixin
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_consistent_length, column_or_1d
+
+from ..base import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, make_generators
+from ..cem import cross_entropy_method
+from ..metrics import clustering_accuracy
+from ..nn import ClusteringCritic, init_module
+
+__all__ = ["C2MCluster"]
+
+# Bound on the elements of one (population chunk x points x width) activation
+# block when a CEM population is scored: memory stays bounded whatever P and n.
+_CHUNK_ELEMENTS = 2**22
+# Points per predict chunk of the clustering MLP (base also chunks rows).
+_ROWS = 65536
+
+
+# ---------------------------------------------------------------- clustering MLP
+def _n_mlp_params(n_features, hidden, n_out):
+    """Length of the flat weight vector of the CEM clustering MLP ``d -> hidden -> n_out``."""
+    return n_features * hidden + hidden + hidden * n_out + n_out
+
+
+def _population_logits(X, W, hidden, n_out):
+    """Outputs of P clustering MLPs at once: ``relu(X W1 + b1) W2 + b2``.
+
+    Parameters
+    ----------
+    X : torch.Tensor of shape (n, d)
+    W : torch.Tensor of shape (P, n_params)
+        Flat weights, laid out as ``[W1 (d x hidden), b1, W2 (hidden x n_out), b2]``.
+
+    Returns
+    -------
+    torch.Tensor of shape (P, n, n_out)
+    """
+    P = W.shape[0]
+    d = X.shape[1]
+    o = 0
+    W1 = W[:, o : o + d * hidden].reshape(P, d, hidden)
+    o += d * hidden
+    b1 = W[:, o : o + hidden].reshape(P, 1, hidden)
+    o += hidden
+    W2 = W[:, o : o + hidden * n_out].reshape(P, hidden, n_out)
+    o += hidden * n_out
+    b2 = W[:, o : o + n_out].reshape(P, 1, n_out)
+    return torch.bmm(torch.relu(torch.matmul(X, W1) + b1), W2) + b2
+
+
+def _standardize_stats(X):
+    """Per-feature mean and one scalar scale: the mean per-feature standard deviation."""
+    mean = X.mean(0)
+    scale = float(X.std(0).mean())
+    if not math.isfinite(scale) or scale <= 0:
+        scale = 1.0
+    return mean, scale
+
+
+# ------------------------------------------------------------- corrupted labellings
+def _corrupt_labels(X, y, rng, n):
+    """``n`` wrong labellings near the true one ``y`` (consecutive ids from 0), cycling
+    through four kinds of error:
+
+    * split: a cluster cut in two by a random hyperplane through it;
+    * merge: two clusters joined (a split when there is only one);
+    * noise: 2-30 % of the points (at least one) moved to another or a new cluster;
+    * tiny: 1-3 points moved to a new cluster.
+    """
+    out = []
+    k = int(y.max()) + 1
+    n_pts = y.shape[0]
+    for j in range(n):
+        z = y.copy()
+        kind = j % 4
+        if kind == 1 and k < 2:
+            kind = 0
+        if kind == 0:
+            sizes = np.bincount(y, minlength=k)
+            big = np.flatnonzero(sizes >= 2)
+            if big.shape[0] == 0:
+                kind = 2
+            else:
+                members = np.flatnonzero(y == rng.choice(big))
+                proj = X[members] @ rng.normal(size=X.shape[1])
+                cut = np.quantile(proj, rng.uniform(0.25, 0.75))
+                moved = members[proj > cut]
+                if moved.shape[0] in (0, members.shape[0]):
+                    moved = members[: members.shape[0] // 2]
+                z[moved] = k
+        if kind == 1:
+            a, b = rng.choice(k, size=2, replace=False)
+            z[z == b] = a
+        elif kind == 2:
+            m = max(1, int(round(rng.uniform(0.02, 0.3) * n_pts)))
+            idx = rng.choice(n_pts, size=min(m, n_pts), replace=False)
+            z[idx] = (z[idx] + rng.integers(1, k + 1, size=idx.shape[0])) % (k + 1)
+        elif kind == 3:
+            idx = rng.choice(n_pts, size=min(n_pts, int(rng.integers(1, 4))), replace=False)
+            z[idx] = k
+        out.append(np.unique(z, return_inverse=True)[1])
+    return out
+
+
+class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
+    """Clustering by maximising a learned, transferable metric of whole labelled sets.
+
+    The metric (Alami, Kaddah & Read, *Transferable Deep Metric Learning for
+    Clustering*, IDA 2023) is ``r(X, y) = c(pool(GAE(G(X, y))))``:
+
+    * ``G(X, y)``: the graph on the points of ``X`` whose cliques are the
+      clusters of ``y``. With Kipf & Welling's normalised adjacency, graph
+      convolution on a clique graph is a per-cluster mean, computed with
+      segment sums in O(n d) -- no n x n matrix is ever formed.
+    * ``GAE``: a two-layer graph convolutional encoder (``gae_dims``).
+    * ``pool``: the upper triangle of ``Z^T Z / n`` with the rows of ``Z``
+      scaled to unit norm, a vector whose size and scale do not depend on n.
+    * ``c``: a critic MLP (``critic_dims``, LeakyReLU 0.2).
+
+    Everything is batched over labellings: the P candidates of a CEM
+    population are scored in one pass.
+
+    ``fit(X, y, groups=None)`` learns ``r`` from labelled source sets (the rows
+    of each ``groups`` value form one set; without ``groups`` all of ``X`` is one
+    set). Each epoch draws ``sets_per_epoch`` sub-sets of ``set_size`` points;
+    for each, the cross-entropy method (CEM) clusters it by maximising the
+    current ``r`` and the critic takes one WGAN step with the true labelling as
+    real and the CEM labelling (plus ``n_negatives`` corrupted copies of the
+    truth) as fake. ``labels_`` is then the clustering of ``X`` by the learned
+    metric.
+
+    ``transfer(X)`` clusters an unlabelled target: CEM over the weights of an
+    MLP ``d -> cem_hidden (ReLU) -> max_clusters`` maximises ``r(X, argmax MLP(X))``.
+    The number of clusters is not given: it is the number of outputs the best
+    MLP uses (``n_clusters_``).
+
+    Read more in ``docs/design.md`` and ``benchmarks/results/c2m_quality.md``.
+
+    Parameters
+    ----------
+    max_clusters : int, default=10
+        Outputs of the clustering MLP: an upper bound on the number of clusters
+        (the paper uses 9 for its 2-D sets, 10-47 for images, 50 as default).
+    cem_hidden : int, default=16
+        Hidden width of the clustering MLP (the paper's 16).
+    population : int, default=100
+        CEM samples per iteration.
+    elite_frac : float, default=0.1
+        Fraction of the population the CEM distribution is refitted to.
+    cem_iter : int, default=30
+        CEM iterations per clustering.
+    cem_init_std : float, default=1.0
+        Initial standard deviation of the CEM weight distribution (mean 0).
+    cem_min_std : float, default=0.0
+        Floor on the CEM standard deviations.
+    n_init : int, default=1
+        Independent CEM runs per clustering in ``fit`` (final labels) and
+        ``transfer``; the one with the highest metric is kept.
+    gae_dims : tuple of int, default=(32, 16)
+        Widths of the graph encoder (the paper's 32, 16 for 2-D sets; 100, 50
+        for images).
+    critic_dims : tuple of int, default=(256, 256, 512, 512)
+        Hidden widths of the critic (the paper's); smaller is faster.
+    gae_skip : bool, default=True
+        Add a per-node linear term to each graph convolution. ``False`` is the
+        plain GCN of the paper, in which every point of a cluster gets the same
+        embedding (a function of the cluster mean only).
+    margin_features : bool, default=True
+        Give the encoder, beside the coordinates, each point's distance to its
+        own cluster mean and to the nearest other cluster mean (O(n k d)).
+        Without them the metric cannot tell a blob cut in two from a blob: in a
+        pilot (critic trained on corrupted labellings of 100 blob sets, tested
+        on 40 others) the truth outranked a split of one of its clusters in
+        42 % of the sets without them (chance) and 97-100 % with them.
+        ``False`` is the paper's encoder input.
+    n_negatives : int, default=4
+        Corrupted copies of each true labelling (split, merge, noisy and tiny
+        clusters) added to the fake side of each critic step. 0 is the paper's
+        Algorithm 2 (CEM proposals only).
+    lipschitz : {"gp", "clip"}, default="gp"
+        How the critic is kept 1-Lipschitz: a gradient penalty on embeddings
+        interpolated between real and fake (Gulrajani et al.), or weight
+        clipping to ``[-clip_value, clip_value]`` (Arjovsky et al., the
+        paper's reference [1]; clips the critic MLP only).
+    gp_weight : float, default=10.0
+    clip_value : float, default=0.01
+    learning_rate : float, default=1e-3
+        RMSprop learning rate. The paper states 0.01; with it and weight
+        clipping the critic collapsed to a near-constant in our runs (see the
+        paper-settings rows of ``benchmarks/results/c2m_quality.md``).
+    rmsprop_decay : float, default=0.95
+        RMSprop smoothing constant (torch's ``alpha``, TensorFlow's ``decay``):
+        the paper's "decay rate of 0.95".
+    max_epochs : int, default=10
+    sets_per_epoch : int, default=20
+        Sub-sets drawn per epoch; each costs one CEM clustering and one critic
+        step.
+    set_size : int, default=200
+        Points per training sub-set (the paper's 200, drawn from 1,500-point
+        pools); a smaller group is used whole.
+    standardize : bool, default=True
+        Centre each set and divide it by its mean per-feature standard
+        deviation before the metric and the clustering MLP see it, so the
+        metric does not depend on the set's location and scale.
+    max_cem_samples : int or None, default=2000
+        Largest set CEM clusters directly. A larger ``X`` (in ``fit`` or
+        ``transfer``) is clustered through a random subsample of this size and
+        the remaining rows are assigned by the best MLP found, so the cost of a
+        clustering is bounded plus O(n) for the assignment. ``None``: no limit.
+    device : str or torch.device, default="auto"
+    random_state : int, RandomState instance or None, default=None
+        Seeds local generators only; equal values give identical results on CPU.
+    verbose : int, default=0
+
+    Attributes
+    ----------
+    critic_ : ClusteringCritic
+        The learned metric (graph encoder + critic).
+    labels_ : ndarray of shape (n_samples,)
+        Labels of the last set clustered by ``fit`` or ``transfer``,
+        consecutive from 0 and ordered by decreasing cluster size.
+    n_clusters_ : int
+        Number of clusters found in that set.
+    cluster_outputs_ : ndarray of shape (n_clusters_,)
+        MLP output behind each label.
+    cem_weights_ : ndarray of shape (n_params,)
+        Flat weights of the best clustering MLP found (see ``predict``).
+    cem_score_ : float
+        Metric value of the clustering CEM found (on the CEM sample).
+    input_mean_ : ndarray of shape (n_features,)
+    input_scale_ : float
+        Standardisation of the clustered set, reused by ``predict``.
+    history_ : list of dict
+        Per training epoch: ``critic_loss`` (mean WGAN loss, penalty
+        included), ``real_score``/``fake_score`` (mean critic values),
+        ``proposal_accuracy`` (mean clustering accuracy of the CEM proposals
+        against the true labels of the training sets).
+    n_iter_ : int
+        Epochs of the last ``fit``; CEM iterations of the last ``transfer``.
+    device_ : torch.device
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+
+    Notes
+    -----
+    The paper's own settings are ``gae_skip=False, margin_features=False,
+    n_negatives=0, lipschitz="clip", learning_rate=0.01``; our defaults add
+    the improvements above (measured in ``benchmarks/c2m_quality.py``).
+
+    ``predict`` is the stored clustering MLP: a row goes to the most
+    activated of the outputs used on the clustered set (outputs that won no
+    point there are ignored), so ``predict`` on that set equals ``labels_``
+    and never depends on the other rows.
+
+    Examples
+    --------
+    Learn the metric on labelled blob sets, cluster a new set without giving K:
+
+    >>> from sktransfer_cluster.cluster.c2m import C2MCluster
+    >>> from sktransfer_cluster.datasets import make_c2m_sets
+    >>> X, y, groups = make_c2m_sets("blobs", n_sets=4, random_state=0)
+    >>> c2m = C2MCluster(critic_dims=(32, 32), population=32, cem_iter=5,
+    ...                  max_epochs=1, sets_per_epoch=4, device="cpu",
+    ...                  random_state=0).fit(X, y, groups=groups)
+    >>> Xt, yt, _ = make_c2m_sets("blobs", n_sets=1, random_state=1)
+    >>> c2m.transfer(Xt).shape
+    (200,)
+
+    The metric ranks any labellings of a set, including other algorithms':
+
+    >>> from sklearn.cluster import KMeans
+    >>> scores = {k: c2m.score(Xt, KMeans(k, n_init=3, random_state=0).fit_predict(Xt))
+    ...           for k in (2, 3, 4)}
+    >>> best_k = max(scores, key=scores.get)
+    """
+
+    _requires_y = True
+
+    _parameter_constraints = {
+        "max_clusters": [Interval(Integral, 1, None, closed="left")],
+        "cem_hidden": [Interval(Integral, 1, None, closed="left")],
+        "population": [Interval(Integral, 2, None, closed="left")],
+        "elite_frac": [Interval(Real, 0, 1, closed="right")],
+        "cem_iter": [Interval(Integral, 1, None, closed="left")],
+        "cem_init_std": [Interval(Real, 0, None, closed="neither")],
+        "cem_min_std": [Interval(Real, 0, None, closed="left")],
+        "n_init": [Interval(Integral, 1, None, closed="left")],
+        "gae_dims": [tuple, list],
+        "critic_dims": [tuple, list],
+        "gae_skip": ["boolean"],
+        "margin_features": ["boolean"],
+        "n_negatives": [Interval(Integral, 0, None, closed="left")],
+        "lipschitz": [StrOptions({"gp", "clip"})],
+        "gp_weight": [Interval(Real, 0, None, closed="left")],
+        "clip_value": [Interval(Real, 0, None, closed="neither")],
+        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "rmsprop_decay": [Interval(Real, 0, 1, closed="neither")],
+        "max_epochs": [Interval(Integral, 1, None, closed="left")],
+        "sets_per_epoch": [Interval(Integral, 1, None, closed="left")],
+        "set_size": [Interval(Integral, 2, None, closed="left")],
+        "standardize": ["boolean"],
+        "max_cem_samples": [Interval(Integral, 2, None, closed="left"), None],
+        **COMMON_PARAMETER_CONSTRAINTS,
+    }
+
+    def __init__(
+        self,
+        max_clusters=10,
+        *,
+        cem_hidden=16,
+        population=100,
+        elite_frac=0.1,
+        cem_iter=30,
+        cem_init_std=1.0,
+        cem_min_std=0.0,
+        n_init=1,
+        gae_dims=(32, 16),
+        critic_dims=(256, 256, 512, 512),
+        gae_skip=True,
+        margin_features=True,
+        n_negatives=4,
+        lipschitz="gp",
+        gp_weight=10.0,
+        clip_value=0.01,
+        learning_rate=1e-3,
+        rmsprop_decay=0.95,
+        max_epochs=10,
+        sets_per_epoch=20,
+        set_size=200,
+        standardize=True,
+        max_cem_samples=2000,
+        device="auto",
+        random_state=None,
+        verbose=0,
+    ):
+        self.max_clusters = max_clusters
+        self.cem_hidden = cem_hidden
+        self.population = population
+        self.elite_frac = elite_frac
+        self.cem_iter = cem_iter
+        self.cem_init_std = cem_init_std
+        self.cem_min_std = cem_min_std
+        self.n_init = n_init
+        self.gae_dims = gae_dims
+        self.critic_dims = critic_dims
+        self.gae_skip = gae_skip
+        self.margin_features = margin_features
+        self.n_negatives = n_negatives
+        self.lipschitz = lipschitz
+        self.gp_weight = gp_weight
+        self.clip_value = clip_value
+        self.learning_rate = learning_rate
+        self.rmsprop_decay = rmsprop_decay
+        self.max_epochs = max_epochs
+        self.sets_per_epoch = sets_per_epoch
+        self.set_size = set_size
+        self.standardize = standardize
+        self.max_cem_samples = max_cem_samples
+        self.device = device
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # ----------------------------------------------------------------- helpers
+    def _check_samples(self, n):
+        if n < 2:
+            raise ValueError(
+                f"n_samples={n}: {type(self).__name__} needs at least 2 samples (it scores "
+                "labellings of whole sets)."
+            )
+
+    @staticmethod
+    def _check_dims(name, dims):
+        dims = tuple(dims)
+        ok = all(isinstance(h, Integral) and not isinstance(h, bool) and h >= 1 for h in dims)
+        if len(dims) == 0 or not ok:
+            raise ValueError(f"{name} must be a non-empty sequence of positive ints, got {dims!r}.")
+        return dims
+
+    def _standardize(self, Xt):
+        """Standardised copy of a torch set and its (mean, scale)."""
+        if not self.standardize:
+            return Xt, torch.zeros(Xt.shape[1], dtype=Xt.dtype, device=Xt.device), 1.0
+        mean, scale = _standardize_stats(Xt)
+        return (Xt - mean) / scale, mean, scale
+
+    def _score_population(self, critic, Xs, W):
+        """Critic values of the labellings of ``Xs`` by the P MLPs in ``W``: shape (P,)."""
+        n, d = Xs.shape
+        width = max(self.cem_hidden, self.max_clusters, max(self.gae_dims), d + 2)
+        chunk = max(1, _CHUNK_ELEMENTS // max(1, n * width))
+        out = []
+        for Wc in W.split(chunk):
+            labels = _population_logits(Xs, Wc, self.cem_hidden, self.max_clusters).argmax(-1)
+            out.append(critic(Xs, labels))
+        return torch.cat(out)
+
+    def _cem(self, critic, Xs, torch_gen):
+        """Best clustering-MLP weights for the set ``Xs`` (already standardised)."""
+        D = _n_mlp_params(Xs.shape[1], self.cem_hidden, self.max_clusters)
+        mean0 = torch.zeros(D, dtype=Xs.dtype, device=Xs.device)
+        best = None
+        with torch.no_grad():
+            for _ in range(self.n_init):
+                res = cross_entropy_method(
+                    lambda W: self._score_population(critic, Xs, W),
+                    mean0,
+                    self.cem_init_std,
+                    population=self.population,
+                    elite_frac=self.elite_frac,
+                    n_iter=self.cem_iter,
+                    generator=torch_gen,
+                    min_std=self.cem_min_std,
+                )
+                if best is None or res.best_score > best.best_score:
+                    best = res
+        return best
+
+    def _mlp_labels(self, W, Xs):
+        """Argmax output of one clustering MLP for every row of ``Xs`` (chunked)."""
+        W = W.unsqueeze(0)
+        return torch.cat(
+            [
+                _population_logits(Xs[s : s + _ROWS], W, self.cem_hidden, self.max_clusters)[0].argmax(1)
+                for s in range(0, Xs.shape[0], _ROWS)
+            ]
+        )
+
+    def _cluster(self, X, rng, torch_gen):
+        """Cluster ``X`` by maximising the critic; sets the predict state and returns labels."""
+        Xt = self._tensor(X)
+        Xs, mean, scale = self._standardize(Xt)
+        n = Xs.shape[0]
+        if self.max_cem_samples is not None and n > self.max_cem_samples:
+            sub = np.sort(rng.choice(n, size=self.max_cem_samples, replace=False))
+            Xc = Xs[torch.as_tensor(sub, device=Xs.device)]
+        else:
+            Xc = Xs
+        res = self._cem(self.critic_, Xc, torch_gen)
+        with torch.no_grad():
+            out = self._mlp_labels(res.best, Xs).cpu().numpy()
+        counts = np.bincount(out, minlength=self.max_clusters)
+        used = np.flatnonzero(counts)
+        used = used[np.lexsort((used, -counts[used]))]  # largest first, ties by output id
+        relabel = np.full(self.max_clusters, -1, dtype=np.int64)
+        relabel[used] = np.arange(used.shape[0])
+        self.cluster_outputs_ = used.astype(np.int64)
+        self._outputs = torch.as_tensor(self.cluster_outputs_, device=self.device_)
+        self._cem_w = res.best.detach().clone()
+        self.cem_weights_ = res.best.detach().cpu().numpy().copy()
+        self.cem_score_ = float(res.best_score)
+        self.input_mean_ = mean.detach().cpu().numpy().copy()
+        self.input_scale_ = float(scale)
+        self._input_mean = mean.detach().clone()
+        self.n_clusters_ = int(used.shape[0])
+        labels = relabel[out]
+        self.labels_ = labels
+        return labels, res.n_iter
+
+    # ---------------------------------------------------------------- training
+    def _source_sets(self, X, y, groups):
+        """Row indices of each labelled source set and the label codes."""
+        _, codes = np.unique(y, return_inverse=True)
+        codes = codes.astype(np.int64)
+        if groups is None:
+            return [np.arange(X.shape[0])], codes
+        groups = column_or_1d(groups)
+        check_consistent_length(X, groups)
+        _, gid = np.unique(groups, return_inverse=True)
+        sets = [np.flatnonzero(gid == g) for g in range(int(gid.max()) + 1)]
+        sets = [s for s in sets if s.shape[0] >= 2]
+        if not sets:
+            raise ValueError(
+                "every group of groups= has fewer than 2 samples; a source set needs at least 2."
+            )
+        return sets, codes
+
+    def _critic_loss(self, critic, Xs, real, fakes, torch_gen):
+        """WGAN critic loss ``mean c(fake) - c(real)`` (+ gradient penalty); real (1, n), fakes (F, n)."""
+        labels = torch.cat([real, fakes], 0)
+        emb = critic.embed(Xs, labels)
+        scores = critic.head(emb).squeeze(-1)
+        real_s, fake_s = scores[:1], scores[1:]
+        loss = fake_s.mean() - real_s.mean()
+        if self.lipschitz == "gp" and self.gp_weight > 0:
+            e_real, e_fake = emb[:1].detach(), emb[1:].detach()
+            alpha = torch.rand(e_fake.shape[0], 1, generator=torch_gen, dtype=emb.dtype).to(emb.device)
+            inter = (alpha * e_real + (1 - alpha) * e_fake).requires_grad_(True)
+            (grad,) = torch.autograd.grad(critic.head(inter).sum(), inter, create_graph=True)
+            loss = loss + self.gp_weight * ((grad.norm(dim=1) - 1.0) ** 2).mean()
+        return loss, float(real_s.detach().mean()), float(fake_s.detach().mean())
+
+    def _train(self, X, codes, sets, rng, torch_gen):
+        d = X.shape[1]
+        critic = ClusteringCritic(
+            d,
+            gae_dims=self._check_dims("gae_dims", self.gae_dims),
+            critic_dims=self._check_dims("critic_dims", self.critic_dims),
+            skip=self.gae_skip,
+            margin_features=self.margin_features,
+        )
+        critic = init_module(critic, torch_gen).to(device=self.device_, dtype=self._dtype())
+        self.critic_ = critic
+        opt = torch.optim.RMSprop(critic.parameters(), lr=self.learning_rate, alpha=self.rmsprop_decay)
+        Xall = self._tensor(X)
+        with self._progress(self.max_epochs, "fit") as bar:
+            for epoch in range(self.max_epochs):
+                losses, reals, fakes_s, accs = [], [], [], []
+                for _ in range(self.sets_per_epoch):
+                    rows = sets[int(rng.integers(len(sets)))]
+                    if rows.shape[0] > self.set_size:
+                        rows = np.sort(rng.choice(rows, size=self.set_size, replace=False))
+                    y_true = np.unique(codes[rows], return_inverse=True)[1].astype(np.int64)
+                    Xs, _, _ = self._standardize(Xall[torch.as_tensor(rows, device=self.device_)])
+                    critic.eval()
+                    try:
+                        res = self._cem(critic, Xs, torch_gen)
+                    except FloatingPointError as exc:
+                        raise FloatingPointError(
+                            f"{type(self).__name__}: the critic returned only NaN/inf scores at epoch "
+                            f"{epoch}; lower learning_rate, use lipschitz='gp' or standardize=True."
+                        ) from exc
+                    with torch.no_grad():
+                        y_hat = self._mlp_labels(res.best, Xs).cpu().numpy()
+                    accs.append(clustering_accuracy(y_true, y_hat))
+                    wrong = [y_hat] + _corrupt_labels(Xs.cpu().numpy(), y_true, rng, self.n_negatives)
+                    real = torch.as_tensor(y_true, device=self.device_).unsqueeze(0)
+                    fake = torch.as_tensor(np.stack(wrong), device=self.device_)
+                    critic.train()
+                    loss, r, f = self._critic_loss(critic, Xs, real, fake, torch_gen)
+                    if not torch.isfinite(loss):
+                        raise FloatingPointError(
+                            f"{type(self).__name__}: the critic loss became NaN/inf at epoch {epoch}; "
+                            "lower learning_rate, use lipschitz='gp' or standardize=True."
+                        )
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    if self.lipschitz == "clip":
+                        with torch.no_grad():
+                            for p in critic.head.parameters():
+                                p.clamp_(-self.clip_value, self.clip_value)
+                    losses.append(loss.item())
+                    reals.append(r)
+                    fakes_s.append(f)
+                record = {
+                    "epoch": epoch,
+                    "critic_loss": float(np.mean(losses)),
+                    "real_score": float(np.mean(reals)),
+                    "fake_score": float(np.mean(fakes_s)),
+                    "proposal_accuracy": float(np.mean(accs)),
+                }
+                self.history_.append(record)
+                self._tick(bar, loss=record["critic_loss"], acc=record["proposal_accuracy"])
+        critic.eval()
+        for p in critic.parameters():
+            p.requires_grad_(False)
+        return critic
+
+    # -------------------------------------------------------------- protocol
+    def _fit(self, X, y, *, rng, torch_gen, groups=None):
+        self._check_samples(X.shape[0])
+        y = column_or_1d(y)
+        sets, codes = self._source_sets(X, y, groups)
+        self.history_ = []
+        self._train(X, codes, sets, rng, torch_gen)
+        self._cluster(X, rng, torch_gen)
+        self.n_iter_ = int(self.max_epochs)
+
+    def _transfer(self, X):
+        """Cluster the unlabelled target ``X`` by maximising the learned metric with CEM."""
+        self._check_samples(X.shape[0])
+        rng, torch_gen = make_generators(self.random_state, "cpu")
+        labels, n_iter = self._cluster(X, rng, torch_gen)
+        self.n_iter_ = int(n_iter)
+        return labels
+
+    def _predict(self, X):
+        Xs = (self._tensor(X) - self._input_mean) / self.input_scale_
+        logits = _population_logits(Xs, self._cem_w.unsqueeze(0), self.cem_hidden, self.max_clusters)[0]
+        # Most activated *used* output: labels 0 .. n_clusters_ - 1 only.
+        return logits[:, self._outputs].argmax(1).cpu().numpy()
+
+    def score(self, X, y=None):
+        """The learned metric ``r(X, y)``: higher means a better clustering of ``X``.
+
+        Scores any labelling ``y`` of ``X`` -- the model's own (``y=None``: the
+        labels of :meth:`predict`) or another algorithm's -- so candidate
+        clusterings of one set can be ranked, e.g. k-means for several k (see the
+        class Examples). ``X`` is standardised with its own statistics
+        (``standardize=True``): the metric is a function of the set. Values are
+        comparable across labellings of the same ``X`` under one fitted model;
+        their scale is arbitrary (a WGAN critic's), so do not compare them
+        across fits. Cost O(n k d) for k clusters.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,), default=None
+            The labelling to score, of any hashable type (only equality of
+            labels matters; the value is exactly invariant to renaming them).
+            When scikit-learn calls ``score(X, y)`` -- e.g. ``GridSearchCV``
+            without ``scoring=`` -- this is the metric's value of the held-out
+            true labels: it runs, but ranks critics on arbitrary scales; pass a
+            ``scoring=`` for model selection.
+
+        Returns
+        -------
+        score : float
+        """
+        X = self._fitted_input(X)
+        if y is None:
+            codes = self.predict(X)
+        else:
+            y = column_or_1d(y)
+            check_consistent_length(X, y)
+            codes = np.unique(y, return_inverse=True)[1]
+        with torch.no_grad():
+            Xs, _, _ = self._standardize(self._tensor(X))
+            value = self.critic_(Xs, torch.as_tensor(codes.astype(np.int64), device=self.device_))
+        return float(value[0])

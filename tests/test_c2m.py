@@ -1,0 +1,307 @@
+"""C2MCluster (Alami, Kaddah & Read): the clique-graph encoder, the set critic, CEM, the estimator."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.datasets import make_blobs
+from sklearn.model_selection import GridSearchCV
+
+from sktransfer_cluster.cem import cross_entropy_method
+from sktransfer_cluster.cluster.c2m import C2MCluster, _n_mlp_params, _population_logits
+from sktransfer_cluster.datasets import make_c2m_sets
+from sktransfer_cluster.metrics import clustering_accuracy
+from sktransfer_cluster.nn import (
+    ClusteringCritic,
+    CliqueGAE,
+    clique_propagate,
+    cluster_margin_features,
+    gram_pool,
+    init_module,
+)
+
+torch.set_num_threads(1)
+
+FAST = dict(
+    critic_dims=(16, 16),
+    population=8,
+    cem_iter=2,
+    max_epochs=1,
+    sets_per_epoch=2,
+    set_size=40,
+    device="cpu",
+    random_state=0,
+)
+
+# Enough training for the behaviour tests (~15 s on one core).
+TRAINED = dict(
+    critic_dims=(64, 64),
+    population=32,
+    cem_iter=10,
+    max_epochs=12,
+    sets_per_epoch=20,
+    device="cpu",
+    random_state=0,
+)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    X, y, groups = make_c2m_sets("blobs", n_sets=10, n_points=400, random_state=0)
+    return C2MCluster(**TRAINED).fit(X, y, groups=groups)
+
+
+def _critic(d=2, seed=0, **kw):
+    gen = torch.Generator().manual_seed(seed)
+    return init_module(ClusteringCritic(d, critic_dims=(16, 16), **kw), gen).double().eval()
+
+
+def _dense_propagation(labels):
+    """Kipf & Welling's D^-1/2 (A + I) D^-1/2 with A the clique adjacency (test reference)."""
+    y = torch.as_tensor(labels)
+    A = (y[:, None] == y[None, :]).double() - torch.eye(y.shape[0], dtype=torch.float64)
+    A_tilde = A + torch.eye(y.shape[0], dtype=torch.float64)
+    d = A_tilde.sum(1).rsqrt()
+    return d[:, None] * A_tilde * d[None, :]
+
+
+# ----------------------------------------------------------- graph encoder
+def test_segment_sum_propagation_equals_dense_normalised_clique_adjacency():
+    gen = torch.Generator().manual_seed(0)
+    H = torch.randn(30, 5, generator=gen, dtype=torch.float64)
+    labels = torch.randint(0, 4, (30,), generator=gen)
+    dense = _dense_propagation(labels) @ H
+    torch.testing.assert_close(clique_propagate(H, labels)[0], dense)
+
+
+@pytest.mark.parametrize("skip", [False, True], ids=["paper-gcn", "skip"])
+def test_graph_encoder_equals_its_dense_adjacency_computation(skip):
+    gen = torch.Generator().manual_seed(1)
+    X = torch.randn(25, 3, generator=gen, dtype=torch.float64)
+    labels = torch.randint(0, 5, (25,), generator=gen)
+    gae = init_module(CliqueGAE(3, (8, 4), skip=skip), gen).double()
+    A_hat = _dense_propagation(labels)
+    H = X
+    for i, lin in enumerate(gae.propagate):
+        out = A_hat @ lin(H)
+        if skip:
+            out = out + gae.self_loop[i](H)
+        H = torch.relu(out) if i < len(gae.propagate) - 1 else out
+    torch.testing.assert_close(gae(X, labels)[0], H)
+
+
+def test_margin_features_are_distances_to_own_and_nearest_other_cluster_mean():
+    X = torch.tensor([[0.0, 0.0], [2.0, 0.0], [10.0, 0.0], [20.0, 0.0]], dtype=torch.float64)
+    labels = torch.tensor([0, 0, 1, 2])
+    feats = cluster_margin_features(X, labels)[0]
+    # means: 1, 10, 20 on the first axis
+    expected = torch.tensor([[1.0, 10.0], [1.0, 8.0], [0.0, 9.0], [0.0, 10.0]], dtype=torch.float64)
+    torch.testing.assert_close(feats, expected)
+
+
+def test_pooled_embedding_size_does_not_depend_on_n():
+    gen = torch.Generator().manual_seed(2)
+    small = gram_pool(torch.randn(7, 6, generator=gen, dtype=torch.float64))
+    large = gram_pool(torch.randn(5000, 6, generator=gen, dtype=torch.float64))
+    assert small.shape == large.shape == (6 * 7 // 2,)
+
+
+def test_pooled_embedding_is_scale_normalised():
+    gen = torch.Generator().manual_seed(3)
+    Z = torch.randn(50, 4, generator=gen, dtype=torch.float64)
+    e = gram_pool(Z)
+    # Same value when every point is repeated 20 times (no growth with n) ...
+    torch.testing.assert_close(gram_pool(Z.repeat(20, 1)), e)
+    # ... or when the encoder's output is scaled; the diagonal sums to 1.
+    torch.testing.assert_close(gram_pool(1000.0 * Z), e)
+    diag = torch.triu_indices(4, 4)
+    assert float(e[diag[0] == diag[1]].sum()) == pytest.approx(1.0)
+
+
+def test_critic_value_does_not_change_when_every_point_is_duplicated():
+    gen = torch.Generator().manual_seed(4)
+    X = torch.randn(40, 2, generator=gen, dtype=torch.float64)
+    labels = torch.randint(0, 3, (40,), generator=gen)
+    critic = _critic()
+    with torch.no_grad():
+        torch.testing.assert_close(critic(X.repeat(3, 1), labels.repeat(3)), critic(X, labels))
+
+
+# ------------------------------------------------------- batched population
+def test_population_is_scored_in_one_batch_exactly_as_one_by_one():
+    gen = torch.Generator().manual_seed(5)
+    X = torch.randn(60, 2, generator=gen, dtype=torch.float64)
+    labels = torch.randint(0, 6, (12, 60), generator=gen)
+    critic = _critic()
+    with torch.no_grad():
+        batched = critic(X, labels)
+        single = torch.cat([critic(X, labels[p]) for p in range(12)])
+    torch.testing.assert_close(batched, single)
+
+
+def test_population_of_clustering_mlps_gives_the_same_logits_as_each_mlp():
+    gen = torch.Generator().manual_seed(6)
+    X = torch.randn(30, 3, generator=gen, dtype=torch.float64)
+    W = torch.randn(5, _n_mlp_params(3, 4, 7), generator=gen, dtype=torch.float64)
+    batched = _population_logits(X, W, 4, 7)
+    for p in range(5):
+        w = W[p]
+        W1, b1 = w[:12].reshape(3, 4), w[12:16]
+        W2, b2 = w[16:44].reshape(4, 7), w[44:]
+        torch.testing.assert_close(batched[p], torch.relu(X @ W1 + b1) @ W2 + b2)
+
+
+def test_estimator_scores_a_cem_population_as_one_by_one():
+    est = C2MCluster(**FAST).fit(*make_blobs(60, centers=3, random_state=0))
+    gen = torch.Generator().manual_seed(7)
+    Xs = torch.randn(50, 2, generator=gen, dtype=torch.float64)
+    W = torch.randn(9, _n_mlp_params(2, est.cem_hidden, est.max_clusters), generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        batched = est._score_population(est.critic_, Xs, W)
+        single = torch.cat([est._score_population(est.critic_, Xs, W[p : p + 1]) for p in range(9)])
+    torch.testing.assert_close(batched, single)
+
+
+# ------------------------------------------------------------------------ CEM
+def test_cem_maximises_a_known_concave_objective():
+    target = torch.tensor([1.5, -2.0, 0.25, 3.0], dtype=torch.float64)
+    calls = []
+
+    def score(W):
+        calls.append(W.shape[0])
+        return -((W - target) ** 2).sum(1)
+
+    res = cross_entropy_method(
+        score, torch.zeros(4, dtype=torch.float64), 2.0, population=50, elite_frac=0.3, n_iter=40,
+        generator=torch.Generator().manual_seed(0),
+    )
+    torch.testing.assert_close(res.best, target, atol=1e-3, rtol=0)
+    assert calls[:40] == [50] * 40  # the whole population per call
+    best = [h["best"] for h in res.history]
+    assert best == sorted(best)  # the best score never decreases
+
+
+def test_cem_with_the_same_generator_seed_is_deterministic():
+    def run():
+        return cross_entropy_method(
+            lambda W: -(W**2).sum(1), torch.ones(3, dtype=torch.float64), 1.0,
+            population=20, n_iter=5, generator=torch.Generator().manual_seed(3),
+        ).best
+
+    assert torch.equal(run(), run())
+
+
+def test_cem_reports_when_every_score_is_nan():
+    with pytest.raises(FloatingPointError, match="NaN"):
+        cross_entropy_method(
+            lambda W: torch.full((W.shape[0],), float("nan")), torch.zeros(2), 1.0,
+            population=4, n_iter=2, generator=torch.Generator().manual_seed(0),
+        )
+
+
+# ------------------------------------------------------------- the metric
+def test_critic_score_falls_as_more_points_are_mislabelled(trained):
+    """The paper's Fig. 2 on held-out blob sets after a short training."""
+    X, y, groups = make_c2m_sets("blobs", n_sets=6, random_state=5)
+    rng = np.random.default_rng(0)
+    levels = [0.0, 0.1, 0.3]
+    means = np.zeros((6, len(levels)))
+    for s in range(6):
+        Xs, ys = X[groups == s], y[groups == s]
+        k = ys.max() + 1
+        for j, frac in enumerate(levels):
+            vals = []
+            for _ in range(4):
+                z = ys.copy()
+                wrong = rng.random(z.shape[0]) < frac
+                z[wrong] = (z[wrong] + rng.integers(1, k, wrong.sum())) % k
+                vals.append(trained.score(Xs, z))
+            means[s, j] = np.mean(vals)
+    assert np.all(np.diff(means.mean(0)) < 0)
+    assert np.all(means[:, 0] > means[:, 2])  # every set: truth above 30 % mislabelled
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.integers(0, 4), min_size=12, max_size=12),
+    st.permutations(list(range(5))),
+    st.integers(0, 1000),
+)
+def test_critic_is_exactly_invariant_to_renaming_cluster_ids(labels, perm, offset):
+    X = torch.as_tensor(np.random.default_rng(0).normal(size=(12, 2)))
+    critic = _critic()
+    y = torch.tensor(labels)
+    renamed = torch.tensor([perm[v] * 7 + offset for v in labels])  # ids with gaps
+    with torch.no_grad():
+        assert torch.equal(critic(X, renamed), critic(X, y))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.permutations(["a", "b", "c"]))
+def test_score_is_invariant_to_renaming_labels_of_any_type(trained, names):
+    X, y = make_blobs(60, centers=3, random_state=1)
+    named = np.asarray(names)[y]
+    assert trained.score(X, named) == trained.score(X, y)
+
+
+# ---------------------------------------------------------------- estimator
+def test_fit_without_y_is_a_clear_error():
+    with pytest.raises(ValueError, match="requires the source labels y"):
+        C2MCluster(**FAST).fit(make_blobs(30, random_state=0)[0])
+
+
+def test_groups_split_the_source_into_labelled_sets():
+    X, y, groups = make_c2m_sets("blobs", n_sets=3, n_points=50, random_state=0)
+    est = C2MCluster(**FAST).fit(X, y, groups=groups)
+    assert len(est.history_) == 1 and est.labels_.shape == (150,)
+    with pytest.raises(ValueError, match="inconsistent|samples"):
+        C2MCluster(**FAST).fit(X, y, groups=groups[:-1])
+    with pytest.raises(ValueError, match="fewer than 2 samples"):
+        C2MCluster(**FAST).fit(X[:3], y[:3], groups=[0, 1, 2])
+
+
+def test_transfer_finds_the_number_of_clusters_on_easy_blobs(trained):
+    for seed in range(3):
+        X, y = make_blobs(200, centers=[[0, 0], [8, 0], [4, 7]], cluster_std=0.8, random_state=seed)
+        labels = trained.transfer(X)
+        assert trained.n_clusters_ == 3
+        assert clustering_accuracy(y, labels) >= 0.95
+        np.testing.assert_array_equal(np.unique(labels), [0, 1, 2])
+
+
+def test_predict_is_subset_invariant_and_reproduces_labels_of_the_clustered_set(trained):
+    X, _ = make_blobs(150, centers=4, random_state=3)
+    labels = trained.transfer(X)
+    np.testing.assert_array_equal(trained.predict(X), labels)
+    np.testing.assert_array_equal(trained.predict(X[:17]), labels[:17])
+
+
+def test_large_set_is_clustered_through_a_subsample_then_assigned():
+    X, y = make_blobs(400, centers=3, random_state=0)
+    est = C2MCluster(**{**FAST, "max_cem_samples": 50}).fit(X, y)
+    assert est.labels_.shape == (400,)
+    np.testing.assert_array_equal(est.predict(X), est.labels_)
+
+
+def test_nan_critic_loss_raises_with_the_epoch(monkeypatch):
+    def nan_loss(self, critic, Xs, real, fakes, torch_gen):
+        return critic.head(critic.embed(Xs, real)).sum() * float("nan"), 0.0, 0.0
+
+    monkeypatch.setattr(C2MCluster, "_critic_loss", nan_loss)
+    with pytest.raises(FloatingPointError, match="epoch 0"):
+        C2MCluster(**FAST).fit(*make_blobs(40, random_state=0))
+
+
+def test_same_random_state_gives_identical_transfer_labels():
+    X, y = make_blobs(80, centers=3, random_state=0)
+    a = C2MCluster(**FAST).fit(X, y)
+    b = C2MCluster(**FAST).fit(X, y)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    np.testing.assert_array_equal(a.transfer(X[::-1]), b.transfer(X[::-1]))
+
+
+def test_grid_search_without_scoring_runs_on_the_metric():
+    X, y = make_blobs(90, centers=3, random_state=0)
+    search = GridSearchCV(C2MCluster(**FAST), {"n_negatives": [0, 2]}, cv=2).fit(X, y)
+    assert np.all(np.isfinite(search.cv_results_["mean_test_score"]))
