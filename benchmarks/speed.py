@@ -6,7 +6,7 @@
   each as a ratio to ``KMeans(n_init=10)`` measured in the same run;
 * extra peak memory of ``predict`` on 10^6 x 64 float32 (the goal is < 1 GiB),
   each in a fresh subprocess reading the kernel's peak-RSS counter;
-* the Sinkhorn-vs-POT comparison lives in ``sinkhorn_speed.py`` (run separately).
+* our Sinkhorn against POT, run from ``sinkhorn_speed.py`` (``--no-sinkhorn`` skips it).
 """
 
 import argparse
@@ -77,8 +77,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-sinkhorn", action="store_true", help="skip the Sinkhorn-vs-POT part")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if not args.no_sinkhorn:
+        here = Path(__file__).resolve().parent
+        subprocess.run([sys.executable, "sinkhorn_speed.py", "--threads", str(args.threads)], cwd=here, check=True)
     X, y = make_blobs(n_samples=2000, centers=10, n_features=10, random_state=0)
     X_pred = np.concatenate([X] * 50)  # 10^5 rows
     t_km_fit, km = timed(lambda: KMeans(10, n_init=10, random_state=0).fit(X))
