@@ -15,6 +15,7 @@ __all__ = [
     "orthogonality_penalty",
     "pairwise_kl_detached",
     "kcl_loss",
+    "gradient_penalty",
 ]
 
 

@@ -25,6 +25,8 @@ __all__ = [
     "CliqueGAE",
     "gram_pool",
     "ClusteringCritic",
+    "ConvNet",
+    "ConvGenerator",
 ]
 
 

@@ -15,7 +15,7 @@ from sklearn.datasets import make_blobs
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from sktransfer_cluster import C2MCluster, CCNCluster, SinkhornKMeans, TDCMCluster
+from sktransfer_cluster import C2MCluster, CCNCluster, PreciseFeatureGAN, SinkhornKMeans, TDCMCluster
 
 ESTIMATORS = [
     SinkhornKMeans(n_clusters=3, n_init=2, max_iter=30, device="cpu", random_state=0),
@@ -41,6 +41,10 @@ ESTIMATORS = [
     C2MCluster(
         max_clusters=3, critic_dims=(8,), gae_dims=(8, 4), population=8, cem_iter=2, max_epochs=1,
         sets_per_epoch=2, set_size=32, device="cpu", random_state=0,
+    ),
+    PreciseFeatureGAN(
+        n_clusters=3, noise_dim=0, hidden_dims=(16,), n_iter=20, batch_size=32, learning_rate=1e-2,
+        gp_weight=1.0, device="cpu", random_state=0,
     ),
 ]
 

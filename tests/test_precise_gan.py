@@ -1,0 +1,259 @@
+"""PreciseFeatureGAN: the behaviours specific to the cluster-conditioned WGAN-GP."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_digits, make_blobs
+
+from sktransfer_cluster.cluster.precise_gan import PreciseFeatureGAN, eta_schedule
+from sktransfer_cluster.datasets import make_gaussian_ring
+from sktransfer_cluster.losses import gradient_penalty
+from sktransfer_cluster.metrics import clustering_accuracy
+
+TINY = dict(hidden_dims=(8,), n_iter=3, n_critic=2, n_classifier=1, batch_size=16, device="cpu")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # The networks here are tiny: on a shared CPU, syncing torch's threads costs more
+    # than they save (the ring test ran 3x slower with 2 threads). Restored afterwards.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    X, y = make_blobs(n_samples=90, centers=3, n_features=4, random_state=0)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def tiny_model(blobs):
+    return PreciseFeatureGAN(n_clusters=3, random_state=0, **TINY).fit(blobs[0])
+
+
+def _linear_critic(weight):
+    critic = torch.nn.Linear(len(weight), 1).double()
+    with torch.no_grad():
+        critic.weight.copy_(torch.tensor([weight], dtype=torch.float64))
+        critic.bias.fill_(0.3)
+    return critic
+
+
+# ------------------------------------------------------------------ the loss pieces
+
+
+def test_gradient_penalty_of_a_linear_critic_is_weight_times_squared_norm_excess():
+    # D(x) = w.x + b has gradient w everywhere: penalty = weight * (||w|| - 1)^2 whatever eps is.
+    critic = _linear_critic([1.2, -1.6, 0.0])  # ||w|| = 2
+    g = torch.Generator().manual_seed(0)
+    real = torch.randn(50, 3, generator=g, dtype=torch.float64)
+    fake = torch.randn(50, 3, generator=g, dtype=torch.float64) + 4.0
+    gp = gradient_penalty(critic, real, fake, weight=100.0, generator=g)
+    torch.testing.assert_close(gp, torch.tensor(100.0, dtype=torch.float64))
+
+
+def test_gradient_penalty_is_differentiable_in_the_critic_parameters():
+    # d/dw [lambda (||w|| - 1)^2] = 2 lambda (||w|| - 1) w / ||w|| = lambda * w for ||w|| = 2.
+    critic = _linear_critic([0.0, 2.0])
+    real, fake = torch.zeros(4, 2, dtype=torch.float64), torch.ones(4, 2, dtype=torch.float64)
+    gradient_penalty(critic, real, fake, weight=3.0, eps=torch.full((4,), 0.5)).backward()
+    torch.testing.assert_close(critic.weight.grad, torch.tensor([[0.0, 6.0]], dtype=torch.float64))
+
+
+def test_gradient_penalty_vanishes_for_a_unit_gradient_critic():
+    critic = _linear_critic([0.6, 0.8])
+    x = torch.randn(10, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    assert gradient_penalty(critic, x, -x, weight=100.0, generator=torch.Generator()).item() < 1e-20
+
+
+def test_eta_follows_the_staircase_schedule():
+    t = np.arange(9)
+    stairs = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2])
+    np.testing.assert_allclose(eta_schedule(t, 10.0, 1.2, 3), 10.0 * 1.2**stairs)
+    # The paper's setting: x1.2 every 30,000 of 900,000 steps, 30 stairs.
+    assert eta_schedule(899_999, 10.0, 1.2, 30_000) == pytest.approx(10.0 * 1.2**29)
+
+
+def test_training_uses_the_staircase_eta_at_every_generator_step(blobs):
+    model = PreciseFeatureGAN(
+        n_clusters=3, random_state=0, eta=10.0, eta_gamma=1.2, eta_step=2, log_every=1,
+        **{**TINY, "n_iter": 6},
+    ).fit(blobs[0])
+    np.testing.assert_allclose([h["eta"] for h in model.history_], [10.0, 10.0, 12.0, 12.0, 14.4, 14.4])
+
+
+def test_default_stair_length_gives_thirty_stairs_over_the_run(blobs):
+    model = PreciseFeatureGAN(n_clusters=3, random_state=0, log_every=1, **{**TINY, "n_iter": 60})
+    model.fit(blobs[0])
+    assert model.history_[-1]["eta"] == pytest.approx(10.0 * 1.2**29)
+
+
+# ------------------------------------------------------------------ prior and sampling
+
+
+def test_cluster_weights_set_the_frequencies_of_the_generated_ids(blobs):
+    weights = np.array([0.7, 0.2, 0.1])
+    model = PreciseFeatureGAN(n_clusters=3, cluster_weights=weights, random_state=0, **TINY).fit(blobs[0])
+    _, ids = model.sample(20000, random_state=1)
+    np.testing.assert_allclose(np.bincount(ids, minlength=3) / ids.size, weights, atol=0.015)
+    np.testing.assert_allclose(model.weights_, weights)
+
+
+def test_default_prior_is_uniform(tiny_model):
+    _, ids = tiny_model.sample(30000, random_state=2)
+    np.testing.assert_allclose(np.bincount(ids, minlength=3) / ids.size, [1 / 3] * 3, atol=0.015)
+
+
+def test_invalid_cluster_weights_are_rejected(blobs):
+    for bad in ([0.5, 0.5], [1.0, -0.1, 0.1], [0.0, 0.0, 0.0]):
+        with pytest.raises(ValueError, match="cluster_weights"):
+            PreciseFeatureGAN(n_clusters=3, cluster_weights=bad, **TINY).fit(blobs[0])
+
+
+def test_sample_returns_points_in_input_space_and_their_ids(tiny_model):
+    X_new, ids = tiny_model.sample(7, cluster=2)
+    assert X_new.shape == (7, 4) and X_new.dtype == np.float64
+    np.testing.assert_array_equal(ids, [2] * 7)
+    X_all, ids_all = tiny_model.sample(11)
+    assert X_all.shape == (11, 4) and set(ids_all) <= {0, 1, 2}
+    again = tiny_model.sample(5, random_state=3)[0]
+    np.testing.assert_array_equal(tiny_model.sample(5, random_state=3)[0], again)
+
+
+@pytest.mark.parametrize("bad", [dict(cluster=3), dict(cluster=-1), dict(n_samples=0)])
+def test_sample_rejects_unknown_clusters_and_empty_requests(tiny_model, bad):
+    with pytest.raises(ValueError, match="cluster|n_samples"):
+        tiny_model.sample(**{"n_samples": 3, **bad})
+
+
+def test_noise_free_generator_makes_one_point_per_cluster(blobs):
+    model = PreciseFeatureGAN(n_clusters=3, noise_dim=0, random_state=0, **TINY).fit(blobs[0])
+    X_new, _ = model.sample(5, cluster=1)
+    np.testing.assert_allclose(X_new, np.repeat(X_new[:1], 5, axis=0))
+    # ... which is the cluster's centre (labels equal ids when every id is used).
+    if model.n_clusters_ == 3:
+        np.testing.assert_allclose(model.cluster_centers_[1], X_new[0], rtol=1e-6)
+
+
+# ------------------------------------------------------------------ inference
+
+
+def test_predict_proba_rows_sum_to_one_and_argmax_is_predict(tiny_model, blobs):
+    proba = tiny_model.predict_proba(blobs[0])
+    assert proba.shape == (blobs[0].shape[0], tiny_model.n_clusters_)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_array_equal(proba.argmax(axis=1), tiny_model.predict(blobs[0]))
+
+
+def test_labels_are_consecutive_when_some_ids_are_never_predicted(tiny_model, blobs):
+    model = copy.deepcopy(tiny_model)
+    X = blobs[0]
+    # A classifier that never picks id 1: id 0 where x0 > mean, id 2 below (inputs are centred).
+    clf = torch.nn.Linear(4, 3)
+    with torch.no_grad():
+        clf.weight.zero_()
+        clf.weight[0, 0], clf.weight[2, 0] = 1.0, -1.0
+        clf.bias.copy_(torch.tensor([0.0, -100.0, 0.0]))
+    model.classifier_ = clf
+    labels = model._assign(model._prep(X))
+    np.testing.assert_array_equal(model.cluster_ids_, [0, 2])
+    assert model.n_clusters_ == 2 and set(labels) == {0, 1}
+    np.testing.assert_array_equal(model.predict(X), labels)
+    assert model.predict_proba(X).shape == (X.shape[0], 2)
+    assert model.cluster_centers_.shape == (2, 4)
+
+
+def test_score_is_the_mean_log_max_posterior(tiny_model, blobs):
+    score = tiny_model.score(blobs[0])
+    expected = np.log(tiny_model.predict_proba(blobs[0]).max(axis=1)).mean()
+    assert np.isfinite(score) and -np.log(3) - 1e-9 <= score <= 0.0
+    assert score == pytest.approx(expected, rel=1e-5)
+
+
+def test_history_holds_the_training_curves(blobs):
+    model = PreciseFeatureGAN(n_clusters=3, random_state=0, log_every=2, **{**TINY, "n_iter": 5})
+    model.fit(blobs[0])
+    assert [h["iteration"] for h in model.history_] == [2, 4, 5]
+    keys = {"wasserstein", "critic_loss", "gradient_penalty", "classifier_loss", "fake_accuracy",
+            "generator_loss", "eta", "real_entropy"}
+    for h in model.history_:
+        assert keys <= set(h) and h["phase"] == "fit"
+        assert 0.0 <= h["fake_accuracy"] <= 1.0
+    assert model.n_iter_ == 5
+
+
+def test_diverging_training_raises_floating_point_error_naming_the_step(blobs):
+    model = PreciseFeatureGAN(n_clusters=3, random_state=0, learning_rate=1e30, **{**TINY, "n_iter": 50})
+    with pytest.raises(FloatingPointError, match=r"generator step \d+ of 50.*lower learning_rate"):
+        model.fit(blobs[0] * 1e3)
+
+
+# ------------------------------------------------------------------ learning
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_eight_gaussian_ring_is_clustered_with_a_tiny_budget(seed):
+    # The paper's synthetic check (sigma = 0.014), scaled to seconds: 300 generator steps.
+    X, y = make_gaussian_ring(n_samples=800, random_state=seed)
+    model = PreciseFeatureGAN(
+        n_clusters=8, noise_dim=0, hidden_dims=(32, 32), n_iter=300, learning_rate=3e-3, gp_weight=1.0,
+        device="cpu", random_state=seed,
+    ).fit(X)
+    assert clustering_accuracy(y, model.labels_) >= 0.99
+
+
+def test_conv_architecture_runs_on_8x8_images():
+    X = load_digits().data[:120] / 16.0
+    model = PreciseFeatureGAN(
+        n_clusters=3, architecture="conv", image_shape=(8, 8), conv_channels=(4, 8), random_state=0,
+        **{k: v for k, v in TINY.items() if k != "hidden_dims"},
+    ).fit(X)
+    assert model.predict(X).shape == (120,)
+    assert model.sample(4)[0].shape == (4, 64)
+    assert isinstance(model.critic_.features[0], torch.nn.Conv2d)
+    # (c, h, w) works too; a shape that does not hold the features is a clear error.
+    PreciseFeatureGAN(n_clusters=2, architecture="conv", image_shape=(1, 8, 8), conv_channels=(4,),
+                      **{k: v for k, v in TINY.items() if k != "hidden_dims"}).fit(X)
+    with pytest.raises(ValueError, match="image_shape"):
+        PreciseFeatureGAN(n_clusters=2, architecture="conv", image_shape=(7, 7), **TINY).fit(X)
+    with pytest.raises(ValueError, match="image_shape"):
+        PreciseFeatureGAN(n_clusters=2, architecture="conv", **TINY).fit(X)
+
+
+# ------------------------------------------------------------------ transfer
+
+
+def test_transfer_fine_tunes_all_three_networks_from_the_source_weights(tiny_model, blobs):
+    model = copy.deepcopy(tiny_model)
+    source = {name: copy.deepcopy(getattr(model, name).state_dict())
+              for name in ("generator_", "critic_", "classifier_")}
+    seen = {}
+    train = model._train
+
+    def spy(Xt, n_steps, torch_gen, phase):
+        seen.update({name: copy.deepcopy(getattr(model, name).state_dict()) for name in source})
+        return train(Xt, n_steps, torch_gen, phase)
+
+    model._train = spy
+    labels = model.transfer(blobs[0] + 2.0, transfer_iter=2)
+    for name, state in source.items():
+        for key, value in state.items():
+            torch.testing.assert_close(seen[name][key], value)  # starts from the source's weights
+        changed = any(not torch.equal(getattr(model, name).state_dict()[k], v) for k, v in state.items())
+        assert changed, f"{name} was not fine-tuned"
+    assert model.n_iter_ == 2 and model.history_[-1]["phase"] == "transfer"
+    np.testing.assert_array_equal(model.labels_, labels)
+
+
+def test_transfer_iter_defaults_to_the_parameter(blobs):
+    model = PreciseFeatureGAN(n_clusters=3, random_state=0, transfer_iter=4, **TINY).fit(blobs[0])
+    model.transfer(blobs[0])
+    assert model.n_iter_ == 4
+    model.set_params(transfer_iter=None, n_iter=8)
+    model.transfer(blobs[0])
+    assert model.n_iter_ == 2  # n_iter // 4
