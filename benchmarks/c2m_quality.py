@@ -52,29 +52,32 @@ def _mean_sd(v):
     return float(v.mean()), float(v.std())
 
 
+def _evaluate_set(est, Xs, ys, seed):
+    """Cluster one test set with C2M (K not given) and KMeans (true K); one result row."""
+    k_true = int(np.unique(ys).shape[0])
+    t0 = time.perf_counter()
+    lab = est.transfer(Xs)
+    sec = time.perf_counter() - t0
+    km = KMeans(k_true, n_init=10, random_state=seed).fit_predict(Xs)
+    return {
+        "k_true": k_true,
+        "k_found": int(est.n_clusters_),
+        "acc": clustering_accuracy(ys, lab),
+        "nmi": float(normalized_mutual_info_score(ys, lab)),
+        "kmeans_acc": clustering_accuracy(ys, km),
+        "kmeans_nmi": float(normalized_mutual_info_score(ys, km)),
+        "seconds": sec,
+        "score_true": est.score(Xs, ys),
+        "score_found": est.score(Xs, lab),
+    }
+
+
 def _evaluate(est, X, y, groups, n_sets):
     rows = []
     for s in range(n_sets):
         m = groups == s
         Xs, ys = X[m], y[m]
-        k_true = int(np.unique(ys).shape[0])
-        t0 = time.perf_counter()
-        lab = est.transfer(Xs)
-        sec = time.perf_counter() - t0
-        km = KMeans(k_true, n_init=10, random_state=s).fit_predict(Xs)
-        rows.append(
-            {
-                "k_true": k_true,
-                "k_found": int(est.n_clusters_),
-                "acc": clustering_accuracy(ys, lab),
-                "nmi": float(normalized_mutual_info_score(ys, lab)),
-                "kmeans_acc": clustering_accuracy(ys, km),
-                "kmeans_nmi": float(normalized_mutual_info_score(ys, km)),
-                "seconds": sec,
-                "score_true": est.score(Xs, ys),
-                "score_found": est.score(Xs, lab),
-            }
-        )
+        rows.append(_evaluate_set(est, Xs, ys, s))
     return rows
 
 
@@ -169,24 +172,7 @@ def _digits(params, cluster_params, n_test_sets, seed, set_size=200):
     for s in range(n_test_sets):
         idx = rng.choice(Xt.shape[0], size=set_size, replace=False)
         Xs, ys = Xt[idx], yt[idx]
-        k_true = int(np.unique(ys).shape[0])
-        t1 = time.perf_counter()
-        lab = est.transfer(Xs)
-        sec = time.perf_counter() - t1
-        km = KMeans(k_true, n_init=10, random_state=s).fit_predict(Xs)
-        rows.append(
-            {
-                "k_true": k_true,
-                "k_found": int(est.n_clusters_),
-                "acc": clustering_accuracy(ys, lab),
-                "nmi": float(normalized_mutual_info_score(ys, lab)),
-                "kmeans_acc": clustering_accuracy(ys, km),
-                "kmeans_nmi": float(normalized_mutual_info_score(ys, km)),
-                "seconds": sec,
-                "score_true": est.score(Xs, ys),
-                "score_found": est.score(Xs, lab),
-            }
-        )
+        rows.append(_evaluate_set(est, Xs, ys, s))
     out = _summarise(rows)
     out["fit_seconds"] = fit_s
     out["k_found"] = [r["k_found"] for r in rows]
