@@ -15,6 +15,7 @@ Everything else -- input checks, ``device_``, the random generators, chunking,
 from __future__ import annotations
 
 import copy
+import math
 import warnings
 from contextlib import contextmanager
 
@@ -162,6 +163,95 @@ def _move_torch(obj, device):
     return obj
 
 
+def _snapshot(state):
+    """Detached copies of the tensors of ``state`` (modules and tensors)."""
+    return [
+        {k: v.detach().clone() for k, v in obj.state_dict().items()}
+        if isinstance(obj, torch.nn.Module)
+        else obj.detach().clone()
+        for obj in state
+    ]
+
+
+@torch.no_grad()
+def _restore(state, snapshot):
+    for obj, saved in zip(state, snapshot):
+        if isinstance(obj, torch.nn.Module):
+            obj.load_state_dict(saved)
+        else:
+            obj.copy_(saved)
+
+
+class TrainingRun:
+    """Book-keeping of one training phase, shared by every estimator's loop.
+
+    Made by :meth:`TransferClusterMixin._training`; the loop reads::
+
+        with self._training("pretrain", n_epochs, state=[net]) as run:
+            for epoch in run.epochs():
+                ...
+                run.end_epoch(loss)
+
+    :meth:`end_epoch` stops a diverging fit with a ``FloatingPointError`` that
+    names the phase and the epoch, moves the progress bar, and -- only when the
+    estimator's ``keep_best`` is true -- remembers the best parameters so far so
+    that an interrupt can fall back on them.
+    """
+
+    def __init__(self, owner, phase, n_epochs, state, select, bar):
+        self.owner = owner
+        self.phase = phase
+        self.n_epochs = int(n_epochs)
+        self.state = list(state)
+        self.select = select
+        self.bar = bar
+        self.completed = 0
+        self.best_epoch = None
+        self.best_loss = math.inf
+        self._saved = None
+
+    def epochs(self):
+        """Epoch numbers ``0 .. n_epochs - 1``; none after a kept interrupt."""
+        for epoch in range(self.n_epochs):
+            if self.owner.__dict__.get("_training_stopped", False):
+                return
+            yield epoch
+
+    def end_epoch(self, loss, **postfix):
+        """Close an epoch whose (mean) training loss is ``loss``.
+
+        Raises
+        ------
+        FloatingPointError
+            If ``loss`` is NaN or infinite.
+        """
+        loss = float(loss)
+        epoch = self.completed
+        if not math.isfinite(loss):
+            hint = "lower learning_rate"
+            lr = getattr(self.owner, "learning_rate", None)
+            if lr is not None:
+                hint += f" (now {lr:g})"
+            raise FloatingPointError(
+                f"{type(self.owner).__name__}: the {self.phase} loss became {loss} at epoch {epoch}; "
+                f"{hint} or standardise X (e.g. StandardScaler)."
+            )
+        self.completed += 1
+        self.owner._tick(self.bar, loss=loss, **postfix)
+        if not getattr(self.owner, "keep_best", False):
+            return
+        if self.select == "last":
+            # Adversarial losses do not rank models: the latest state is the best guess.
+            self.best_epoch, self.best_loss = epoch, loss
+        elif loss < self.best_loss:
+            self.best_epoch, self.best_loss = epoch, loss
+            self._saved = _snapshot(self.state)
+
+    def restore_best(self):
+        if self._saved is not None:
+            _restore(self.state, self._saved)
+
+
 class TransferClusterMixin:
     """Mixin holding the shared contract of the transferable clustering estimators.
 
@@ -249,6 +339,8 @@ class TransferClusterMixin:
         A diverging loss, a bad option or a ``KeyboardInterrupt`` during
         ``fit``/``transfer`` leaves the estimator exactly as it was before the
         call (unfitted, or fitted on the previous data) -- never half-fitted.
+        The one exception is an interrupt absorbed by :meth:`_training` under
+        ``keep_best=True``, after which the call completes normally.
         """
         saved = copy.deepcopy(self.__dict__)
         try:
@@ -257,6 +349,40 @@ class TransferClusterMixin:
             self.__dict__.clear()
             self.__dict__.update(saved)
             raise
+        finally:
+            # Set by a kept interrupt (see _training); valid for one call only.
+            self.__dict__.pop("_training_stopped", None)
+
+    @contextmanager
+    def _training(self, phase, n_epochs, *, state=(), select="min"):
+        """A :class:`TrainingRun` for one training phase, with its progress bar.
+
+        ``state`` lists the modules and tensors this phase trains. With
+        ``keep_best=True`` a ``KeyboardInterrupt`` inside the block is absorbed
+        once an epoch of the phase has completed: ``state`` goes back to the
+        epoch of lowest loss (``select="min"``) or stays at the last completed
+        one (``select="last"``, for adversarial training), later phases run no
+        epochs, and the caller finishes fitting so the model predicts. Otherwise
+        the interrupt propagates and :meth:`_rollback_on_error` restores the
+        state from before the call.
+        """
+        with self._progress(n_epochs, phase) as bar:
+            run = TrainingRun(self, phase, n_epochs, state, select, bar)
+            try:
+                yield run
+            except KeyboardInterrupt:
+                if not getattr(self, "keep_best", False) or run.best_epoch is None:
+                    raise
+                run.restore_best()
+                self._training_stopped = True
+                warnings.warn(
+                    f"{type(self).__name__}: interrupted during {phase} after {run.completed} "
+                    f"epoch(s); kept the {'latest' if select == 'last' else 'best'} model so far "
+                    f"(epoch {run.best_epoch}, loss {run.best_loss:.4g}) and skipped the remaining "
+                    "training (keep_best=True).",
+                    UserWarning,
+                    stacklevel=3,
+                )
 
     def _dtype(self):
         """Working float dtype: float64 on CPU (exact, deterministic), float32 elsewhere."""

@@ -16,6 +16,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sktransfer_cluster import C2MCluster, CCNCluster, PreciseFeatureGAN, SinkhornKMeans, TDCMCluster
+from sktransfer_cluster.base import TrainingRun
 
 ESTIMATORS = [
     SinkhornKMeans(n_clusters=3, n_init=2, max_iter=30, device="cpu", random_state=0),
@@ -315,3 +316,102 @@ def test_negative_stride_views_are_accepted(estimator, data):
     X, y, Xt, _ = data
     est = _fit(estimator, X[::-1], y[::-1])
     np.testing.assert_array_equal(est.predict(Xt[::-1]), est.predict(Xt)[::-1])
+
+
+# ----------------------------------------------------------- training loops
+def _trains(est):
+    """Estimators whose fit runs training epochs (through TrainingRun)."""
+    if "keep_best" not in est.get_params() or est.get_params().get("embedding", "raw") is None:
+        pytest.skip("fit runs no training epochs")
+    return est
+
+
+def _patch_end_epoch(monkeypatch, *, interrupt_at=None, before=False, losses=None, seen=None):
+    """Make ``TrainingRun.end_epoch`` misbehave like a Ctrl-C or a diverging loss.
+
+    Call ``i`` (counted over the whole fit) raises ``KeyboardInterrupt`` when
+    ``i == interrupt_at`` -- before or after the epoch is recorded -- and reports
+    ``losses[i]`` instead of the real loss when given. ``seen`` collects
+    ``(loss, snapshot of the run's state)`` per recorded epoch.
+    """
+    original = TrainingRun.end_epoch
+    calls = {"n": 0}
+
+    def end_epoch(run, loss, **postfix):
+        i = calls["n"]
+        calls["n"] += 1
+        if i == interrupt_at and before:
+            raise KeyboardInterrupt
+        if losses is not None:
+            loss = losses[i]
+        original(run, loss, **postfix)
+        if seen is not None:
+            seen.append((loss, [{k: v.clone() for k, v in m.state_dict().items()} for m in run.state]))
+        if i == interrupt_at:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(TrainingRun, "end_epoch", end_epoch)
+
+
+def test_interrupt_with_keep_best_finishes_fit_with_a_usable_model(estimator, data, monkeypatch):
+    X, y, Xt, _ = data
+    est = _trains(estimator).set_params(keep_best=True)
+    _patch_end_epoch(monkeypatch, interrupt_at=0)
+    with pytest.warns(UserWarning, match="interrupted during .* kept the"):
+        _fit(est, X, y)
+    monkeypatch.undo()
+    assert est.labels_.shape == (X.shape[0],)
+    labels = est.predict(Xt)
+    assert labels.shape == (Xt.shape[0],) and labels.min() >= 0
+    est.transfer(Xt)  # and it stays usable
+
+
+def test_interrupt_without_keep_best_restores_the_previous_model(estimator, data, monkeypatch):
+    X, y, Xt, _ = data
+    est = _fit(_trains(estimator), X, y)
+    before = est.predict(Xt)
+    _patch_end_epoch(monkeypatch, interrupt_at=0)
+    with pytest.raises(KeyboardInterrupt):
+        _fit(est, X[::-1], y[::-1])
+    monkeypatch.undo()
+    np.testing.assert_array_equal(est.predict(Xt), before)
+
+
+def test_interrupt_before_the_first_epoch_ends_propagates_even_with_keep_best(estimator, data, monkeypatch):
+    X, y, _, _ = data
+    est = _trains(estimator).set_params(keep_best=True)
+    _patch_end_epoch(monkeypatch, interrupt_at=0, before=True)
+    with pytest.raises(KeyboardInterrupt):
+        _fit(est, X, y)
+    monkeypatch.undo()
+    with pytest.raises(NotFittedError):
+        est.predict(X)
+
+
+def test_diverging_loss_names_the_epoch_and_leaves_the_estimator_unfitted(estimator, data, monkeypatch):
+    X, y, _, _ = data
+    est = _trains(estimator)
+    _patch_end_epoch(monkeypatch, losses=[float("nan")] * 10**6)
+    with pytest.raises(FloatingPointError, match="loss became nan at epoch 0; lower learning_rate"):
+        _fit(est, X, y)
+    monkeypatch.undo()
+    with pytest.raises(NotFittedError):
+        est.predict(X)
+    assert _fit(est, X, y).labels_.shape == (X.shape[0],)  # usable afterwards
+
+
+def test_keep_best_goes_back_to_the_epoch_of_lowest_loss(data, monkeypatch):
+    X, _, _, _ = data
+    est = SinkhornKMeans(
+        3, embedding="autoencoder", hidden_dims=(8, 3), pretrain_epochs=3, max_epochs=2, batch_size=32,
+        n_init=1, keep_best=True, device="cpu", random_state=0,
+    )
+    seen = []
+    _patch_end_epoch(monkeypatch, interrupt_at=2, losses=[3.0, 1.0, 2.0], seen=seen)
+    with pytest.warns(UserWarning, match=r"epoch 1, loss 1\)"):
+        est.fit(X)
+    monkeypatch.undo()
+    assert len(seen) == 3  # the joint phase ran no epoch after the interrupt
+    best = seen[1][1][0]
+    for name, value in est.autoencoder_.state_dict().items():
+        torch.testing.assert_close(value, best[name], rtol=0, atol=0)

@@ -228,6 +228,11 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         ``transfer``) is clustered through a random subsample of this size and
         the remaining rows are assigned by the best MLP found, so the cost of a
         clustering is bounded plus O(n) for the assignment. ``None``: no limit.
+    keep_best : bool, default=False
+        What a ``KeyboardInterrupt`` during the critic's training leaves. False:
+        the estimator as it was before the call. True: training stops, the
+        critic of the last finished epoch is kept (adversarial losses do not
+        rank critics) and ``fit`` completes with a warning.
     device : str or torch.device, default="auto"
     random_state : int, RandomState instance or None, default=None
         Seeds local generators only; equal values give identical results on CPU.
@@ -321,6 +326,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         "set_size": [Interval(Integral, 2, None, closed="left")],
         "standardize": ["boolean"],
         "max_cem_samples": [Interval(Integral, 2, None, closed="left"), None],
+        "keep_best": ["boolean"],
         **COMMON_PARAMETER_CONSTRAINTS,
     }
 
@@ -350,6 +356,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         set_size=200,
         standardize=True,
         max_cem_samples=2000,
+        keep_best=False,
         device="auto",
         random_state=None,
         verbose=0,
@@ -377,6 +384,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.set_size = set_size
         self.standardize = standardize
         self.max_cem_samples = max_cem_samples
+        self.keep_best = keep_best
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
@@ -523,8 +531,8 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.critic_ = critic
         opt = torch.optim.RMSprop(critic.parameters(), lr=self.learning_rate, alpha=self.rmsprop_decay)
         Xall = self._tensor(X)
-        with self._progress(self.max_epochs, "fit") as bar:
-            for epoch in range(self.max_epochs):
+        with self._training("critic training", self.max_epochs, state=[critic], select="last") as run:
+            for epoch in run.epochs():
                 losses, reals, fakes_s, accs = [], [], [], []
                 for _ in range(self.sets_per_epoch):
                     rows = sets[int(rng.integers(len(sets)))]
@@ -549,10 +557,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
                     critic.train()
                     loss, r, f = self._critic_loss(critic, Xs, real, fake, torch_gen)
                     if not torch.isfinite(loss):
-                        raise FloatingPointError(
-                            f"{type(self).__name__}: the critic loss became NaN/inf at epoch {epoch}; "
-                            "lower learning_rate, use lipschitz='gp' or standardize=True."
-                        )
+                        run.end_epoch(loss.item())  # raises before a step on NaN
                     opt.zero_grad()
                     loss.backward()
                     opt.step()
@@ -570,8 +575,8 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
                     "fake_score": float(np.mean(fakes_s)),
                     "proposal_accuracy": float(np.mean(accs)),
                 }
+                run.end_epoch(record["critic_loss"], acc=record["proposal_accuracy"])
                 self.history_.append(record)
-                self._tick(bar, loss=record["critic_loss"], acc=record["proposal_accuracy"])
         critic.eval()
         for p in critic.parameters():
             p.requires_grad_(False)

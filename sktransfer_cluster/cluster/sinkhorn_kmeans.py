@@ -110,6 +110,11 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         feature variance (as in :class:`~sklearn.cluster.KMeans`).
     device : str or torch.device, default="auto"
         ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``.
+    keep_best : bool, default=False
+        What a ``KeyboardInterrupt`` during the embedding training leaves. False:
+        the estimator as it was before the call. True: fitting stops, the
+        autoencoder and centres of the epoch with the lowest loss so far are
+        kept and ``fit`` completes with a warning (needs one finished epoch).
     random_state : int, RandomState instance or None, default=None
         Seeds local generators only; equal values give identical results on CPU.
     verbose : int, default=0
@@ -172,6 +177,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         "n_init": [Interval(Integral, 1, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
+        "keep_best": ["boolean"],
         **COMMON_PARAMETER_CONSTRAINTS,
     }
 
@@ -190,6 +196,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         n_init=10,
         max_iter=100,
         tol=1e-4,
+        keep_best=False,
         device="auto",
         random_state=None,
         verbose=0,
@@ -206,6 +213,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         self.n_init = n_init
         self.max_iter = max_iter
         self.tol = tol
+        self.keep_best = keep_best
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
@@ -273,8 +281,9 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         opt = torch.optim.Adam(params, lr=self.learning_rate)
         _, log_w = self._log_weights()
         n = Xt.shape[0]
-        with self._progress(epochs, desc) as bar:
-            for epoch in range(epochs):
+        state = [ae] if recon_only else [ae, centers]
+        with self._training(desc, epochs, state=state) as run:
+            for epoch in run.epochs():
                 perm = torch.randperm(n, generator=torch_gen).to(Xt.device)
                 tot_rec = tot_ot = 0.0
                 for start in range(0, n, self.batch_size):
@@ -295,13 +304,8 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
                 record = {"phase": desc, "epoch": epoch, "reconstruction": tot_rec / n}
                 if not recon_only:
                     record["ot"] = tot_ot / n
-                if not math.isfinite(record["reconstruction"]):
-                    raise FloatingPointError(
-                        f"{type(self).__name__}: the loss became NaN/inf at epoch {epoch} of "
-                        f"{desc}; lower learning_rate."
-                    )
+                run.end_epoch(record["reconstruction"] + record.get("ot", 0.0))
                 self.history_.append(record)
-                self._tick(bar, loss=record["reconstruction"] + record.get("ot", 0.0))
         return None if recon_only else centers.detach()
 
     def _finish(self, Z, centers, reg, n_iter):
