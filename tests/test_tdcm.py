@@ -9,7 +9,13 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from sktransfer_cluster.cluster.tdcm import TDCMCluster, _adapt_centroids, _initial_centroids, _run_blocks
+from sktransfer_cluster.cluster.tdcm import (
+    TDCMCluster,
+    _adapt_centroids,
+    _initial_centroids,
+    _isometry_penalty,
+    _run_blocks,
+)
 from sktransfer_cluster.datasets import make_tdcm_transfer
 from sktransfer_cluster.losses import negative_size_entropy
 from sktransfer_cluster.nn import CentroidUpdateBlock
@@ -185,3 +191,47 @@ def test_score_does_not_change_the_fitted_model(blobs):
     model.score(X + 2.0)
     np.testing.assert_array_equal(model.cluster_centers_, centers)
     np.testing.assert_array_equal(model.labels_, labels)
+
+
+def test_isometry_penalty_is_zero_for_scaled_partial_isometries_only():
+    g = torch.Generator().manual_seed(0)
+    Q, _ = torch.linalg.qr(torch.randn(6, 3, generator=g, dtype=torch.float64))
+    zero = torch.zeros((), dtype=torch.float64)
+    torch.testing.assert_close(_isometry_penalty(5.0 * Q), zero)  # orthonormal columns (wide embedding)
+    torch.testing.assert_close(_isometry_penalty(0.2 * Q.T), zero)  # orthonormal rows (projection)
+    rank_one = torch.ones(6, 3, dtype=torch.float64)
+    assert _isometry_penalty(rank_one) > 1.0
+
+
+def test_isometry_weight_keeps_the_linear_encoder_from_collapsing(blobs):
+    X, _ = blobs
+    kw = {**FAST, "hidden_dims": (), "max_epochs": 30}
+
+    def penalty(weight):
+        model = TDCMCluster(n_clusters=3, isometry_weight=weight, random_state=0, **kw).fit(X)
+        return float(_isometry_penalty(model._linear_encoder_weight().detach()))
+
+    assert penalty(1.0) < penalty(0.0)
+
+
+def test_isometry_term_is_recorded_for_a_linear_encoder_and_zero_for_an_mlp(blobs):
+    X, _ = blobs
+    linear = TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "hidden_dims": ()}).fit(X)
+    mlp = TDCMCluster(n_clusters=3, random_state=0, **FAST).fit(X)
+    assert linear.history_[0]["isometry"] > 0
+    assert all(h["isometry"] == 0 for h in mlp.history_)
+
+
+def test_extra_adapt_steps_repeat_the_last_block_without_changing_training(blobs):
+    X, _ = blobs
+    base = TDCMCluster(n_clusters=3, random_state=0, **FAST).fit(X)
+    extra = TDCMCluster(n_clusters=3, extra_adapt_steps=3, random_state=0, **FAST).fit(X)
+    for a, b in zip(base.blocks_.parameters(), extra.blocks_.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    Z = extra._embed_all(X + 1.0)
+    blocks = list(extra.blocks_) + [extra.blocks_[-1]] * 3
+    expected = _adapt_centroids(Z, blocks, extra._c0(), extra.tau)[-1]
+    extra.transfer(X + 1.0)
+    # cluster_centers_ are the adapted centroids, reordered (occupied clusters first).
+    dist = np.linalg.norm(extra.cluster_centers_[:, None, :] - expected.numpy()[None, :, :], axis=2)
+    np.testing.assert_allclose(dist.min(1), 0.0, atol=1e-12)
