@@ -259,6 +259,11 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         Adam learning rate (paper: 5e-3 synthetic, 5e-4 real data).
     weight_decay : float, default=5e-4
         Adam weight decay.
+    keep_best : bool, default=False
+        What a ``KeyboardInterrupt`` during training leaves. False: the
+        estimator as it was before the call. True: training stops, the encoder
+        and blocks of the epoch with the lowest loss so far are kept and the
+        call completes with a warning (needs one finished epoch).
     device : str or torch.device, default="auto"
         ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``.
     random_state : int, RandomState instance or None, default=None
@@ -343,6 +348,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "weight_decay": [Interval(Real, 0, None, closed="left")],
+        "keep_best": ["boolean"],
         **COMMON_PARAMETER_CONSTRAINTS,
     }
 
@@ -365,6 +371,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         batch_size=256,
         learning_rate=5e-3,
         weight_decay=5e-4,
+        keep_best=False,
         device="auto",
         random_state=None,
         verbose=0,
@@ -385,6 +392,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         self.batch_size = batch_size
         self.learning_rate = learning_rate
         self.weight_decay = weight_decay
+        self.keep_best = keep_best
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
@@ -435,8 +443,8 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         opt = torch.optim.Adam(params, lr=self.learning_rate, weight_decay=self.weight_decay)
         n = Xt.shape[0]
         self.encoder_.train()
-        with self._progress(epochs, phase) as bar:
-            for epoch in range(epochs):
+        with self._training(phase, epochs, state=[self.encoder_, self.blocks_]) as run:
+            for epoch in run.epochs():
                 perm = torch.randperm(n, generator=torch_gen).to(Xt.device)
                 sums = np.zeros(5)
                 for start in range(0, n, self.batch_size):
@@ -446,10 +454,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
                     terms = self._objective(self.encoder_(xb))
                     loss = terms[0]
                     if not torch.isfinite(loss):
-                        raise FloatingPointError(
-                            f"{type(self).__name__}: the loss became NaN/inf at epoch {epoch} of "
-                            f"{phase} (learning_rate={self.learning_rate}); lower learning_rate."
-                        )
+                        run.end_epoch(loss.item())  # raises before a step on NaN
                     opt.zero_grad()
                     loss.backward()
                     opt.step()
@@ -464,9 +469,10 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
                     "orthogonality": mean[3],
                     "isometry": mean[4],
                 }
+                run.end_epoch(record["loss"])
                 self.history_.append(record)
-                self._tick(bar, loss=record["loss"])
         self.encoder_.eval()
+        return run.completed
 
     @torch.no_grad()
     def _set_norm_stats(self, X):
@@ -535,9 +541,8 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         self.encoder_ = encoder.to(device=self.device_, dtype=self._dtype())
         self.blocks_ = blocks.to(device=self.device_, dtype=self._dtype())
         self.history_ = []
-        self._train(self._tensor(X), self.max_epochs, torch_gen, "fit")
+        self.n_iter_ = self._train(self._tensor(X), self.max_epochs, torch_gen, "fit")
         self._set_norm_stats(X)
-        self.n_iter_ = int(self.max_epochs)
         self.labels_ = self._adapt(X)
 
     def _transfer(self, X, fine_tune_epochs=0):
