@@ -97,8 +97,8 @@ def init_module(module, generator):
 # Hsu, Lv & Kira, *Learning to cluster in order to transfer across domains and tasks*.
 
 
-def pair_enumerate(a, b=None):
-    """All ordered pairs of rows, concatenated: row ``i * m + j`` is ``[a_i, b_j]``.
+def pair_enumerate(a, b=None, symmetric=False):
+    """All ordered pairs of rows: row ``i * m + j`` describes the pair ``(a_i, b_j)``.
 
     Vectorised with ``expand`` + ``cat`` (no Python loop over pairs). Self-pairs
     are included, as in the paper's pair-enumeration layer: a (10, 512) input
@@ -109,6 +109,9 @@ def pair_enumerate(a, b=None):
     a : torch.Tensor of shape (n, d)
     b : torch.Tensor of shape (m, d), default=None
         Defaults to ``a`` (all n^2 pairs of a minibatch).
+    symmetric : bool, default=False
+        False: the paper's concatenation ``[a_i, b_j]``. True:
+        ``[|a_i - b_j|, a_i * b_j]``, the same for ``(i, j)`` and ``(j, i)``.
 
     Returns
     -------
@@ -119,14 +122,30 @@ def pair_enumerate(a, b=None):
     n, m = a.shape[0], b.shape[0]
     left = a.unsqueeze(1).expand(n, m, a.shape[1])
     right = b.unsqueeze(0).expand(n, m, b.shape[1])
-    return torch.cat([left, right], dim=2).reshape(n * m, a.shape[1] + b.shape[1])
+    parts = [(left - right).abs(), left * right] if symmetric else [left, right]
+    return torch.cat(parts, dim=2).reshape(n * m, a.shape[1] + b.shape[1])
 
 
 class PairEnum(nn.Module):
     """Module form of :func:`pair_enumerate`."""
 
+    def __init__(self, symmetric=False):
+        super().__init__()
+        self.symmetric = symmetric
+
     def forward(self, a, b=None):
-        return pair_enumerate(a, b)
+        return pair_enumerate(a, b, symmetric=self.symmetric)
+
+
+class _WithInput(nn.Module):
+    """``net(x)`` followed by ``x`` itself."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x):
+        return torch.cat([self.net(x), x], dim=1)
 
 
 class SimilarityNetwork(nn.Module):
@@ -136,21 +155,35 @@ class SimilarityNetwork(nn.Module):
     ----------
     n_features : int
     hidden_dims : sequence of int, default=(128, 64)
-        Backbone widths (batch norm + ReLU after each); the last is the feature size.
+        Backbone widths (batch norm + ReLU after each; with ``symmetric`` the
+        last layer is linear, since a ReLU would zero part of ``|h_i - h_j|``).
     pair_hidden : int, default=64
-        Width of the hidden fully connected layer on the concatenated pairs.
+        Width of the hidden fully connected layer on the pair features.
     batch_norm : bool, default=True
+    symmetric : bool, default=False
+        Pair features ``[|h_i - h_j|, h_i * h_j]`` instead of the paper's
+        ``[h_i, h_j]``: the head sees how two features agree, not where each
+        lies, so it cannot learn "i is a 3 and j is a 3" and has to learn a
+        comparison, which carries over to classes never seen in training. The
+        prediction is then symmetric in ``(i, j)``.
+    raw_features : bool, default=False
+        Append the input itself to the backbone's features ``h``.
 
     ``forward(x)`` returns logits of shape (n, n, 2) for all ordered pairs of the
     minibatch (class 1 = similar); ``forward(x, x2)`` those of the (n, m) cross pairs.
     """
 
-    def __init__(self, n_features, hidden_dims=(128, 64), pair_hidden=64, batch_norm=True):
+    def __init__(
+        self, n_features, hidden_dims=(128, 64), pair_hidden=64, batch_norm=True, symmetric=False, raw_features=False
+    ):
         super().__init__()
         dims = [n_features, *hidden_dims]
-        self.backbone = mlp(dims, batch_norm=batch_norm, final_activation=True)
-        self.pair_enum = PairEnum()
-        layers = [nn.Linear(2 * dims[-1], pair_hidden)]
+        self.backbone = mlp(dims, batch_norm=batch_norm, final_activation=not symmetric)
+        if raw_features:
+            self.backbone = _WithInput(self.backbone)
+        self.pair_enum = PairEnum(symmetric)
+        h = dims[-1] + (n_features if raw_features else 0)
+        layers = [nn.Linear(2 * h, pair_hidden)]
         if batch_norm:
             layers.append(nn.BatchNorm1d(pair_hidden))
         layers += [nn.ReLU(), nn.Linear(pair_hidden, 2)]
@@ -166,8 +199,6 @@ class SimilarityNetwork(nn.Module):
         fa = self.backbone(x)
         fb = None if x2 is None else self.backbone(x2)
         return self.pair_logits(fa, fb)
-
-
 
 
 class CentroidUpdateBlock(nn.Module):

@@ -18,6 +18,7 @@ torch.set_num_threads(1)
 
 FAST = dict(
     hidden_dims=(16,),
+    similarity_hidden_dims=(16,),
     pair_hidden=16,
     similarity_epochs=20,
     clustering_epochs=40,
@@ -181,6 +182,63 @@ def test_similarity_network_returns_logits_for_every_ordered_pair():
     assert g(x, x2).shape == (4, 3, 2)
     with torch.no_grad():
         torch.testing.assert_close(g(x)[1, 2], g(x[[1]], x[[2]])[0, 0])
+
+
+def test_symmetric_similarity_network_scores_both_orders_of_a_pair_equally():
+    g = init_module(SimilarityNetwork(5, (8, 6), 7, symmetric=True), torch.Generator().manual_seed(0))
+    g.eval()
+    x = torch.randn(6, 5)
+    with torch.no_grad():
+        logits = g(x)
+    assert logits.shape == (6, 6, 2)
+    torch.testing.assert_close(logits, logits.transpose(0, 1))
+
+
+def test_symmetric_similarity_network_with_raw_features_appends_the_input():
+    g = init_module(
+        SimilarityNetwork(5, (8, 6), 7, symmetric=True, raw_features=True), torch.Generator().manual_seed(0)
+    )
+    g.eval()
+    x = torch.randn(4, 5)
+    with torch.no_grad():
+        h = g.backbone(x)
+    assert h.shape == (4, 6 + 5)
+    torch.testing.assert_close(h[:, 6:], x)
+
+
+@pytest.mark.parametrize(
+    "pair_features, symmetric, raw", [("concat", False, False), ("symmetric", True, False), ("symmetric+raw", True, True)]
+)
+def test_pair_features_selects_the_pair_layer_of_g(pair_features, symmetric, raw):
+    Xs, ys, _, _ = _blob_task()
+    params = dict(FAST, similarity_epochs=1, clustering_epochs=1)
+    g = CCNCluster(n_clusters=3, pair_features=pair_features, **params).fit(Xs, ys).similarity_net_
+    assert g.pair_enum.symmetric is symmetric
+    with torch.no_grad():
+        assert g.backbone(torch.as_tensor(Xs[:2])).shape[1] == 16 + raw * Xs.shape[1]
+
+
+def test_similarity_hidden_dims_sizes_g_and_leaves_f_on_hidden_dims():
+    Xs, ys, _, _ = _blob_task()
+    params = dict(FAST, similarity_epochs=1, clustering_epochs=1)
+    params["similarity_hidden_dims"] = (12,)
+    est = CCNCluster(n_clusters=3, **params).fit(Xs, ys)
+    g_widths = [m.out_features for m in est.similarity_net_.backbone.modules() if isinstance(m, torch.nn.Linear)]
+    f_widths = [m.out_features for m in est.clustering_net_.modules() if isinstance(m, torch.nn.Linear)]
+    assert g_widths == [12]
+    assert f_widths == [16, 3]
+
+
+def test_balanced_similar_weight_gives_both_pair_classes_equal_total_weight():
+    est = CCNCluster(similar_weight="balanced")
+    est.device_ = torch.device("cpu")
+    target = torch.tensor([1, 0, 0, 0, 0, 1, 0, 0, 0, 0])
+    w = est._pair_class_weight(target)
+    n_sim = int(target.sum())
+    assert (w[1] * n_sim).item() == pytest.approx((w[0] * (target.numel() - n_sim)).item())
+    assert (w[1] * n_sim + w[0] * (target.numel() - n_sim)).item() == pytest.approx(target.numel())
+    est.set_params(similar_weight=0.5)
+    torch.testing.assert_close(est._pair_class_weight(target), torch.tensor([1.0, 0.5], dtype=torch.float64))
 
 
 def test_similarity_network_learns_same_versus_different_class_on_blobs():
