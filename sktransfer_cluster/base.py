@@ -28,6 +28,7 @@ __all__ = ["TransferClusterMixin", "resolve_device", "make_generators", "pipelin
 
 # Parameter constraints every estimator shares (sklearn's _parameter_constraints).
 COMMON_PARAMETER_CONSTRAINTS = {
+    "keep_best": ["boolean"],
     "device": [str, torch.device, None],
     "random_state": ["random_state"],
     "verbose": ["verbose"],
@@ -198,13 +199,18 @@ class TrainingRun:
     that an interrupt can fall back on them.
     """
 
-    def __init__(self, owner, phase, n_epochs, state, select, bar):
+    def __init__(self, owner, phase, n_epochs, state, select, bar, unit="epoch", hint=None):
         self.owner = owner
         self.phase = phase
         self.n_epochs = int(n_epochs)
         self.state = list(state)
         self.select = select
         self.bar = bar
+        self.unit = unit
+        if hint is None:
+            lr = getattr(owner, "learning_rate", None)
+            hint = "lower learning_rate" + ("" if lr is None else f" (now {lr:g})")
+        self.hint = hint
         self.completed = 0
         self.best_epoch = None
         self.best_loss = math.inf
@@ -220,21 +226,23 @@ class TrainingRun:
     def end_epoch(self, loss, **postfix):
         """Close an epoch whose (mean) training loss is ``loss``.
 
+        ``postfix`` values (other monitored quantities) are shown on the
+        progress bar and checked like ``loss``.
+
         Raises
         ------
         FloatingPointError
-            If ``loss`` is NaN or infinite.
+            If ``loss`` or a ``postfix`` value is NaN or infinite.
         """
-        loss = float(loss)
+        values = {"loss": float(loss), **{k: float(v) for k, v in postfix.items()}}
+        loss = values["loss"]
         epoch = self.completed
-        if not math.isfinite(loss):
-            hint = "lower learning_rate"
-            lr = getattr(self.owner, "learning_rate", None)
-            if lr is not None:
-                hint += f" (now {lr:g})"
+        bad = {k: v for k, v in values.items() if not math.isfinite(v)}
+        if bad:
+            what = ", ".join(f"{k} became {v}" for k, v in bad.items())
             raise FloatingPointError(
-                f"{type(self.owner).__name__}: the {self.phase} loss became {loss} at epoch {epoch}; "
-                f"{hint} or standardise X (e.g. StandardScaler)."
+                f"{type(self.owner).__name__}: the {self.phase} {what} at {self.unit} {epoch} of "
+                f"{self.n_epochs}; {self.hint} or standardise X (e.g. StandardScaler)."
             )
         self.completed += 1
         self.owner._tick(self.bar, loss=loss, **postfix)
@@ -354,10 +362,12 @@ class TransferClusterMixin:
             self.__dict__.pop("_training_stopped", None)
 
     @contextmanager
-    def _training(self, phase, n_epochs, *, state=(), select="min"):
+    def _training(self, phase, n_epochs, *, state=(), select="min", unit="epoch", hint=None):
         """A :class:`TrainingRun` for one training phase, with its progress bar.
 
-        ``state`` lists the modules and tensors this phase trains. With
+        ``state`` lists the modules and tensors this phase trains; ``unit``
+        names a training step in messages and ``hint`` replaces the default
+        advice of the divergence error ("lower learning_rate"). With
         ``keep_best=True`` a ``KeyboardInterrupt`` inside the block is absorbed
         once an epoch of the phase has completed: ``state`` goes back to the
         epoch of lowest loss (``select="min"``) or stays at the last completed
@@ -367,7 +377,7 @@ class TransferClusterMixin:
         state from before the call.
         """
         with self._progress(n_epochs, phase) as bar:
-            run = TrainingRun(self, phase, n_epochs, state, select, bar)
+            run = TrainingRun(self, phase, n_epochs, state, select, bar, unit, hint)
             try:
                 yield run
             except KeyboardInterrupt:
@@ -377,8 +387,8 @@ class TransferClusterMixin:
                 self._training_stopped = True
                 warnings.warn(
                     f"{type(self).__name__}: interrupted during {phase} after {run.completed} "
-                    f"epoch(s); kept the {'latest' if select == 'last' else 'best'} model so far "
-                    f"(epoch {run.best_epoch}, loss {run.best_loss:.4g}) and skipped the remaining "
+                    f"{unit}(s); kept the {'latest' if select == 'last' else 'best'} model so far "
+                    f"({unit} {run.best_epoch}, loss {run.best_loss:.4g}) and skipped the remaining "
                     "training (keep_best=True).",
                     UserWarning,
                     stacklevel=3,

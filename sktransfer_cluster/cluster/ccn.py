@@ -247,7 +247,6 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         "pair_features": [StrOptions({"concat", "symmetric", "symmetric+raw"})],
         "similarity_hidden_dims": [None, tuple, list],
         "similar_weight": [Interval(Real, 0, None, closed="neither"), StrOptions({"balanced"})],
-        "keep_best": ["boolean"],
         **COMMON_PARAMETER_CONSTRAINTS,
     }
 

@@ -148,6 +148,11 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         Generator steps of :meth:`transfer`; None is ``max(1, n_iter // 4)``.
     log_every : int, default=None
         Generator steps per entry of ``history_``; None gives about 100 entries.
+    keep_best : bool, default=False
+        What a ``KeyboardInterrupt`` during training leaves. False: the
+        estimator as it was before the call. True: training stops, the three
+        networks of the last finished generator step are kept (adversarial
+        losses do not rank models) and the call completes with a warning.
     device : str or torch.device, default="auto"
         ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``.
     random_state : int, RandomState instance or None, default=None
@@ -298,6 +303,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         standardize=True,
         transfer_iter=None,
         log_every=None,
+        keep_best=False,
         device="auto",
         random_state=None,
         verbose=0,
@@ -322,6 +328,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.standardize = standardize
         self.transfer_iter = transfer_iter
         self.log_every = log_every
+        self.keep_best = keep_best
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
@@ -423,8 +430,11 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
                 "generator_loss")
         sums, count = np.zeros(len(keys)), 0
         real = None
-        with self._progress(n_steps, phase) as bar:
-            for t in range(n_steps):
+        with self._training(
+            phase, n_steps, state=[G, D, C], select="last", unit="generator step",
+            hint="lower learning_rate (or eta / gp_weight)",
+        ) as run:
+            for t in run.epochs():
                 eta_t = float(eta_schedule(t, self.eta, self.eta_gamma, eta_step))
                 # Critic: WGAN-GP (Alg. 1, lines 2-11).
                 _requires_grad(D, True)
@@ -465,13 +475,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
                 nc, ncl = max(self.n_critic, 1), self.n_classifier
                 step = torch.stack([s_d / nc, s_w / nc, s_gp / nc, s_c / ncl, s_acc / ncl, loss_g.detach()])
                 vals = step.cpu().numpy()
-                if not np.all(np.isfinite(vals)):
-                    bad = [k for k, v in zip(keys, vals) if not np.isfinite(v)]
-                    raise FloatingPointError(
-                        f"{type(self).__name__}: {', '.join(bad)} became NaN/inf at generator step "
-                        f"{t + 1} of {n_steps} during {phase} (learning_rate={self.learning_rate}, "
-                        f"eta={eta_t:.4g}); lower learning_rate (or eta / gp_weight)."
-                    )
+                run.end_epoch(vals[-1], **dict(zip(keys[:-1], vals[:-1])))
                 sums += vals
                 count += 1
                 if count == log_every or t == n_steps - 1:
@@ -483,10 +487,9 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
                     record["real_entropy"] = self._entropy(real if real is not None else Xt[:bs])
                     self.history_.append(record)
                     sums[:], count = 0.0, 0
-                self._tick(bar, wasserstein=float(vals[1]), fake_acc=float(vals[4]))
         _requires_grad(D, True)
         _requires_grad(C, True)
-        self.n_iter_ = int(n_steps)
+        self.n_iter_ = run.completed
 
     @torch.no_grad()
     def _entropy(self, Xt):
