@@ -161,7 +161,7 @@ def main():
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--datasets", type=int, default=3, help="data sets per K (paper: 10)")
+    parser.add_argument("--datasets", type=int, default=10, help="data sets per K (as the paper)")
     parser.add_argument("--epochs", type=int, default=100, help="training epochs (paper: 500)")
     parser.add_argument("--shift", type=float, default=3.0, help="std of the centre perturbation")
     parser.add_argument("--ks", type=int, nargs="+", default=[2, 3, 5, 10])
