@@ -36,11 +36,11 @@ def _epochs(n, scale):
     return max(1, int(round(n * scale)))
 
 
-def _sinkhorn_kmeans(k, seed, device, scale):
+def _sinkhorn_kmeans(k, seed, device, scale, n_features):
     return SinkhornKMeans(k, random_state=seed, device=device)
 
 
-def _sinkhorn_kmeans_ae(k, seed, device, scale):
+def _sinkhorn_kmeans_ae(k, seed, device, scale, n_features):
     return SinkhornKMeans(
         k,
         embedding="autoencoder",
@@ -52,21 +52,27 @@ def _sinkhorn_kmeans_ae(k, seed, device, scale):
     )
 
 
-def _tdcm(k, seed, device, scale):
-    return TDCMCluster(k, max_epochs=_epochs(100, scale), random_state=seed, device=device)
+def _tdcm(k, seed, device, scale, n_features):
+    if n_features > 10:
+        # The paper's real-data settings (L = 5, lr 5e-4) and a wider embedding,
+        # as in benchmarks/tdcm_quality.py's digits run.
+        extra = dict(n_blocks=5, learning_rate=5e-4, embedding_dim=max(32, k))
+    else:
+        extra = dict(embedding_dim=max(10, k))
+    return TDCMCluster(k, max_epochs=_epochs(100, scale), random_state=seed, device=device, **extra)
 
 
-def _ccn(k, seed, device, scale):
+def _ccn(k, seed, device, scale, n_features):
     return CCNCluster(
         k,
-        similarity_epochs=_epochs(10, scale),
+        similarity_epochs=_epochs(3, scale),
         clustering_epochs=_epochs(40, scale),
         random_state=seed,
         device=device,
     )
 
 
-def _c2m(k, seed, device, scale):
+def _c2m(k, seed, device, scale, n_features):
     # K is not given: max_clusters is only an upper bound on what the critic may choose.
     return C2MCluster(
         max_clusters=max(10, 2 * k),
@@ -80,7 +86,7 @@ def _c2m(k, seed, device, scale):
     )
 
 
-def _precise_gan(k, seed, device, scale):
+def _precise_gan(k, seed, device, scale, n_features):
     # The settings that reached the ring goal on CPU (benchmarks/precise_gan_quality.py).
     return PreciseFeatureGAN(
         k,
@@ -94,7 +100,7 @@ def _precise_gan(k, seed, device, scale):
     )
 
 
-# name -> (factory(n_clusters, seed, device, budget scale), needs source labels)
+# name -> (factory(n_clusters, seed, device, budget scale, n_features), needs source labels)
 METHODS = {
     "SinkhornKMeans": (_sinkhorn_kmeans, False),
     "SinkhornKMeans-AE": (_sinkhorn_kmeans_ae, False),
@@ -158,7 +164,7 @@ def _scores(y, labels):
 
 def _run_method(name, task, k, seed, device, scale):
     factory, needs_y = METHODS[name]
-    est = factory(k, seed, device, scale)
+    est = factory(k, seed, device, scale, task.X_source.shape[1])
     t0 = time.perf_counter()
     if needs_y:
         est.fit(task.X_source, task.y_source)
