@@ -153,12 +153,27 @@ def _one_c2m_set(kind, n_points, n_clusters, rs):
     return X, y
 
 
+def _linearly_separable(X, y):
+    """True when a linear classifier labels every point of ``(X, y)`` correctly."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.svm import LinearSVC
+
+    with warnings.catch_warnings():
+        # Non-separable pools need not converge; they are rejected anyway.
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf = LinearSVC(C=1e3, max_iter=20_000, random_state=0).fit(X, y)
+    return bool(clf.score(X, y) == 1.0)
+
+
 def make_c2m_sets(
     kind="blobs",
     n_sets=20,
     n_points=200,
     pool_size=1500,
     n_clusters_range=(2, 6),
+    separable=False,
     random_state=None,
 ):
     """Collections of small labelled sets, the C2M protocol.
@@ -176,6 +191,11 @@ def make_c2m_sets(
     pool_size : int, default=1500
     n_clusters_range : tuple of int, default=(2, 6)
         Inclusive range of the number of blobs (moons and circles have 2).
+    separable : bool, default=False
+        Redraw each blob or anisotropic pool until its clusters are linearly
+        separable (checked with a linear SVM), as the paper's training blobs
+        are. With ``make_blobs``' overlapping draws, a metric trained on them
+        learns that true clusters may touch, and over-segments moons and circles.
     random_state : int, RandomState instance or None
 
     Returns
@@ -193,6 +213,8 @@ def make_c2m_sets(
     for s in range(n_sets):
         k = int(rs.randint(n_clusters_range[0], n_clusters_range[1] + 1))
         X, y = _one_c2m_set(kind, pool_size, k, rs)
+        while separable and kind in ("blobs", "anisotropic") and not _linearly_separable(X, y):
+            X, y = _one_c2m_set(kind, pool_size, k, rs)
         idx = rs.choice(pool_size, n_points, replace=False)
         _, y_sub = np.unique(y[idx], return_inverse=True)
         Xs.append(X[idx])

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.datasets import make_blobs
 from sklearn.model_selection import GridSearchCV
+from sklearn.svm import LinearSVC
 
 from sktransfer_cluster.cem import cross_entropy_method
 from sktransfer_cluster.cluster.c2m import C2MCluster, _n_mlp_params, _population_logits
@@ -305,3 +306,10 @@ def test_grid_search_without_scoring_runs_on_the_metric():
     X, y = make_blobs(90, centers=3, random_state=0)
     search = GridSearchCV(C2MCluster(**FAST), {"n_negatives": [0, 2]}, cv=2).fit(X, y)
     assert np.all(np.isfinite(search.cv_results_["mean_test_score"]))
+
+
+def test_separable_blob_pools_are_linearly_separable():
+    X, y, groups = make_c2m_sets("blobs", n_sets=4, n_points=300, pool_size=300, separable=True, random_state=3)
+    for g in np.unique(groups):
+        rows = groups == g
+        assert LinearSVC(C=1e3, max_iter=20_000, random_state=0).fit(X[rows], y[rows]).score(X[rows], y[rows]) == 1.0
