@@ -17,7 +17,7 @@
     python benchmarks/c2m_quality.py [--quick] [--sets 50] [--seed 0] [--threads 1]
 
 Writes benchmarks/results/c2m_quality.json and .md (and c2m_ordering.png when
-matplotlib is installed).
+matplotlib is installed); ``--quick`` writes the same names with ``_quick``.
 """
 
 from __future__ import annotations
@@ -252,7 +252,8 @@ def main(argv=None):
     _, paper = _synthetic({**params, **PAPER_SETTINGS}, cluster, 20, paper_sets, args.seed)
     print("synthetic (paper settings) done", round(time.perf_counter() - t_start), "s", flush=True)
     ordering = _ordering(est, order_sets, args.seed)
-    png = _plot(ordering, RESULTS / "c2m_ordering.png")
+    png_path = RESULTS / ("c2m_ordering_quick.png" if args.quick else "c2m_ordering.png")
+    png = _plot(ordering, png_path)
     print("ordering done", round(time.perf_counter() - t_start), "s", flush=True)
     # 64-D inputs: a CEM iteration costs ~3x a 2-D one, so fewer/smaller CEM runs here.
     digits_params = {**params, "gae_dims": (100, 50)}
@@ -296,7 +297,7 @@ def main(argv=None):
     md += [
         "",
         f"{order_sets} held-out sets per kind, {4} random mislabellings per level"
-        + (" (plot: c2m_ordering.png)." if png else " (matplotlib not installed: no plot)."),
+        + (f" (plot: {png_path.name})." if png else " (matplotlib not installed: no plot)."),
         "",
         "## Digits cross-task: metric on 0-4, cluster 200-point sub-sets of 5-9 (K not given)",
         "",
@@ -337,7 +338,8 @@ def main(argv=None):
         "timing": timing,
         "total_seconds": total,
     }
-    write("c2m_quality", payload, "\n".join(md))
+    # A smoke run must not overwrite the full results.
+    write("c2m_quality" + ("_quick" if args.quick else ""), payload, "\n".join(md))
 
 
 if __name__ == "__main__":

@@ -177,9 +177,10 @@ def main(argv=None):
     RESULTS.mkdir(parents=True, exist_ok=True)
     payload = {"rows": rows, "summary": summary, "pairs": pairs, "timing": timing, "params": params,
                "threads": args.threads, "seeds": args.seeds, "quick": args.quick}
-    (RESULTS / "ccn_quality.json").write_text(json.dumps(payload, indent=2))
+    stem = "ccn_quality" + ("_quick" if args.quick else "")  # a smoke run keeps the full results
+    (RESULTS / f"{stem}.json").write_text(json.dumps(payload, indent=2))
     md = _markdown(summary, pairs, timing, args, params)
-    (RESULTS / "ccn_quality.md").write_text(md)
+    (RESULTS / f"{stem}.md").write_text(md)
     print(md)
 
 

@@ -214,7 +214,8 @@ def main():
         md += ["", *throughput_lines(payload["throughput"])]
     payload["total_seconds"] = time.perf_counter() - t_start
     md += ["", f"Total wall time {payload['total_seconds']:.0f} s."]
-    write("tdcm_quality", payload, "\n".join(md))
+    # A smoke run must not overwrite the full results.
+    write("tdcm_quality" + ("_quick" if args.quick else ""), payload, "\n".join(md))
 
 
 if __name__ == "__main__":
