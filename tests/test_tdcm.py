@@ -235,3 +235,25 @@ def test_extra_adapt_steps_repeat_the_last_block_without_changing_training(blobs
     # cluster_centers_ are the adapted centroids, reordered (occupied clusters first).
     dist = np.linalg.norm(extra.cluster_centers_[:, None, :] - expected.numpy()[None, :, :], axis=2)
     np.testing.assert_allclose(dist.min(1), 0.0, atol=1e-12)
+
+
+def test_n_init_keeps_the_run_with_the_lowest_source_objective(blobs, monkeypatch):
+    X, _ = blobs
+    objectives, encoders = iter([3.0, 1.0, 2.0]), []
+
+    def objective(self, X):
+        encoders.append(self.encoder_)
+        return next(objectives)
+
+    monkeypatch.setattr(TDCMCluster, "_full_objective", objective)
+    model = TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "n_init": 3}).fit(X)
+    assert len(encoders) == 3 and len({id(e) for e in encoders}) == 3  # three fresh runs
+    assert model.encoder_ is encoders[1]
+
+
+def test_n_init_never_does_worse_on_the_source_objective(blobs):
+    X, _ = blobs
+    single = TDCMCluster(n_clusters=3, random_state=0, **FAST).fit(X)
+    multi = TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "n_init": 3}).fit(X)
+    # The first of the three runs is the single run (same seeded generator).
+    assert -multi.score(X) <= -single.score(X) + 1e-12
