@@ -20,7 +20,7 @@ from sktransfer_cluster.datasets import make_tdcm_transfer
 from sktransfer_cluster.losses import negative_size_entropy
 from sktransfer_cluster.nn import CentroidUpdateBlock
 
-FAST = dict(hidden_dims=(16,), embedding_dim=4, n_blocks=2, max_epochs=5, batch_size=64, device="cpu")
+FAST = dict(hidden_dims=(16,), embedding_dim=4, n_blocks=2, max_epochs=5, batch_size=64, n_init=1, device="cpu")
 
 
 @pytest.fixture(scope="module")

@@ -254,12 +254,15 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         encoder.
     max_epochs : int, default=100
         Training epochs on the source (the paper trains 500 on synthetic data).
-    n_init : int, default=1
+    n_init : int, default=5
         Independent training runs from different initial weights; the run with
         the lowest training objective on the whole source is kept (like
-        :class:`~sklearn.cluster.KMeans`' ``n_init``). Training can end in a
-        local optimum that merges two source clusters and splits another; on the
-        synthetic protocol the objective singles such runs out.
+        :class:`~sklearn.cluster.KMeans`' ``n_init``; the paper trains once).
+        Training can end in a local optimum that merges two source clusters and
+        splits another, and the objective singles such runs out: on the
+        synthetic protocol (10 data sets per K) target NMI for K = 2/3/5/10 was
+        0.887/0.873/0.825/0.826 with one run and 0.880/0.979/0.881/0.833 with
+        five. ``fit`` costs ``n_init`` times one run.
     batch_size : int, default=256
     learning_rate : float, default=5e-3
         Adam learning rate (paper: 5e-3 synthetic, 5e-4 real data).
@@ -375,7 +378,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         ortho_weight=1.0,
         isometry_weight=1.0,
         max_epochs=100,
-        n_init=1,
+        n_init=5,
         batch_size=256,
         learning_rate=5e-3,
         weight_decay=5e-4,
