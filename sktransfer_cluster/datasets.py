@@ -6,11 +6,14 @@ Every generator takes ``random_state`` and is deterministic for a fixed value.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from sklearn.datasets import load_digits, make_blobs, make_circles, make_moons
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.svm import LinearSVC
 from sklearn.utils import check_random_state
 
 __all__ = [
@@ -155,11 +158,6 @@ def _one_c2m_set(kind, n_points, n_clusters, rs):
 
 def _linearly_separable(X, y):
     """True when a linear classifier labels every point of ``(X, y)`` correctly."""
-    import warnings
-
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.svm import LinearSVC
-
     with warnings.catch_warnings():
         # Non-separable pools need not converge; they are rejected anyway.
         warnings.simplefilter("ignore", ConvergenceWarning)

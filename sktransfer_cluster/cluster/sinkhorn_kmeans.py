@@ -108,13 +108,13 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
     tol : float, default=1e-4
         Convergence threshold on the squared centre shift, relative to the mean
         feature variance (as in :class:`~sklearn.cluster.KMeans`).
-    device : str or torch.device, default="auto"
-        ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``.
     keep_best : bool, default=False
         What a ``KeyboardInterrupt`` during the embedding training leaves. False:
         the estimator as it was before the call. True: fitting stops, the
         autoencoder and centres of the epoch with the lowest loss so far are
         kept and ``fit`` completes with a warning (needs one finished epoch).
+    device : str or torch.device, default="auto"
+        ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``.
     random_state : int, RandomState instance or None, default=None
         Seeds local generators only; equal values give identical results on CPU.
     verbose : int, default=0
