@@ -613,7 +613,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.history_ = []
         self._train(X, codes, sets, rng, torch_gen)
         self._cluster(X, rng, torch_gen)
-        self.n_iter_ = int(self.max_epochs)
+        self.n_iter_ = len(self.history_)  # finished epochs (fewer after a kept interrupt)
 
     def _transfer(self, X):
         """Cluster the unlabelled target ``X`` by maximising the learned metric with CEM."""
