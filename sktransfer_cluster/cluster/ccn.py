@@ -434,7 +434,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.similarity_net_ = self._train_similarity(Xt, codes, int(codes.max()) + 1, rng, torch_gen)
         f = self._train_clustering(Xt, self.similarity_net_, self.clustering_epochs, torch_gen, "fit")
         self._assign(f, Xt)
-        self.n_iter_ = int(self.similarity_epochs + self.clustering_epochs)
+        self.n_iter_ = len(self.history_)  # finished epochs of G and f (fewer after a kept interrupt)
 
     def _transfer(self, X, source=None, epochs=None, adapt_bn=None):
         """Train the clustering network on the unlabelled target with KCL driven by ``G``.
