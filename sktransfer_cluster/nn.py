@@ -455,12 +455,23 @@ def clique_propagate(H, labels):
     """
     labels = _population_labels(labels)
     P, n = labels.shape
+    means, _, idx, _ = _segment_means(H, labels)
+    return means[idx].reshape(P, n, H.shape[-1])
+
+
+def _segment_means(H, labels):
+    """Per-cluster means of ``H`` (n, h) or (P, n, h) under ``labels`` (P, n), by segment sums.
+
+    Returns ``means`` (P * slots, h), ``counts`` (P * slots,), the segment index
+    of every point (P * n,) and ``slots``; empty slots have mean 0.
+    """
+    P, n = labels.shape
     h = H.shape[-1]
     idx, n_slots = _segment_index(labels)
     flat = H.expand(P, n, h).reshape(P * n, h)
     sums = flat.new_zeros(P * n_slots, h).index_add_(0, idx, flat)
-    counts = torch.bincount(idx, minlength=P * n_slots).to(H.dtype)
-    return (sums / counts.clamp_min(1).unsqueeze(1))[idx].reshape(P, n, h)
+    counts = torch.bincount(idx, minlength=P * n_slots)
+    return sums / counts.clamp_min(1).unsqueeze(1).to(H.dtype), counts, idx, n_slots
 
 
 def cluster_margin_features(X, labels, chunk_elements=2**22):
@@ -485,11 +496,8 @@ def cluster_margin_features(X, labels, chunk_elements=2**22):
     labels = _population_labels(labels)
     P, n = labels.shape
     d = X.shape[-1]
-    idx, n_slots = _segment_index(labels)
-    flat = X.expand(P, n, d).reshape(P * n, d)
-    sums = flat.new_zeros(P * n_slots, d).index_add_(0, idx, flat)
-    counts = torch.bincount(idx, minlength=P * n_slots).reshape(P, n_slots)
-    means = (sums.reshape(P, n_slots, d) / counts.clamp_min(1).unsqueeze(-1).to(X.dtype))
+    means, counts, _, n_slots = _segment_means(X, labels)
+    means, counts = means.reshape(P, n_slots, d), counts.reshape(P, n_slots)
     unused = (counts == 0).unsqueeze(1)  # (P, 1, slots)
     out = X.new_empty(P, n, 2)
     rows = max(1, chunk_elements // max(1, P * n_slots))
