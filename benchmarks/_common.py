@@ -29,7 +29,10 @@ def summary(values):
     return {"median": float(np.median(v)), "min": float(v.min()), "max": float(v.max())}
 
 
-def write(name, payload, markdown):
+def write(name, payload, markdown, quick=False):
+    """Write ``name``.json and ``name``.md under results/ (``name``_quick.* for a smoke run,
+    so that it never overwrites the full results)."""
+    name += "_quick" if quick else ""
     RESULTS.mkdir(parents=True, exist_ok=True)
     payload = {"machine": machine(), **payload}
     (RESULTS / f"{name}.json").write_text(json.dumps(payload, indent=2))

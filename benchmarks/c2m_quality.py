@@ -338,8 +338,7 @@ def main(argv=None):
         "timing": timing,
         "total_seconds": total,
     }
-    # A smoke run must not overwrite the full results.
-    write("c2m_quality" + ("_quick" if args.quick else ""), payload, "\n".join(md))
+    write("c2m_quality", payload, "\n".join(md), quick=args.quick)
 
 
 if __name__ == "__main__":

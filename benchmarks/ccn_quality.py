@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -27,7 +25,7 @@ from sktransfer_cluster.cluster.ccn import CCNCluster
 from sktransfer_cluster.datasets import load_digits_transfer
 from sktransfer_cluster.metrics import clustering_accuracy, n_dominant_clusters
 
-RESULTS = Path(__file__).parent / "results"
+from _common import write
 
 
 def _pair_stats(P, y):
@@ -120,8 +118,7 @@ def _markdown(summary, pairs, timing, args, params):
         "# CCNCluster on digits 0-4 -> 5-9",
         "",
         f"Command: `python benchmarks/ccn_quality.py{' --quick' if args.quick else ''} "
-        f"--seeds {' '.join(map(str, args.seeds))} --threads {args.threads}`; "
-        f"torch threads = {args.threads}; {platform.processor() or platform.machine()}.",
+        f"--seeds {' '.join(map(str, args.seeds))} --threads {args.threads}`.",
         f"CCN parameters: {params} (others default).",
         "",
         "| method | ACC (mean ± sd) | NMI | NDC | K error abs(NDC-5) | seconds |",
@@ -174,14 +171,9 @@ def main(argv=None):
             for s in ("mean", "std")
         }
     timing = _timing([50, 100, 200] if args.quick else [50, 100, 200, 400], params)
-    RESULTS.mkdir(parents=True, exist_ok=True)
     payload = {"rows": rows, "summary": summary, "pairs": pairs, "timing": timing, "params": params,
                "threads": args.threads, "seeds": args.seeds, "quick": args.quick}
-    stem = "ccn_quality" + ("_quick" if args.quick else "")  # a smoke run keeps the full results
-    (RESULTS / f"{stem}.json").write_text(json.dumps(payload, indent=2))
-    md = _markdown(summary, pairs, timing, args, params)
-    (RESULTS / f"{stem}.md").write_text(md)
-    print(md)
+    write("ccn_quality", payload, _markdown(summary, pairs, timing, args, params), quick=args.quick)
 
 
 if __name__ == "__main__":

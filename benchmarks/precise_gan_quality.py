@@ -233,7 +233,7 @@ def main():
         md += lines + [""]
     payload["total_seconds"] = time.perf_counter() - t_start
     md.append(f"Total wall time {payload['total_seconds'] / 60:.1f} min ({args.threads} thread(s)).")
-    write("precise_gan_quality_quick" if args.quick else "precise_gan_quality", payload, "\n".join(md))
+    write("precise_gan_quality", payload, "\n".join(md), quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ def main():
         print(f"== {' '.join(cmd[1:])}", flush=True)
         t0 = time.perf_counter()
         subprocess.run(cmd, cwd=HERE, check=True)
-        suffix = "_quick" if args.quick and (HERE / "results" / f"{stem}_quick.md").exists() else ""
+        suffix = "_quick" if args.quick else ""  # every script writes *_quick on a smoke run
         md = (HERE / "results" / f"{stem}{suffix}.md").read_text()
         sections.append(f"## {name} ({time.perf_counter() - t0:.0f} s)\n\n{md}")
     out = HERE / "results" / ("quality_quick.md" if args.quick else "quality.md")

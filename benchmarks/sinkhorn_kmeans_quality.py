@@ -60,9 +60,10 @@ def main():
             f"{r['nmi']['median']:.3f} | {r['nmi']['min']:.3f} | {r['fit_seconds']['median']:.1f} |"
         )
     write(
-        "sinkhorn_kmeans_digits" + ("_quick" if args.quick else ""),
+        "sinkhorn_kmeans_digits",
         {"seeds": list(seeds), "epochs": epochs, "results": rows},
         f"Digits (1,797 images, 10 classes), {len(seeds)} seeds.\n\n" + "\n".join(md),
+        quick=args.quick,
     )
 
 

@@ -115,9 +115,10 @@ def main():
             f"{r['predict_ratio_vs_kmeans']:.1f}x | {r['predict_1e6x64_peak_extra_mib']:.0f} |"
         )
     write(
-        "speed" + ("_quick" if args.quick else ""),
+        "speed",
         {"kmeans_fit_s": t_km_fit, "kmeans_predict_s": t_km_pred, "results": rows},
         "\n".join(md),
+        quick=args.quick,
     )
 
 

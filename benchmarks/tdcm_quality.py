@@ -218,8 +218,7 @@ def main():
         md += ["", *throughput_lines(payload["throughput"])]
     payload["total_seconds"] = time.perf_counter() - t_start
     md += ["", f"Total wall time {payload['total_seconds']:.0f} s."]
-    # A smoke run must not overwrite the full results.
-    write("tdcm_quality" + ("_quick" if args.quick else ""), payload, "\n".join(md))
+    write("tdcm_quality", payload, "\n".join(md), quick=args.quick)
 
 
 if __name__ == "__main__":
