@@ -25,6 +25,9 @@ Variants measured on the image sets (quick runs, 1-2 seeds, one thread, not in t
   C's inputs (an instance-noise margin, not in the paper) 0.51 with noise_dim 8 but 0.57
   with noise_dim 0 (below the 0.63 of the table). Plain WGAN-GP (eta 0) reaches a critic
   estimate of 2.3 after 1,000 steps; the default staircase (eta up to ~2,000) keeps it at 4.
+  A longer run does not help at this learning rate: the ``DIGITS`` settings with 16,000
+  steps instead of 2,000 (seed 0; 988 s wall on a core shared with other jobs) gave
+  ACC 0.583, critic estimate 5.8.
 * artifact digits, ACC against the artifact ids (chance ~0.35): 128-128, 1,500 steps,
   noise_dim 8, eta 1 (constant or x1.1): 0.36-0.43; noise_dim 16 (256-256, gp 1 or 10):
   0.35-0.48; standardize=False 0.35; C input noise 0.3: 0.35/0.46; 64-64, 6,000 steps,
