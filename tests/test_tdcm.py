@@ -12,6 +12,7 @@ from sklearn.preprocessing import StandardScaler
 from sktransfer_cluster.cluster.tdcm import (
     TDCMCluster,
     _adapt_centroids,
+    _final_objective,
     _initial_centroids,
     _isometry_penalty,
     _run_blocks,
@@ -93,9 +94,10 @@ def test_entropy_term_is_lower_for_balanced_clusters_and_its_gradient_balances()
         dict(ortho_weight=0.0),
         dict(beta=0.0),
         dict(embedding_norm=None),
+        dict(embedding_norm="scalar"),
         dict(activation="leaky_relu"),
     ],
-    ids=["variant-R", "variant-O", "variant-E", "no-norm", "leaky_relu"],
+    ids=["variant-R", "variant-O", "variant-E", "no-norm", "scalar-norm", "leaky_relu"],
 )
 def test_ablation_flags_fit_predict_and_transfer(blobs, ablation):
     X, _ = blobs
@@ -224,8 +226,8 @@ def test_isometry_term_is_recorded_for_a_linear_encoder_and_zero_for_an_mlp(blob
 
 def test_extra_adapt_steps_repeat_the_last_block_without_changing_training(blobs):
     X, _ = blobs
-    base = TDCMCluster(n_clusters=3, random_state=0, **FAST).fit(X)
-    extra = TDCMCluster(n_clusters=3, extra_adapt_steps=3, random_state=0, **FAST).fit(X)
+    base = TDCMCluster(n_clusters=3, adapt_n_init=1, random_state=0, **FAST).fit(X)
+    extra = TDCMCluster(n_clusters=3, extra_adapt_steps=3, adapt_n_init=1, random_state=0, **FAST).fit(X)
     for a, b in zip(base.blocks_.parameters(), extra.blocks_.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     Z = extra._embed_all(X + 1.0)
@@ -257,3 +259,41 @@ def test_n_init_never_does_worse_on_the_source_objective(blobs):
     multi = TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "n_init": 3}).fit(X)
     # The first of the three runs is the single run (same seeded generator).
     assert -multi.score(X) <= -single.score(X) + 1e-12
+
+
+def test_scalar_embedding_norm_centres_and_scales_all_dimensions_by_one_number(blobs):
+    X, _ = blobs
+    kw = {**FAST, "hidden_dims": (), "embedding_norm": "scalar"}
+    model = TDCMCluster(n_clusters=3, random_state=0, **kw).fit(X)
+    with torch.no_grad():
+        raw = model.encoder_[0](torch.as_tensor(X))
+    Z = model.transform(X)
+    np.testing.assert_allclose(Z.mean(0), 0.0, atol=1e-10)
+    np.testing.assert_allclose(Z.var(0).mean(), 1.0, rtol=1e-4)  # up to batch norm's eps
+    # One common scale: the embedding is the centred raw codes times a single number,
+    # so pairwise distances keep their ratios (a per-dimension batch norm would not).
+    centred = (raw - raw.mean(0)).numpy()
+    scale = Z[:, 0] @ centred[:, 0] / (centred[:, 0] @ centred[:, 0])
+    np.testing.assert_allclose(Z, scale * centred, rtol=1e-8, atol=1e-10)
+
+
+def test_adapt_n_init_keeps_the_lowest_final_objective_and_leaves_training_unchanged(blobs):
+    X, _ = blobs
+    kw = {**FAST, "hidden_dims": (), "extra_adapt_steps": 2}
+    single = TDCMCluster(n_clusters=3, adapt_n_init=1, random_state=0, **kw).fit(X)
+    multi = TDCMCluster(n_clusters=3, adapt_n_init=6, random_state=0, **kw).fit(X)
+    for a, b in zip(single.blocks_.parameters(), multi.blocks_.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    target = X[:60] * 1.5 + 2.0
+    single.transfer(target)
+    multi.transfer(target)
+    Z = multi._embed_all(target)
+    last = multi.blocks_[-1]
+
+    def objective(model):
+        C = torch.as_tensor(model.cluster_centers_)
+        return _final_objective(Z, last, C, model.tau, model.beta)
+
+    assert objective(multi) <= objective(single) + 1e-12  # the paper's start is one of the candidates
+    labels = multi.labels_.copy()
+    np.testing.assert_array_equal(multi.transfer(target), labels)  # seeded: reproducible
