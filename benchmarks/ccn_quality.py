@@ -6,8 +6,12 @@ K known (5) and unknown (K=20, an upper bound). Reports ACC / NMI, the K error
 against the batch size (each batch holds b^2 pairs).
 
     python benchmarks/ccn_quality.py [--quick] [--seeds 0 1 2] [--threads 1]
+        [--params '{"n_similarity_nets": 5}'] [--name ccn_quality_ens5] [--ccn-plus] [--no-timing]
 
-Writes benchmarks/results/ccn_quality.json and .md.
+Writes benchmarks/results/<name>.json and .md (default name ccn_quality).
+``--params`` sets CCNCluster parameters (JSON); G's pair statistics are those of
+``pairwise_similarity`` (G's probabilities binarised at 0.5, before any
+``second_order_threshold`` relabelling).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ def _pair_stats(P, y):
     }
 
 
-def _quality(seed, params):
+def _quality(seed, params, ccn_plus=False):
     task = load_digits_transfer()
     Xt, yt = task.X_target, task.y_target
     rows = []
@@ -51,16 +55,18 @@ def _quality(seed, params):
     est = CCNCluster(n_clusters=5, device="cpu", random_state=seed, **params).fit(task.X_source, task.y_source)
     fit_s = time.perf_counter() - t0
     pair = None
-    for K in (5, 20):
+    runs = [(K, False) for K in (5, 20)] + ([(K, True) for K in (5, 20)] if ccn_plus else [])
+    for K, plus in runs:
         est.set_params(n_clusters=K)
         t0 = time.perf_counter()
-        labels = est.transfer(Xt)
+        # CCN+: labelled source rows (cross-entropy) in every target batch.
+        labels = est.transfer(Xt, source=(task.X_source, task.y_source) if plus else None)
         elapsed = time.perf_counter() - t0
         if pair is None:  # G (BN adapted to the target) is the same for both K
             pair = _pair_stats(est.pairwise_similarity(Xt), yt)
         rows.append(
             {
-                "method": f"CCN (K={K})",
+                "method": f"{'CCN+' if plus else 'CCN'} (K={K})",
                 "seed": seed,
                 "acc": clustering_accuracy(yt, labels),
                 "nmi": normalized_mutual_info_score(yt, labels),
@@ -118,7 +124,12 @@ def _markdown(summary, pairs, timing, args, params):
         "# CCNCluster on digits 0-4 -> 5-9",
         "",
         f"Command: `python benchmarks/ccn_quality.py{' --quick' if args.quick else ''} "
-        f"--seeds {' '.join(map(str, args.seeds))} --threads {args.threads}`.",
+        f"--seeds {' '.join(map(str, args.seeds))} --threads {args.threads}"
+        + (f" --params '{json.dumps(args.params)}'" if args.params else "")
+        + (f" --name {args.name}" if args.name != "ccn_quality" else "")
+        + (" --ccn-plus" if args.ccn_plus else "")
+        + (" --no-timing" if args.no_timing else "")
+        + "`.",
         f"CCN parameters: {params} (others default).",
         "",
         "| method | ACC (mean ± sd) | NMI | NDC | K error abs(NDC-5) | seconds |",
@@ -136,8 +147,9 @@ def _markdown(summary, pairs, timing, args, params):
             f"| {p['seed']} | {p['similar_precision']:.3f} | {p['similar_recall']:.3f} | "
             f"{p['dissimilar_precision']:.3f} | {p['dissimilar_recall']:.3f} | {p['roc_auc']:.3f} |"
         )
-    lines += ["", "Time per clustering epoch (896 target rows) vs batch size:", ""]
-    lines += ["| batch size b | pairs per batch (b^2) | G pair activations (MiB, float64) | s / epoch |", "|---|---|---|---|"]
+    if timing:
+        lines += ["", "Time per clustering epoch (896 target rows) vs batch size:", ""]
+        lines += ["| batch size b | pairs per batch (b^2) | G pair activations (MiB, float64) | s / epoch |", "|---|---|---|---|"]
     for t in timing:
         lines.append(
             f"| {t['batch_size']} | {t['pairs_per_batch']} | {t['g_pair_activation_mib']:.1f} | "
@@ -151,14 +163,18 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="one seed, fewer batch sizes")
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--params", type=json.loads, default={}, help="CCNCluster parameters as JSON")
+    parser.add_argument("--name", default="ccn_quality", help="results file name (without extension)")
+    parser.add_argument("--ccn-plus", action="store_true", help="also measure CCN+ (source rows in the batch)")
+    parser.add_argument("--no-timing", action="store_true", help="skip the time-per-epoch table")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.seeds is None:
         args.seeds = [0] if args.quick else [0, 1, 2]
-    params = {}
+    params = dict(args.params)
     rows, pairs = [], []
     for seed in args.seeds:
-        r, p = _quality(seed, params)
+        r, p = _quality(seed, params, ccn_plus=args.ccn_plus)
         rows += r
         pairs.append(p)
         print(json.dumps(r), flush=True)
@@ -170,10 +186,10 @@ def main(argv=None):
             for k in ("acc", "nmi", "ndc", "k_error", "seconds")
             for s in ("mean", "std")
         }
-    timing = _timing([50, 100, 200] if args.quick else [50, 100, 200, 400], params)
+    timing = [] if args.no_timing else _timing([50, 100, 200] if args.quick else [50, 100, 200, 400], params)
     payload = {"rows": rows, "summary": summary, "pairs": pairs, "timing": timing, "params": params,
                "threads": args.threads, "seeds": args.seeds, "quick": args.quick}
-    write("ccn_quality", payload, _markdown(summary, pairs, timing, args, params), quick=args.quick)
+    write(args.name, payload, _markdown(summary, pairs, timing, args, params), quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,11 @@ __all__ = [
     "pair_enumerate",
     "PairEnum",
     "SimilarityNetwork",
+    "SimilarityEnsemble",
     "clique_propagate",
     "cluster_margin_features",
+    "knn_indices",
+    "neighbour_label_features",
     "CliqueGAE",
     "gram_pool",
     "ClusteringCritic",
@@ -183,6 +186,7 @@ class SimilarityNetwork(nn.Module):
             self.backbone = _WithInput(self.backbone)
         self.pair_enum = PairEnum(symmetric)
         h = dims[-1] + (n_features if raw_features else 0)
+        self.feature_dim = h  # width of backbone(x)
         layers = [nn.Linear(2 * h, pair_hidden)]
         if batch_norm:
             layers.append(nn.BatchNorm1d(pair_hidden))
@@ -194,6 +198,42 @@ class SimilarityNetwork(nn.Module):
         n = fa.shape[0]
         m = n if fb is None else fb.shape[0]
         return self.head(self.pair_enum(fa, fb)).reshape(n, m, 2)
+
+    def forward(self, x, x2=None):
+        fa = self.backbone(x)
+        fb = None if x2 is None else self.backbone(x2)
+        return self.pair_logits(fa, fb)
+
+
+class SimilarityEnsemble(nn.Module):
+    """Several :class:`SimilarityNetwork` ``G`` whose "similar" probabilities are averaged.
+
+    Has the members' interface, so code written for one ``G`` works unchanged:
+    ``backbone(x)`` returns the members' features side by side and
+    ``pair_logits(fa, fb)`` splits them again. The returned "logits" are the log
+    of the averaged pair probabilities, so their softmax is that average and
+    their argmax the ensemble's prediction.
+
+    Parameters
+    ----------
+    members : sequence of SimilarityNetwork
+    """
+
+    def __init__(self, members):
+        super().__init__()
+        self.members = nn.ModuleList(members)
+        self._widths = [m.feature_dim for m in self.members]
+
+    def backbone(self, x):
+        return torch.cat([m.backbone(x) for m in self.members], dim=1)
+
+    def pair_logits(self, fa, fb=None):
+        """Log of the members' mean pair probabilities, shape (n, m, 2)."""
+        fas = torch.split(fa, self._widths, dim=1)
+        fbs = [None] * len(fas) if fb is None else torch.split(fb, self._widths, dim=1)
+        prob = sum(torch.softmax(m.pair_logits(a, b), -1) for m, a, b in zip(self.members, fas, fbs))
+        prob = prob / len(self.members)
+        return torch.log(prob.clamp_min(torch.finfo(prob.dtype).tiny))
 
     def forward(self, x, x2=None):
         fa = self.backbone(x)
@@ -517,6 +557,51 @@ def cluster_margin_features(X, labels, chunk_elements=2**22):
     return out
 
 
+def knn_indices(X, k, chunk_elements=2**22):
+    """Indices of the ``k`` nearest other rows of ``X`` (n, d), nearest first: shape (n, k).
+
+    Exact Euclidean neighbours by chunked ``cdist`` (at most ``chunk_elements``
+    distances at a time): O(n^2 d) time, bounded memory; ``k`` is capped at n - 1.
+    """
+    n = X.shape[0]
+    k = min(int(k), n - 1)
+    rows = max(1, chunk_elements // max(1, n))
+    out = []
+    for s in range(0, n, rows):
+        d = torch.cdist(X[s : s + rows], X)
+        r = d.shape[0]
+        d[torch.arange(r, device=X.device), torch.arange(s, s + r, device=X.device)] = float("inf")
+        out.append(d.topk(k, dim=1, largest=False).indices)
+    return torch.cat(out)
+
+
+def neighbour_label_features(labels, neighbours):
+    """How each point's label agrees with its nearest neighbours', for P labellings at once.
+
+    Two features per point in [-1, 1] (``2 f - 1`` of a fraction ``f``): the
+    fraction of its k nearest neighbours with its label, and the number of its
+    nearest neighbours (nearest first) sharing its label before the first that
+    does not, over k. O(P n k); exactly invariant to renaming the clusters.
+
+    Parameters
+    ----------
+    labels : torch.Tensor of shape (n,) or (P, n)
+    neighbours : torch.Tensor of shape (n, k)
+        From :func:`knn_indices` (the graph depends on the points only).
+
+    Returns
+    -------
+    torch.Tensor of shape (P, n, 2), float64
+    """
+    labels = _population_labels(labels)
+    k = neighbours.shape[1]
+    same = labels[:, neighbours] == labels.unsqueeze(-1)
+    agree = same.to(torch.float64).mean(-1)
+    ranks = torch.arange(k, device=labels.device)
+    run = torch.where(same, torch.full_like(ranks, k), ranks).min(-1).values.to(torch.float64) / k
+    return torch.stack([2.0 * agree - 1.0, 2.0 * run - 1.0], -1)
+
+
 class CliqueGAE(nn.Module):
     """Graph convolutional encoder of a labelled set, on the clique graph of its clusters.
 
@@ -599,11 +684,15 @@ class ClusteringCritic(nn.Module):
     margin_features : bool, default=True
         Feed :func:`cluster_margin_features` (distance to the own and to the
         nearest other cluster mean) to the encoder beside the coordinates.
+    n_neighbors : int or None, default=None
+        Also feed :func:`neighbour_label_features` over the ``n_neighbors``
+        nearest neighbours of each point (``None``: not).
     negative_slope : float, default=0.2
 
     ``embed(X, labels)`` returns the pooled embeddings (P, e); ``head(e)`` the
     scores; ``forward(X, labels)`` both, shape (P,). ``X`` (n, d) is shared by the
-    P labellings of ``labels`` (P, n).
+    P labellings of ``labels`` (P, n). Both take ``neighbours=`` (the set's
+    :func:`knn_indices`, computed when omitted) so a CEM population reuses it.
     """
 
     def __init__(
@@ -613,23 +702,30 @@ class ClusteringCritic(nn.Module):
         critic_dims=(256, 256, 512, 512),
         skip=True,
         margin_features=True,
+        n_neighbors=None,
         negative_slope=0.2,
     ):
         super().__init__()
         self.margin_features = bool(margin_features)
-        self.gae = CliqueGAE(int(n_features) + (2 if self.margin_features else 0), gae_dims, skip=skip)
+        self.n_neighbors = None if n_neighbors is None else int(n_neighbors)
+        n_in = int(n_features) + (2 if self.margin_features else 0) + (0 if n_neighbors is None else 2)
+        self.gae = CliqueGAE(n_in, gae_dims, skip=skip)
         m = int(gae_dims[-1])
         slope = float(negative_slope)
         self.head = mlp([m * (m + 1) // 2, *critic_dims, 1], activation=lambda: nn.LeakyReLU(slope))
 
-    def embed(self, X, labels):
+    def embed(self, X, labels, neighbours=None):
         labels = _population_labels(labels)
+        P, n = labels.shape
+        parts = [X.expand(P, n, X.shape[-1])]
         if self.margin_features:
-            P, n = labels.shape
-            H = torch.cat([X.expand(P, n, X.shape[-1]), cluster_margin_features(X, labels)], -1)
-        else:
-            H = X
+            parts.append(cluster_margin_features(X, labels))
+        if self.n_neighbors is not None:
+            if neighbours is None:
+                neighbours = knn_indices(X, self.n_neighbors)
+            parts.append(neighbour_label_features(labels, neighbours).to(X.dtype))
+        H = torch.cat(parts, -1) if len(parts) > 1 else X
         return gram_pool(self.gae(H, labels))
 
-    def forward(self, X, labels):
-        return self.head(self.embed(X, labels)).squeeze(-1)
+    def forward(self, X, labels, neighbours=None):
+        return self.head(self.embed(X, labels, neighbours)).squeeze(-1)

@@ -122,7 +122,10 @@ def test_kcl_mean_averages_over_known_pairs_only():
 
 
 def test_kcl_unknown_pairs_are_masked_not_treated_as_dissimilar():
-    logits = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    # Small seeded logits: every KL lies well inside the margin, so a dissimilar pair costs > 0
+    # (unseeded unit-scale logits made the check below fail now and then, with KL >= margin).
+    gen = torch.Generator().manual_seed(0)
+    logits = (0.1 * torch.randn(4, 3, dtype=torch.float64, generator=gen)).requires_grad_()
     S = torch.ones(4, 4)
     S[0, 3] = S[3, 0] = 0  # only meaningful if known
     mask = torch.ones(4, 4, dtype=torch.bool)
@@ -339,3 +342,58 @@ def test_nan_loss_raises_floating_point_error_naming_the_epoch():
     Xs, ys, _, _ = _blob_task()
     with pytest.raises(FloatingPointError, match="epoch 0"):
         CCNCluster(n_clusters=3, **FAST).fit(np.sign(Xs) * 1e307, ys)
+
+
+# ------------------------------------------------ G ensemble and second-order pair labels
+def test_similarity_ensemble_averages_the_members_probabilities():
+    Xs, ys, Xt, _ = _blob_task()
+    est = CCNCluster(n_clusters=3, **{**FAST, "clustering_epochs": 2, "similarity_epochs": 3}, n_similarity_nets=3)
+    est.fit(Xs, ys)
+    g = est.similarity_net_
+    assert len(g.members) == 3
+    assert [h["phase"] for h in est.history_].count("similarity") == 3 * 3
+    x = torch.as_tensor(Xt[:7])
+    with torch.no_grad():
+        expected = sum(torch.softmax(m(x), -1) for m in g.members) / 3
+        torch.testing.assert_close(torch.softmax(g(x), -1), expected)
+        x2 = torch.as_tensor(Xt[7:12])
+        torch.testing.assert_close(g(x, x2)[2, 3], g(x[[2]], x2[[3]])[0, 0])
+    # pairwise_similarity and score go through the same backbone / pair_logits interface.
+    est.transfer(Xt)
+    P = est.pairwise_similarity(Xt[:7])
+    with torch.no_grad():
+        np.testing.assert_allclose(P, torch.softmax(est.target_similarity_net_(x), -1)[..., 1].numpy())
+    assert np.isfinite(est.score(Xt))
+
+
+def test_second_order_labels_join_pairs_with_the_same_neighbours():
+    from sktransfer_cluster.cluster.ccn import _second_order
+
+    # 0-1-2 is a chain: G missed (0, 2); 3 is alone.
+    S = torch.tensor(
+        [[1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 0], [0, 0, 0, 1]], dtype=torch.float64
+    )
+    out = _second_order(S, 0.5)
+    # cos(0, 2) = |{1}| / sqrt(2 * 2) = 0.5 -> not above 0.5; cos(0, 1) = 2 / sqrt(6) > 0.5.
+    assert out[0, 1] == 1 and out[0, 2] == 0 and out[3, 3] == 1 and out[0, 3] == 0
+    torch.testing.assert_close(out, out.T)
+    assert _second_order(S, 0.4)[0, 2] == 1
+
+
+def test_second_order_threshold_trains_and_defaults_keep_the_paper_labels():
+    Xs, ys, Xt, yt = _blob_task()
+    base = CCNCluster(n_clusters=12, **FAST).fit(Xs, ys)
+    ref = base.transfer(Xt)
+    same = CCNCluster(n_clusters=12, second_order_threshold=None, n_similarity_nets=1, **FAST).fit(Xs, ys)
+    np.testing.assert_array_equal(same.transfer(Xt), ref)
+    est = CCNCluster(n_clusters=12, second_order_threshold=0.5, **FAST).fit(Xs, ys)
+    labels = est.transfer(Xt)
+    assert est.n_clusters_ == 3
+    assert clustering_accuracy(yt, labels) > 0.9
+
+
+@pytest.mark.parametrize("bad", [0.0, 1.0, -0.1])
+def test_second_order_threshold_must_lie_strictly_between_0_and_1(bad):
+    Xs, ys, _, _ = _blob_task()
+    with pytest.raises(ValueError, match="second_order_threshold"):
+        CCNCluster(second_order_threshold=bad, **FAST).fit(Xs, ys)
