@@ -4,8 +4,10 @@
    only (``make_c2m_sets``: 200-point sub-sets of 1,500-point pools, each pool
    linearly separable as the paper's training blobs), then new
    200-point sets of blobs, anisotropic blobs, moons and circles are clustered
-   with K *not* given. ACC / NMI / found K, for our defaults and for the paper's
-   settings (``gae_skip=False, margin_features=False, n_negatives=0,
+   with K *not* given. ACC / NMI / found K, for our defaults (k-NN label
+   features), for the previous defaults (``n_neighbors=None,
+   margin_features=True``: distances to cluster means) and for the paper's
+   settings (``gae_skip=False, margin_features=False, n_neighbors=None, n_negatives=0,
    lipschitz="clip", learning_rate=0.01``).
 2. Critic ordering (the paper's Fig. 2): the metric of held-out sets with a
    growing fraction of mislabelled points.
@@ -44,8 +46,10 @@ PAPER = {
     "blobs": (0.984, 0.980), "anisotropic": (0.979, 0.967), "circles": (0.917, 0.902), "moons": (0.921, 0.929)
 }
 PAPER_SETTINGS = dict(
-    gae_skip=False, margin_features=False, n_negatives=0, lipschitz="clip", learning_rate=0.01
+    gae_skip=False, margin_features=False, n_neighbors=None, n_negatives=0, lipschitz="clip", learning_rate=0.01
 )
+# The defaults before the k-NN label features (distances to cluster means instead).
+PREVIOUS_SETTINGS = dict(n_neighbors=None, margin_features=True)
 
 
 def _mean_sd(v):
@@ -229,6 +233,9 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="few sets and epochs (a smoke run)")
     ap.add_argument("--sets", type=int, default=50, help="test sets per kind (the paper: 50)")
     ap.add_argument("--paper-sets", type=int, default=20, help="test sets per kind, paper-settings run")
+    ap.add_argument(
+        "--previous-sets", type=int, default=None, help="test sets per kind, previous-defaults run (default: --sets)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
@@ -238,6 +245,7 @@ def main(argv=None):
         params = dict(population=32, cem_iter=10, max_epochs=2, sets_per_epoch=10, critic_dims=(64, 64))
         cluster = dict(population=32, cem_iter=10)
         n_sets, paper_sets, order_sets, digit_sets, sizes = 5, 3, 3, 3, (1000, 10000)
+        previous_sets = 3
     else:
         # Training runs a cheaper CEM (the fakes) for twice the paper's 10 epochs: 20 epochs at
         # 64 x 15 cost about 10 epochs at 100 x 30 and cluster better (0.89 vs 0.83 blob ACC in a
@@ -245,10 +253,13 @@ def main(argv=None):
         params = dict(population=64, cem_iter=15, max_epochs=20, sets_per_epoch=20)
         cluster = dict(population=100, cem_iter=30)
         n_sets, paper_sets = args.sets, args.paper_sets
+        previous_sets = args.sets if args.previous_sets is None else args.previous_sets
         order_sets, digit_sets, sizes = 10, 10, (1000, 10000, 100000)
 
     est, ours = _synthetic(params, cluster, 20, n_sets, args.seed)
     print("synthetic (ours) done", round(time.perf_counter() - t_start), "s", flush=True)
+    _, previous = _synthetic({**params, **PREVIOUS_SETTINGS}, cluster, 20, previous_sets, args.seed)
+    print("synthetic (previous defaults) done", round(time.perf_counter() - t_start), "s", flush=True)
     _, paper = _synthetic({**params, **PAPER_SETTINGS}, cluster, 20, paper_sets, args.seed)
     print("synthetic (paper settings) done", round(time.perf_counter() - t_start), "s", flush=True)
     ordering = _ordering(est, order_sets, args.seed)
@@ -268,6 +279,7 @@ def main(argv=None):
 
     cmd = " ".join(["python benchmarks/c2m_quality.py", *(sys.argv[1:] if argv is None else argv)])
     paper_desc = ", ".join(f"{k}={v}" for k, v in PAPER_SETTINGS.items())
+    previous_desc = ", ".join(f"{k}={v}" for k, v in PREVIOUS_SETTINGS.items())
     fractions = ordering["blobs"]["fractions"]
     md = [
         "# C2MCluster: a metric learned on blob sets, transferred (K not given)",
@@ -278,6 +290,8 @@ def main(argv=None):
         "KMeans is given the true K; C2M is not (max_clusters=10).",
         "",
         *_synthetic_table(ours, "Our defaults"),
+        "",
+        *_synthetic_table(previous, f"Previous defaults ({previous_desc})"),
         "",
         *_synthetic_table(paper, f"Paper settings ({paper_desc})"),
         "",
@@ -331,6 +345,7 @@ def main(argv=None):
         "params": {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()},
         "cluster_params": cluster,
         "synthetic_ours": ours,
+        "synthetic_previous_defaults": previous,
         "synthetic_paper_settings": paper,
         "paper_table2": PAPER,
         "ordering": ordering,

@@ -10,10 +10,16 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.svm import LinearSVC
 
 from sktransfer_cluster.cem import cross_entropy_method
-from sktransfer_cluster.cluster.c2m import C2MCluster, _n_mlp_params, _population_logits
+from sktransfer_cluster.cluster.c2m import (
+    C2MCluster,
+    _n_mlp_params,
+    _population_logits,
+)
 from sktransfer_cluster.datasets import make_c2m_sets
 from sktransfer_cluster.metrics import clustering_accuracy
 from sktransfer_cluster.nn import (
+    knn_indices,
+    neighbour_label_features,
     ClusteringCritic,
     CliqueGAE,
     clique_propagate,
@@ -162,6 +168,41 @@ def test_estimator_scores_a_cem_population_as_one_by_one():
         batched = est._score_population(est.critic_, Xs, W)
         single = torch.cat([est._score_population(est.critic_, Xs, W[p : p + 1]) for p in range(9)])
     torch.testing.assert_close(batched, single)
+
+
+
+# ------------------------------------------------------ neighbour label features
+def test_knn_indices_are_the_nearest_other_points_nearest_first():
+    X = torch.tensor([[0.0], [1.0], [3.0], [7.0]], dtype=torch.float64)
+    np.testing.assert_array_equal(knn_indices(X, 2).numpy(), [[1, 2], [0, 2], [1, 0], [2, 1]])
+    assert knn_indices(X, 10).shape == (4, 3)  # capped at n - 1
+
+
+def test_neighbour_features_are_agreement_and_run_of_same_label_neighbours():
+    X = torch.tensor([[0.0], [1.0], [3.0], [7.0]], dtype=torch.float64)
+    labels = torch.tensor([[0, 0, 1, 1], [0, 0, 0, 0]])
+    feats = neighbour_label_features(labels, knn_indices(X, 2))
+    # neighbours [[1, 2], [0, 2], [1, 0], [2, 1]]: agreement 1/2, 1/2, 0, 1/2; run 1/2, 1/2, 0, 1/2
+    half = [0.5, 0.5, 0.0, 0.5]
+    expected = torch.tensor([half, half], dtype=torch.float64).T * 2 - 1
+    torch.testing.assert_close(feats[0], expected)
+    torch.testing.assert_close(feats[1], torch.ones(4, 2, dtype=torch.float64))
+
+
+def test_neighbour_critic_is_invariant_to_renaming_and_scores_a_population_as_one_by_one():
+    X, y = make_blobs(60, centers=3, random_state=0)
+    est = C2MCluster(**{**FAST, "n_neighbors": 5, "margin_features": False}).fit(X, y)
+    assert est.labels_.shape == (60,)
+    assert est.score(X, y) == est.score(X, (y + 1) * 10)
+    gen = torch.Generator().manual_seed(7)
+    Xs = torch.randn(50, 2, generator=gen, dtype=torch.float64)
+    W = torch.randn(9, _n_mlp_params(2, est.cem_hidden, est.max_clusters), generator=gen, dtype=torch.float64)
+    kw = est._neighbour_kwargs(est.critic_, Xs)
+    with torch.no_grad():
+        batched = est._score_population(est.critic_, Xs, W, **kw)
+        single = torch.cat([est._score_population(est.critic_, Xs, W[p : p + 1]) for p in range(9)])
+    torch.testing.assert_close(batched, single)
+    np.testing.assert_array_equal(est.predict(X), est.labels_)
 
 
 # ------------------------------------------------------------------------ CEM
