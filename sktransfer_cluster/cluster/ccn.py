@@ -15,7 +15,10 @@ spread comes from ``f``'s start as much as from ``G`` (seed 2's ``G`` says
 the unsupervised KCL score gives 0.834, because the score does not rank the
 solutions (a 0.705 run scored -0.2688, a 0.919 run -0.2702); binarising ``G``
 at the quantile that makes a fraction 1/K (or 0.15, 0.25) of the target pairs
-"similar", instead of at 0.5, gives 0.797 (0.805, 0.768).
+"similar", instead of at 0.5, gives 0.797 (0.805, 0.768). Over seeds 0-7 the
+defaults average 0.798 (``n_clusters=20``: 0.512); adding mirrored and rotated
+(90 and 180 degrees) source digits to ``G``'s training as 15 extra classes gives
+0.829 (0.470), within the seed spread.
 """
 
 from __future__ import annotations
