@@ -327,8 +327,8 @@ def test_large_set_is_clustered_through_a_subsample_then_assigned():
 
 
 def test_nan_critic_loss_raises_with_the_epoch(monkeypatch):
-    def nan_loss(self, critic, Xs, real, fakes, torch_gen):
-        return critic.head(critic.embed(Xs, real)).sum() * float("nan"), 0.0, 0.0
+    def nan_loss(self, critic, Xs, real, fakes, torch_gen, critic_kwargs):
+        return critic.head(critic.embed(Xs, real, **critic_kwargs)).sum() * float("nan"), 0.0, 0.0
 
     monkeypatch.setattr(C2MCluster, "_critic_loss", nan_loss)
     with pytest.raises(FloatingPointError, match="epoch 0"):

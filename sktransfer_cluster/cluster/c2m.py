@@ -504,16 +504,18 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             out.append(critic(Xs, labels, **critic_kwargs))
         return torch.cat(out)
 
-    def _cem(self, critic, Xs, torch_gen):
-        """Best clustering-MLP weights for the set ``Xs`` (already standardised)."""
+    def _cem(self, critic, Xs, torch_gen, critic_kwargs):
+        """Best clustering-MLP weights for the set ``Xs`` (already standardised).
+
+        ``critic_kwargs`` is :meth:`_neighbour_kwargs` of ``Xs``, computed once per set.
+        """
         D = _n_mlp_params(Xs.shape[1], self.cem_hidden, self.max_clusters)
         mean0 = torch.zeros(D, dtype=Xs.dtype, device=Xs.device)
         best = None
         with torch.no_grad():
-            kwargs = self._neighbour_kwargs(critic, Xs)
             for _ in range(self.n_init):
                 res = cross_entropy_method(
-                    lambda W: self._score_population(critic, Xs, W, **kwargs),
+                    lambda W: self._score_population(critic, Xs, W, **critic_kwargs),
                     mean0,
                     self.cem_init_std,
                     population=self.population,
@@ -546,7 +548,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             Xc = Xs[torch.as_tensor(sub, device=Xs.device)]
         else:
             Xc = Xs
-        res = self._cem(self.critic_, Xc, torch_gen)
+        res = self._cem(self.critic_, Xc, torch_gen, self._neighbour_kwargs(self.critic_, Xc))
         with torch.no_grad():
             out = self._mlp_labels(res.best, Xs).cpu().numpy()
         counts = np.bincount(out, minlength=self.max_clusters)
@@ -585,10 +587,10 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             )
         return sets, codes
 
-    def _critic_loss(self, critic, Xs, real, fakes, torch_gen):
+    def _critic_loss(self, critic, Xs, real, fakes, torch_gen, critic_kwargs):
         """WGAN critic loss ``mean c(fake) - c(real)`` (+ gradient penalty); real (1, n), fakes (F, n)."""
         labels = torch.cat([real, fakes], 0)
-        emb = critic.embed(Xs, labels, **self._neighbour_kwargs(critic, Xs))
+        emb = critic.embed(Xs, labels, **critic_kwargs)
         scores = critic.head(emb).squeeze(-1)
         real_s, fake_s = scores[:1], scores[1:]
         loss = fake_s.mean() - real_s.mean()
@@ -623,9 +625,10 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
                         rows = np.sort(rng.choice(rows, size=self.set_size, replace=False))
                     y_true = np.unique(codes[rows], return_inverse=True)[1].astype(np.int64)
                     Xs, _, _ = self._standardize(Xall[torch.as_tensor(rows, device=self.device_)])
+                    graph = self._neighbour_kwargs(critic, Xs)  # shared by CEM and the critic step
                     critic.eval()
                     try:
-                        res = self._cem(critic, Xs, torch_gen)
+                        res = self._cem(critic, Xs, torch_gen, graph)
                     except FloatingPointError as exc:
                         raise FloatingPointError(
                             f"{type(self).__name__}: the critic returned only NaN/inf scores at epoch "
@@ -638,7 +641,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
                     real = torch.as_tensor(y_true, device=self.device_).unsqueeze(0)
                     fake = torch.as_tensor(np.stack(wrong), device=self.device_)
                     critic.train()
-                    loss, r, f = self._critic_loss(critic, Xs, real, fake, torch_gen)
+                    loss, r, f = self._critic_loss(critic, Xs, real, fake, torch_gen, graph)
                     if not torch.isfinite(loss):
                         run.end_epoch(loss.item())  # raises before a step on NaN
                     opt.zero_grad()

@@ -510,7 +510,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         n_classes = int(codes.max()) + 1
         nets = []
         for _ in range(self.n_similarity_nets):
-            if getattr(self, "_training_stopped", False):
+            if self.__dict__.get("_training_stopped", False):
                 break  # an interrupt kept by keep_best: no further member
             nets.append(self._train_similarity(Xt, codes, n_classes, rng, torch_gen))
         self.similarity_net_ = nets[0] if len(nets) == 1 else SimilarityEnsemble(nets)

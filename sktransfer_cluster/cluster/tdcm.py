@@ -218,25 +218,35 @@ def _adapt_centroids(Z, blocks, C0, tau, chunk_size=None):
     return out
 
 
+def _block_terms(Z, blk, C_assign, C, tau, chunks):
+    """One block's mean scatter and size negentropy over the full ``Z``, streamed by ``chunks``.
+
+    ``delta = blk.assign(Z, C_assign)`` scores ``Z`` against ``C`` with
+    ``blk.act(blk.quadratic(., C))``; returns
+    ``(mean_i sum_j delta_ij sigma(q_ij), sum_j pi_j log pi_j)`` as floats.
+    """
+    K = C.shape[0]
+    mass = torch.zeros(K, dtype=C.dtype, device=C.device)
+    scatter = Z.new_zeros(())
+    for s, e in chunks:
+        delta = blk.assign(Z[s:e], C_assign, tau)
+        mass += delta.sum(0)
+        scatter += (delta * blk.act(blk.quadratic(Z[s:e], C))).sum()
+    n = Z.shape[0]
+    return float(scatter) / n, float(negative_size_entropy((mass / n).unsqueeze(0)))
+
+
 @torch.no_grad()
 def _streamed_loss_terms(Z, blocks, C0, centroids, tau, chunk_size=None):
     """``(clustering, negative entropy)`` of the full ``Z`` given the adapted ``centroids``."""
-    alphas = _block_weights(len(blocks))
-    K = C0.shape[0]
-    n = Z.shape[0]
-    chunks = _chunk_rows(n, K, chunk_size)
+    chunks = _chunk_rows(Z.shape[0], C0.shape[0], chunk_size)
     clust = 0.0
     negent = 0.0
     prev = C0
-    for a, blk, C in zip(alphas, blocks, centroids):
-        mass = torch.zeros(K, dtype=C0.dtype, device=C0.device)
-        scatter = Z.new_zeros(())
-        for s, e in chunks:
-            delta = blk.assign(Z[s:e], prev, tau)
-            mass += delta.sum(0)
-            scatter += (delta * blk.act(blk.quadratic(Z[s:e], C))).sum()
-        clust += a * float(scatter) / n
-        negent += a * float(negative_size_entropy((mass / n).unsqueeze(0)))
+    for a, blk, C in zip(_block_weights(len(blocks)), blocks, centroids):
+        scatter, neg = _block_terms(Z, blk, prev, C, tau, chunks)
+        clust += a * scatter
+        negent += a * neg
         prev = C
     return clust, negent
 
@@ -249,15 +259,8 @@ def _final_objective(Z, block, C, tau, beta, chunk_size=None):
     ``delta = block.assign(Z, C)``, streamed over row chunks. Used to choose
     among several starting centroids of the adaptation (``adapt_n_init``).
     """
-    K = C.shape[0]
-    n = Z.shape[0]
-    mass = torch.zeros(K, dtype=C.dtype, device=C.device)
-    scatter = Z.new_zeros(())
-    for s, e in _chunk_rows(n, K, chunk_size):
-        delta = block.assign(Z[s:e], C, tau)
-        mass += delta.sum(0)
-        scatter += (delta * block.act(block.quadratic(Z[s:e], C))).sum()
-    return float(scatter) / n + beta * float(negative_size_entropy((mass / n).unsqueeze(0)))
+    scatter, negent = _block_terms(Z, block, C, C, tau, _chunk_rows(Z.shape[0], C.shape[0], chunk_size))
+    return scatter + beta * negent
 
 
 class _ScalarNorm(torch.nn.BatchNorm1d):
