@@ -1,0 +1,38 @@
+"""Tests of shared torch building blocks in ``sktransfer_cluster.nn`` not owned by one estimator."""
+
+import numpy as np
+import pytest
+import torch
+
+from sktransfer_cluster.nn import knn_indices
+
+
+def _brute_force_neighbours(X, k):
+    d = np.linalg.norm(X[:, None, :] - X[None, :, :], axis=-1)
+    np.fill_diagonal(d, np.inf)
+    return np.argsort(d, axis=1, kind="stable")[:, :k]
+
+
+@pytest.mark.parametrize("n_features", [2, 10, 11])
+def test_knn_indices_match_brute_force_on_both_paths(n_features):
+    # 10 features use the KD-tree, 11 the chunked cdist path.
+    X = np.random.default_rng(0).normal(size=(300, n_features))
+    got = knn_indices(torch.from_numpy(X), 7, chunk_elements=1000).numpy()
+    np.testing.assert_array_equal(got, _brute_force_neighbours(X, 7))
+
+
+def test_knn_indices_never_lists_a_point_as_its_own_neighbour_with_duplicates():
+    X = torch.tensor([[0.0, 0.0], [0.0, 0.0], [5.0, 5.0], [5.0, 5.0]])
+    got = knn_indices(X, 1).numpy().ravel()
+    np.testing.assert_array_equal(got, [1, 0, 3, 2])
+
+
+def test_knn_indices_of_a_single_point_is_empty():
+    assert knn_indices(torch.zeros(1, 2), 5).shape == (1, 0)
+
+
+def test_knn_indices_leave_the_input_unmodified():
+    X = torch.randn(50, 3, generator=torch.Generator().manual_seed(0))
+    before = X.clone()
+    knn_indices(X, 4)
+    assert torch.equal(X, before)
