@@ -5,10 +5,12 @@
    linearly separable as the paper's training blobs), then new
    200-point sets of blobs, anisotropic blobs, moons and circles are clustered
    with K *not* given. ACC / NMI / found K, for our defaults (k-NN label
-   features), for the previous defaults (``n_neighbors=None,
-   margin_features=True``: distances to cluster means) and for the paper's
-   settings (``gae_skip=False, margin_features=False, n_neighbors=None, n_negatives=0,
-   lipschitz="clip", learning_rate=0.01``).
+   features; spectral inputs for the clustering MLP), for the previous
+   defaults (``spectral_features=None``: the clustering MLP reads the
+   coordinates only; the critic is trained the same way, so the pair isolates
+   the MLP's inputs) and for the paper's settings (``gae_skip=False,
+   margin_features=False, n_neighbors=None, spectral_features=None,
+   n_negatives=0, lipschitz="clip", learning_rate=0.01``).
 2. Critic ordering (the paper's Fig. 2): the metric of held-out sets with a
    growing fraction of mislabelled points.
 3. Digits cross-task: metric learned on 200-point sub-sets of digits 0-4,
@@ -46,10 +48,16 @@ PAPER = {
     "blobs": (0.984, 0.980), "anisotropic": (0.979, 0.967), "circles": (0.917, 0.902), "moons": (0.921, 0.929)
 }
 PAPER_SETTINGS = dict(
-    gae_skip=False, margin_features=False, n_neighbors=None, n_negatives=0, lipschitz="clip", learning_rate=0.01
+    gae_skip=False,
+    margin_features=False,
+    n_neighbors=None,
+    spectral_features=None,
+    n_negatives=0,
+    lipschitz="clip",
+    learning_rate=0.01,
 )
-# The defaults before the k-NN label features (distances to cluster means instead).
-PREVIOUS_SETTINGS = dict(n_neighbors=None, margin_features=True)
+# The defaults before the spectral inputs of the clustering MLP (coordinates only).
+PREVIOUS_SETTINGS = dict(spectral_features=None)
 
 
 def _mean_sd(v):

@@ -564,29 +564,37 @@ def cluster_margin_features(X, labels, chunk_elements=2**22):
 _KD_TREE_MAX_FEATURES = 10
 
 
-def knn_indices(X, k, chunk_elements=2**22):
-    """Indices of the ``k`` nearest other rows of ``X`` (n, d), nearest first: shape (n, k).
+def knn_indices(X, k, chunk_elements=2**22, query=None):
+    """Indices of the ``k`` nearest rows of ``X`` (n, d), nearest first.
 
-    Exact Euclidean neighbours, ``k`` capped at n - 1. A CPU tensor with at most
-    10 features goes through scikit-learn's KD-tree, O(n log n); otherwise
-    (more features, or a GPU tensor) chunked ``cdist`` with at most
-    ``chunk_elements`` distances at a time: O(n^2 d) time, bounded memory. The
-    result lies on ``X``'s device.
+    Without ``query``: the ``k`` nearest *other* rows of each row of ``X``, shape
+    (n, k), ``k`` capped at n - 1. With ``query`` (m, d): the ``k`` nearest rows
+    of ``X`` to each query row, shape (m, k), ``k`` capped at n; a query row
+    that is also a row of ``X`` finds itself first.
+
+    Exact Euclidean neighbours. On a CPU tensor with at most 10 features they
+    come from scikit-learn's KD-tree, O(n log n); otherwise (more features, or a
+    GPU tensor) from chunked ``cdist`` with at most ``chunk_elements`` distances
+    at a time: O(n^2 d) time, bounded memory. The result lies on ``X``'s device.
     """
     n, d = X.shape
-    k = min(int(k), n - 1)
+    k = min(int(k), n if query is not None else n - 1)
+    Q = X if query is None else query
     if X.device.type == "cpu" and d <= _KD_TREE_MAX_FEATURES and k > 0:
-        # kneighbors() without a query leaves each point out of its own neighbours.
         tree = NearestNeighbors(n_neighbors=k, algorithm="kd_tree").fit(X.detach().numpy())
-        return torch.from_numpy(tree.kneighbors(return_distance=False)).to(torch.long)
+        # kneighbors() without a query leaves each point out of its own neighbours.
+        found = tree.kneighbors(None if query is None else Q.detach().numpy(), return_distance=False)
+        return torch.from_numpy(found).to(torch.long)
+    m = Q.shape[0]
     rows = max(1, chunk_elements // max(1, n))
     # Written into one preallocated tensor: keeping a small result per chunk between the
     # freed distance blocks fragmented the CPU heap (24 GB resident at n = 10^5).
-    out = torch.empty((n, k), dtype=torch.long, device=X.device)
-    for s in range(0, n, rows):
-        dist = torch.cdist(X[s : s + rows], X)
+    out = torch.empty((m, k), dtype=torch.long, device=X.device)
+    for s in range(0, m, rows):
+        dist = torch.cdist(Q[s : s + rows], X)
         r = dist.shape[0]
-        dist[torch.arange(r, device=X.device), torch.arange(s, s + r, device=X.device)] = float("inf")
+        if query is None:
+            dist[torch.arange(r, device=X.device), torch.arange(s, s + r, device=X.device)] = float("inf")
         out[s : s + r] = dist.topk(k, dim=1, largest=False).indices
     return out
 

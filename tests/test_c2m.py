@@ -5,7 +5,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sklearn.datasets import make_blobs
+from sklearn.datasets import make_blobs, make_moons
 from sklearn.model_selection import GridSearchCV
 from sklearn.svm import LinearSVC
 
@@ -14,6 +14,7 @@ from sktransfer_cluster.cluster.c2m import (
     C2MCluster,
     _n_mlp_params,
     _population_logits,
+    _spectral_embedding,
 )
 from sktransfer_cluster.datasets import make_c2m_sets
 from sktransfer_cluster.metrics import clustering_accuracy
@@ -354,3 +355,31 @@ def test_separable_blob_pools_are_linearly_separable():
     for g in np.unique(groups):
         rows = groups == g
         assert LinearSVC(C=1e3, max_iter=20_000, random_state=0).fit(X[rows], y[rows]).score(X[rows], y[rows]) == 1.0
+
+
+def test_spectral_embedding_first_vector_separates_two_moons():
+    X, y = make_moons(200, noise=0.05, random_state=0)
+    emb = _spectral_embedding(torch.as_tensor(X), 3, 10)
+    assert emb.shape == (200, 3)
+    np.testing.assert_allclose(emb.std(0), 1.0)
+    assert clustering_accuracy(y, (emb[:, 0] > 0).astype(int)) == 1.0
+
+
+def test_spectral_features_widen_the_clustering_mlp_inputs():
+    X, y = make_blobs(60, centers=3, random_state=0)
+    est = C2MCluster(**{**FAST, "spectral_features": 2, "spectral_neighbors": 5}).fit(X, y)
+    assert est.cem_weights_.shape == (_n_mlp_params(2 + 2, est.cem_hidden, est.max_clusters),)
+
+
+def test_without_spectral_features_the_clustering_mlp_reads_the_coordinates_only():
+    X, y = make_blobs(60, centers=3, random_state=0)
+    est = C2MCluster(**{**FAST, "spectral_features": None}).fit(X, y)
+    assert est.cem_weights_.shape == (_n_mlp_params(2, est.cem_hidden, est.max_clusters),)
+
+
+def test_predict_with_spectral_features_reproduces_labels_of_a_subsampled_set():
+    X, y = make_blobs(300, centers=3, random_state=0)
+    est = C2MCluster(**{**FAST, "spectral_features": 2, "max_cem_samples": 50}).fit(X, y)
+    labels = est.transfer(X)
+    np.testing.assert_array_equal(est.predict(X), labels)
+    np.testing.assert_array_equal(est.predict(X[:17]), labels[:17])

@@ -36,3 +36,19 @@ def test_knn_indices_leave_the_input_unmodified():
     before = X.clone()
     knn_indices(X, 4)
     assert torch.equal(X, before)
+
+
+@pytest.mark.parametrize("n_features", [2, 11])
+def test_knn_indices_of_query_rows_match_brute_force_on_both_paths(n_features):
+    rng = np.random.default_rng(1)
+    X, Q = rng.normal(size=(200, n_features)), rng.normal(size=(30, n_features))
+    got = knn_indices(torch.from_numpy(X), 5, chunk_elements=500, query=torch.from_numpy(Q)).numpy()
+    d = np.linalg.norm(Q[:, None, :] - X[None, :, :], axis=-1)
+    np.testing.assert_array_equal(got, np.argsort(d, axis=1, kind="stable")[:, :5])
+
+
+def test_knn_indices_query_row_in_the_reference_finds_itself_first():
+    X = torch.randn(40, 3, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    got = knn_indices(X, 3, query=X[:10])
+    np.testing.assert_array_equal(got[:, 0].numpy(), np.arange(10))
+    assert knn_indices(X, 100, query=X[:2]).shape == (2, 40)  # capped at n
