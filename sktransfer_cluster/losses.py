@@ -15,6 +15,7 @@ __all__ = [
     "orthogonality_penalty",
     "pairwise_kl_detached",
     "kcl_loss",
+    "mcl_loss",
     "gradient_penalty",
 ]
 
@@ -149,6 +150,53 @@ def kcl_loss(log_p, similarity, *, mask=None, margin=2.0, reduction="mean"):
     raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}.")
 
 
+def mcl_loss(log_p, similarity, *, mask=None, reduction="mean", eps=1e-7):
+    """Meta classification likelihood (MCL) over all ordered pairs of a minibatch.
+
+    Hsu, Lv, Schlosser, Odom & Kira, *Multi-class classification without
+    multi-class labels* (ICLR 2019), the successor of KCL: the probability
+    that samples ``i`` and ``j`` fall in the same cluster is
+    ``s_ij = p_i . p_j`` (the dot product of their cluster distributions) and
+    the cost of the pair is the binary cross-entropy
+    ``-(y_ij log s_ij + (1 - y_ij) log(1 - s_ij))`` against the pair label
+    ``y_ij``. All ``n x n`` values come from one matrix product; gradients
+    flow through both samples of a pair. ``s_ij`` is clamped to
+    ``[eps, 1 - eps]``.
+
+    Parameters
+    ----------
+    log_p : torch.Tensor of shape (n, K)
+        Log-probabilities of the cluster assignments of a minibatch.
+    similarity : torch.Tensor of shape (n, n)
+        Pair labels: 1 (or True) similar, 0 dissimilar, or soft targets in
+        ``[0, 1]`` (e.g. ``G``'s probability of "similar").
+    mask : torch.Tensor of shape (n, n), default=None
+        True where the pair counts; other pairs contribute nothing. None means
+        every pair counts.
+    reduction : {"mean", "sum", "none"}, default="mean"
+        Mean over the counted ordered pairs (0 when there are none), their
+        sum, or the (n, n) matrix of per-pair costs (zeros where masked).
+    eps : float, default=1e-7
+
+    Returns
+    -------
+    torch.Tensor
+        Scalar, or (n, n) with ``reduction="none"``.
+    """
+    p = log_p.exp()
+    s = (p @ p.transpose(0, 1)).clamp(eps, 1.0 - eps)
+    y = similarity.to(s.dtype)
+    cost = -(y * torch.log(s) + (1.0 - y) * torch.log1p(-s))
+    if mask is not None:
+        cost = cost * mask.to(s.dtype)
+    if reduction == "none":
+        return cost
+    if reduction == "sum":
+        return cost.sum()
+    if reduction == "mean":
+        count = s.new_tensor(float(s.numel())) if mask is None else mask.sum().to(s.dtype)
+        return cost.sum() / count.clamp_min(1.0)
+    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}.")
 
 
 def negative_size_entropy(delta):

@@ -10,7 +10,7 @@ from sklearn.datasets import make_blobs
 
 from sktransfer_cluster.cluster.ccn import CCNCluster
 from sktransfer_cluster.datasets import load_digits_transfer
-from sktransfer_cluster.losses import kcl_loss, pairwise_kl_detached
+from sktransfer_cluster.losses import kcl_loss, mcl_loss, pairwise_kl_detached
 from sktransfer_cluster.metrics import clustering_accuracy
 from sktransfer_cluster.nn import SimilarityNetwork, init_module, pair_enumerate
 
@@ -397,3 +397,105 @@ def test_second_order_threshold_must_lie_strictly_between_0_and_1(bad):
     Xs, ys, _, _ = _blob_task()
     with pytest.raises(ValueError, match="second_order_threshold"):
         CCNCluster(second_order_threshold=bad, **FAST).fit(Xs, ys)
+
+
+# ------------------------------------------------------------------------ MCL loss
+# P = (0.6, 0.4), Q = (0.9, 0.1): s = P . Q = 0.54 + 0.04 = 0.58.
+MCL_P, MCL_Q, MCL_S = (0.6, 0.4), (0.9, 0.1), 0.58
+
+
+def _mcl_pair():
+    return torch.tensor([MCL_P, MCL_Q], dtype=torch.float64, requires_grad=True)
+
+
+def test_mcl_similar_pair_value_and_gradient_match_hand_computation():
+    prob = _mcl_pair()
+    loss = mcl_loss(prob.log(), torch.ones(2, 2), mask=OFF_DIAGONAL, reduction="sum")
+    loss.backward()
+    # Ordered pairs (0, 1) and (1, 0): 2 * -log s; d(-log s)/dp = -q / s for each of the two.
+    assert loss.item() == pytest.approx(-2 * math.log(MCL_S))
+    expected = -2 / MCL_S * torch.tensor([MCL_Q, MCL_P], dtype=torch.float64)
+    torch.testing.assert_close(prob.grad, expected)
+
+
+def test_mcl_dissimilar_pair_value_and_gradient_match_hand_computation():
+    prob = _mcl_pair()
+    loss = mcl_loss(prob.log(), torch.zeros(2, 2), mask=OFF_DIAGONAL, reduction="sum")
+    loss.backward()
+    assert loss.item() == pytest.approx(-2 * math.log(1 - MCL_S))
+    expected = 2 / (1 - MCL_S) * torch.tensor([MCL_Q, MCL_P], dtype=torch.float64)
+    torch.testing.assert_close(prob.grad, expected)
+
+
+def test_mcl_soft_target_is_the_binary_cross_entropy_against_the_probability():
+    prob = _mcl_pair()
+    y = torch.full((2, 2), 0.3, dtype=torch.float64)
+    loss = mcl_loss(prob.log(), y, mask=OFF_DIAGONAL, reduction="sum")
+    assert loss.item() == pytest.approx(-2 * (0.3 * math.log(MCL_S) + 0.7 * math.log(1 - MCL_S)))
+
+
+def test_mcl_mean_averages_over_known_pairs_and_matches_the_per_pair_definition():
+    gen = torch.Generator().manual_seed(0)
+    log_p = F.log_softmax(torch.randn(5, 3, dtype=torch.float64, generator=gen), 1)
+    S = torch.randint(0, 2, (5, 5), generator=gen)
+    P = log_p.exp()
+    ref = torch.stack(
+        [
+            torch.stack([F.binary_cross_entropy(P[i] @ P[j], S[i, j].double()) for j in range(5)])
+            for i in range(5)
+        ]
+    )
+    torch.testing.assert_close(mcl_loss(log_p, S, reduction="none"), ref)
+    mask = torch.zeros(5, 5, dtype=torch.bool)
+    mask[:3, :3] = True
+    torch.testing.assert_close(mcl_loss(log_p, S, mask=mask), ref[:3, :3].mean())
+    assert mcl_loss(log_p, S, mask=torch.zeros(5, 5, dtype=torch.bool)).item() == 0.0
+
+
+def test_criterion_mcl_clusters_unseen_blobs_and_finds_their_number():
+    Xs, ys, Xt, yt = _blob_task()
+    est = CCNCluster(n_clusters=12, criterion="mcl", **FAST).fit(Xs, ys)
+    labels = est.transfer(Xt)
+    assert est.n_clusters_ == 3
+    assert clustering_accuracy(yt, labels) > 0.9
+
+
+def test_neighbor_pairs_are_symmetric_with_the_diagonal():
+    from sktransfer_cluster.cluster.ccn import _neighbor_pairs
+
+    knn = torch.tensor([[1], [2], [1], [0]])  # 0 -> 1, 1 -> 2, 2 -> 1, 3 -> 0
+    nb = _neighbor_pairs(knn, torch.tensor([0, 2, 3]))
+    expected = torch.tensor([[1, 0, 1], [0, 1, 0], [1, 0, 1]], dtype=torch.bool)
+    torch.testing.assert_close(nb, expected)
+
+
+def test_similar_neighbors_clusters_unseen_blobs():
+    Xs, ys, Xt, yt = _blob_task()
+    est = CCNCluster(n_clusters=3, similar_neighbors=20, **FAST).fit(Xs, ys)
+    labels = est.transfer(Xt)
+    assert clustering_accuracy(yt, labels) > 0.9
+
+
+@pytest.mark.parametrize(
+    "params, name",
+    [
+        ({"criterion": "bce"}, "criterion"),
+        ({"similar_neighbors": 0}, "similar_neighbors"),
+        ({"balance_weight": -1.0}, "balance_weight"),
+    ],
+)
+def test_new_parameters_are_validated(params, name):
+    Xs, ys, _, _ = _blob_task()
+    with pytest.raises(ValueError, match=name):
+        CCNCluster(**params, **FAST).fit(Xs, ys)
+
+
+def test_balance_weight_spreads_samples_that_g_calls_all_similar_over_the_outputs():
+    Xs, ys, Xt, _ = _blob_task()
+    est = CCNCluster(n_clusters=3, **FAST).fit(Xs, ys)
+    # A G that calls every pair similar: the pair loss alone puts everything in one cluster.
+    est._pair_targets = lambda g, xb: torch.ones(xb.shape[0], xb.shape[0], dtype=torch.long)
+    est.set_params(criterion="mcl")
+    assert np.bincount(est.transfer(Xt)).max() > 0.9 * Xt.shape[0]
+    est.set_params(balance_weight=5.0)
+    assert np.bincount(est.transfer(Xt), minlength=3).min() > 0.1 * Xt.shape[0]
