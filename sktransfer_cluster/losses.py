@@ -104,6 +104,24 @@ def pairwise_kl_detached(log_p):
     return neg_entropy - t @ log_p.transpose(0, 1)
 
 
+def _reduce_pairs(cost, mask, reduction):
+    """Reduce an (n, n) matrix of per-pair costs over the pairs ``mask`` keeps (all when None).
+
+    "mean" divides by the number of kept pairs (0 when there are none), "sum"
+    adds them, "none" returns the matrix with the other pairs zeroed.
+    """
+    if mask is not None:
+        cost = cost * mask.to(cost.dtype)
+    if reduction == "none":
+        return cost
+    if reduction == "sum":
+        return cost.sum()
+    if reduction == "mean":
+        count = cost.new_tensor(float(cost.numel())) if mask is None else mask.sum().to(cost.dtype)
+        return cost.sum() / count.clamp_min(1.0)
+    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}.")
+
+
 def kcl_loss(log_p, similarity, *, mask=None, margin=2.0, reduction="mean"):
     """KL-divergence contrastive loss (KCL, the paper's LCO) over all ordered pairs.
 
@@ -138,16 +156,7 @@ def kcl_loss(log_p, similarity, *, mask=None, margin=2.0, reduction="mean"):
     d = pairwise_kl_detached(log_p)
     s = similarity.to(d.dtype)
     cost = s * d + (1.0 - s) * (margin - d).clamp_min(0.0)
-    if mask is not None:
-        cost = cost * mask.to(d.dtype)
-    if reduction == "none":
-        return cost
-    if reduction == "sum":
-        return cost.sum()
-    if reduction == "mean":
-        count = d.new_tensor(float(d.numel())) if mask is None else mask.sum().to(d.dtype)
-        return cost.sum() / count.clamp_min(1.0)
-    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}.")
+    return _reduce_pairs(cost, mask, reduction)
 
 
 def mcl_loss(log_p, similarity, *, mask=None, reduction="mean", eps=1e-7):
@@ -187,16 +196,7 @@ def mcl_loss(log_p, similarity, *, mask=None, reduction="mean", eps=1e-7):
     s = (p @ p.transpose(0, 1)).clamp(eps, 1.0 - eps)
     y = similarity.to(s.dtype)
     cost = -(y * torch.log(s) + (1.0 - y) * torch.log1p(-s))
-    if mask is not None:
-        cost = cost * mask.to(s.dtype)
-    if reduction == "none":
-        return cost
-    if reduction == "sum":
-        return cost.sum()
-    if reduction == "mean":
-        count = s.new_tensor(float(s.numel())) if mask is None else mask.sum().to(s.dtype)
-        return cost.sum() / count.clamp_min(1.0)
-    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}.")
+    return _reduce_pairs(cost, mask, reduction)
 
 
 def negative_size_entropy(delta):
