@@ -144,8 +144,19 @@ def _second_order(similar, threshold):
 
 
 def _neighbor_pairs(knn, idx):
-    """(b, b) boolean: ``idx[j]`` is among the neighbours of ``idx[i]`` or vice versa, or i = j."""
-    nb = (knn[idx][:, :, None] == idx[None, None, :]).any(1)
+    """(b, b) boolean: ``idx[j]`` is among the neighbours of ``idx[i]`` or vice versa, or i = j.
+
+    ``knn`` (n, k) holds each row's neighbours. The batch positions of the
+    neighbours come from an (n,) lookup: O(n + b k + b^2) memory, no (b, k, b).
+    """
+    b = idx.shape[0]
+    pos = torch.full((knn.shape[0],), -1, dtype=torch.long, device=knn.device)
+    pos[idx] = torch.arange(b, device=knn.device)
+    cols = pos[knn[idx]]  # (b, k): batch position of each neighbour, -1 outside the batch
+    rows = torch.arange(b, device=knn.device).unsqueeze(1).expand_as(cols)
+    inside = cols >= 0
+    nb = torch.zeros((b, b), dtype=torch.bool, device=knn.device)
+    nb[rows[inside], cols[inside]] = True
     nb = nb | nb.T
     nb.fill_diagonal_(True)
     return nb
