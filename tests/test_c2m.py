@@ -365,6 +365,23 @@ def test_spectral_embedding_first_vector_separates_two_moons():
     assert clustering_accuracy(y, (emb[:, 0] > 0).astype(int)) == 1.0
 
 
+def test_spectral_embedding_tells_apart_every_component_of_a_disconnected_graph():
+    # Four far-apart blobs: eigenvalue 1 has multiplicity 4; every blob needs its own value.
+    X, y = make_blobs(200, centers=[[0, 0], [20, 0], [0, 20], [20, 20]], random_state=0)
+    emb = _spectral_embedding(torch.as_tensor(X), 3, 10)
+    means = np.array([emb[y == k].mean(0) for k in range(4)])
+    gaps = np.linalg.norm(means[:, None] - means[None], axis=-1)[np.triu_indices(4, 1)]
+    assert max(emb[y == k].std(0).max() for k in range(4)) < 1e-3  # constant on a blob
+    assert gaps.min() > 1.0  # and a different value on each
+
+
+def test_spectral_embedding_is_deterministic_and_leaves_the_input_unmodified():
+    X = torch.as_tensor(make_moons(300, noise=0.05, random_state=1)[0])
+    before = X.clone()
+    np.testing.assert_array_equal(_spectral_embedding(X, 2, 10), _spectral_embedding(X, 2, 10))
+    assert torch.equal(X, before)
+
+
 def test_spectral_features_widen_the_clustering_mlp_inputs():
     X, y = make_blobs(60, centers=3, random_state=0)
     est = C2MCluster(**{**FAST, "spectral_features": 2, "spectral_neighbors": 5}).fit(X, y)
