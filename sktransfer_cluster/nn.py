@@ -570,7 +570,7 @@ def knn_indices(X, k, chunk_elements=2**22, query=None):
     Without ``query``: the ``k`` nearest *other* rows of each row of ``X``, shape
     (n, k), ``k`` capped at n - 1. With ``query`` (m, d): the ``k`` nearest rows
     of ``X`` to each query row, shape (m, k), ``k`` capped at n; a query row
-    that is also a row of ``X`` finds itself first.
+    that is also a row of ``X`` finds itself (or an exact duplicate) first.
 
     Exact Euclidean neighbours. On a CPU tensor with at most 10 features they
     come from scikit-learn's KD-tree, O(n log n); otherwise (more features, or a
