@@ -292,8 +292,9 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         n_similarity_nets=3, clustering_epochs=20``) 1.0 raised
         ``n_clusters=5`` ACC from 0.857 to 0.877 (every seed 0.865-0.886)
         and dropped ``n_clusters=20`` to 0.348 (K error 6). With
-        ``similar_neighbors=60`` instead: 0.885 +- 0.008 (30: 0.873; 60
-        without it: 0.868), against KMeans' 0.895 on the same target.
+        ``similar_neighbors=60`` instead: 0.885 +- 0.008 (30: 0.873; 90:
+        0.881; 60 with 40 epochs of ``f``: 0.887; 60 without it: 0.868),
+        against KMeans' 0.895 on the same target.
     classes_per_batch : int, default=5
         Number of source classes each minibatch of ``G`` is drawn from (fewer
         classes = more similar pairs).
