@@ -861,8 +861,9 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         (``standardize=True``): the metric is a function of the set. Values are
         comparable across labellings of the same ``X`` under one fitted model;
         their scale is arbitrary (a WGAN critic's), so do not compare them
-        across fits. Cost O(n k d) for k clusters, plus O(n^2 d) for the k-NN graph
-        with ``n_neighbors``.
+        across fits. Cost O(n k d) for k clusters, plus the k-NN graph with
+        ``n_neighbors`` (:func:`~sktransfer_cluster.nn.knn_indices`: O(n log n)
+        by KD-tree up to 10 features, O(n^2 d) beyond).
 
         Parameters
         ----------

@@ -554,11 +554,10 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
     def _pair_targets(self, g, xb):
         """Pair labels of a minibatch for ``f``: G's binarised "similar" predictions."""
-        logits = g(xb)
+        sim = g(xb).argmax(-1)  # G's probability of "similar" > 0.5
         if self.second_order_threshold is not None:
-            sim = logits.argmax(-1).to(xb.dtype)  # G's probability of "similar" > 0.5
-            return _second_order(sim, self.second_order_threshold)
-        return logits.argmax(-1)
+            return _second_order(sim.to(xb.dtype), self.second_order_threshold)
+        return sim
 
     def _pair_loss(self, log_p, sim, mask=None):
         """The clustering criterion of ``f`` on the pairs of a minibatch."""
