@@ -19,6 +19,7 @@ from sklearn.utils import check_random_state
 __all__ = [
     "TransferTask",
     "load_digits_transfer",
+    "dihedral_classes",
     "make_tdcm_transfer",
     "make_c2m_sets",
     "make_gaussian_ring",
@@ -81,6 +82,73 @@ def load_digits_transfer(source_classes=(0, 1, 2, 3, 4), target_classes=(5, 6, 7
     src = np.isin(y, source_classes)
     tgt = np.isin(y, target_classes)
     return TransferTask(X[src], y[src], X[tgt], y[tgt], name="digits")
+
+
+def dihedral_classes(X, y, image_shape):
+    """Labelled square images and their 7 rotations and reflections, each a new class.
+
+    Every image is rotated by 0, 90, 180 and 270 degrees, with and without a
+    left-right mirror; the rows of class ``c`` under transform ``t`` form the
+    new class ``t * n_classes + code(c)``. A model that learns to *compare*
+    (e.g. :class:`~sktransfer_cluster.cluster.CCNCluster`'s similarity
+    network) then sees 8 times as many classes, so it has a harder time
+    specialising to the few it is given; rotated characters as new classes
+    are the usual augmentation of Omniglot's few-shot benchmarks. Only useful
+    when no transform maps one class onto another (a 180-degree "6" is a "9":
+    do not apply it to a source that holds both).
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, h * w) or (n_samples, c * h * w)
+        Flattened images, row-major, channels first.
+    y : array-like of shape (n_samples,)
+        Class labels (any sortable values).
+    image_shape : tuple
+        ``(h, w)`` or ``(c, h, w)`` with ``h == w``.
+
+    Returns
+    -------
+    X_aug : ndarray of shape (8 * n_samples, n_features)
+        The 8 transforms one after another; the first ``n_samples`` rows are ``X``.
+    y_aug : ndarray of shape (8 * n_samples,)
+        Integer classes; the first ``n_samples`` are the codes of ``y``
+        (positions in ``np.unique(y)``).
+
+    Examples
+    --------
+    >>> from sktransfer_cluster.datasets import dihedral_classes, load_digits_transfer
+    >>> task = load_digits_transfer()
+    >>> X_aug, y_aug = dihedral_classes(task.X_source, task.y_source, (8, 8))
+    >>> X_aug.shape, len(set(y_aug))
+    ((7208, 64), 40)
+    """
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y)
+    shape = tuple(int(v) for v in image_shape)
+    if len(shape) == 2:
+        shape = (1, *shape)
+    if len(shape) != 3 or min(shape) < 1 or shape[1] != shape[2]:
+        raise ValueError(
+            f"image_shape must be (h, w) or (c, h, w) of a square image (h == w), got {image_shape!r}; "
+            "a 90-degree rotation of a non-square image has another shape."
+        )
+    if X.ndim != 2 or X.shape[1] != int(np.prod(shape)):
+        raise ValueError(
+            f"X must be 2-D with {int(np.prod(shape))} columns for image_shape {image_shape!r}, "
+            f"got shape {X.shape}."
+        )
+    if y.ndim != 1 or y.shape[0] != X.shape[0]:
+        raise ValueError(f"y must be 1-D with one label per row of X ({X.shape[0]}), got shape {y.shape}.")
+    classes, codes = np.unique(y, return_inverse=True)
+    images = X.reshape(-1, *shape)
+    parts, labels = [], []
+    for t, (mirror, turns) in enumerate((m, r) for m in (False, True) for r in range(4)):
+        im = np.rot90(images, turns, axes=(2, 3))
+        if mirror:
+            im = im[..., ::-1]
+        parts.append(im.reshape(X.shape[0], -1))
+        labels.append(codes + t * classes.shape[0])
+    return np.concatenate(parts), np.concatenate(labels).astype(np.int64)
 
 
 def make_tdcm_transfer(

@@ -482,6 +482,7 @@ def test_similar_neighbors_clusters_unseen_blobs():
         ({"criterion": "bce"}, "criterion"),
         ({"similar_neighbors": 0}, "similar_neighbors"),
         ({"balance_weight": -1.0}, "balance_weight"),
+        ({"n_init": 0}, "n_init"),
     ],
 )
 def test_new_parameters_are_validated(params, name):
@@ -499,3 +500,33 @@ def test_balance_weight_spreads_samples_that_g_calls_all_similar_over_the_output
     assert np.bincount(est.transfer(Xt)).max() > 0.9 * Xt.shape[0]
     est.set_params(balance_weight=5.0)
     assert np.bincount(est.transfer(Xt), minlength=3).min() > 0.1 * Xt.shape[0]
+
+
+def test_n_init_keeps_the_clustering_network_of_lowest_target_loss():
+    Xs, ys, Xt, _ = _blob_task()
+    est = CCNCluster(n_clusters=3, n_init=3, **FAST).fit(Xs, ys)
+    seen = []
+    target_loss = est._target_loss
+
+    def recording(f, *args):
+        seen.append((target_loss(f, *args), f))
+        return seen[-1][0]
+
+    est._target_loss = recording
+    est.transfer(Xt)
+    assert len(seen) == 3 and len({id(f) for _, f in seen}) == 3
+    assert est.clustering_net_ is min(seen, key=lambda s: s[0])[1]
+    inits = [h["init"] for h in est.history_ if h["phase"] == "transfer"]
+    assert inits == [i for i in range(3) for _ in range(FAST["clustering_epochs"])]
+
+
+def test_target_loss_is_the_training_objective_over_the_target_in_row_order():
+    Xs, ys, Xt, _ = _blob_task()
+    est = CCNCluster(n_clusters=3, criterion="mcl", balance_weight=0.5, **FAST).fit(Xs, ys)
+    est.transfer(Xt)
+    g, f, X = est.target_similarity_net_, est.clustering_net_, est._tensor(Xt)
+    b = FAST["batch_size"]
+    rows = [torch.arange(i, min(i + b, len(X))) for i in range(0, len(X), b)]
+    with torch.no_grad():
+        losses = [est._batch_loss(f, X[idx], idx, g, None) for idx in rows]
+    assert est._target_loss(f, X, g, None) == pytest.approx(torch.stack(losses).mean().item())

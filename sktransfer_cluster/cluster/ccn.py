@@ -300,6 +300,13 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         classes = more similar pairs).
     clustering_epochs : int, default=40
         Training epochs of ``f`` in ``fit`` and (by default) in ``transfer``.
+    n_init : int, default=1
+        Number of clustering networks ``f`` trained from different
+        initialisations and minibatch orders in ``fit`` and ``transfer`` (as
+        KMeans' ``n_init``); the one with the lowest loss on the data it
+        clusters is kept: ``f``'s training objective (without CCN+'s source
+        rows), ``f`` in eval mode, over one pass of minibatches in row order.
+        Time grows linearly.
     batch_size : int, default=100
         Minibatch size; each minibatch yields ``batch_size**2`` pairs, so time
         and memory per step grow as O(batch_size^2).
@@ -385,6 +392,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         "similarity_epochs": [Interval(Integral, 1, None, closed="left")],
         "classes_per_batch": [Interval(Integral, 1, None, closed="left")],
         "clustering_epochs": [Interval(Integral, 1, None, closed="left")],
+        "n_init": [Interval(Integral, 1, None, closed="left")],
         "batch_size": [Interval(Integral, 2, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "adapt_bn": ["boolean"],
@@ -409,6 +417,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         similarity_epochs=3,
         classes_per_batch=5,
         clustering_epochs=40,
+        n_init=1,
         batch_size=100,
         learning_rate=1e-3,
         adapt_bn=True,
@@ -432,6 +441,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.similarity_epochs = similarity_epochs
         self.classes_per_batch = classes_per_batch
         self.clustering_epochs = clustering_epochs
+        self.n_init = n_init
         self.batch_size = batch_size
         self.learning_rate = learning_rate
         self.adapt_bn = adapt_bn
@@ -509,13 +519,57 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             w = torch.tensor([1.0, float(self.similar_weight)])
         return w.to(device=self.device_, dtype=self._dtype())
 
-    def _train_clustering(self, Xt, g, epochs, torch_gen, phase, source=None, rng=None):
+    def _cluster(self, Xt, g, epochs, torch_gen, phase, source=None, rng=None):
+        """Train ``n_init`` fresh ``f`` on ``Xt``; keep the one of lowest target loss.
+
+        The loss that ranks them (:meth:`_target_loss`) is the training
+        objective without CCN+'s source rows, on one fixed pass of minibatches.
+        """
+        knn = None if self.similar_neighbors is None else knn_indices(Xt, self.similar_neighbors)
+        best, best_loss = None, math.inf
+        for init in range(self.n_init):
+            f = self._train_clustering(Xt, g, knn, epochs, torch_gen, phase, init, source, rng)
+            loss = self._target_loss(f, Xt, g, knn) if self.n_init > 1 else 0.0
+            if loss < best_loss:
+                best, best_loss = f, loss
+            if self.__dict__.get("_training_stopped", False):
+                break  # an interrupt kept by keep_best: no further start
+        return best
+
+    def _batch_loss(self, f, xb, idx, g, knn):
+        """``f``'s loss on the pairs of target minibatch ``xb`` (rows ``idx`` of the target)."""
+        sim, known = self._batch_targets(g, xb, idx, knn)
+        log_p = F.log_softmax(f(xb), dim=1)
+        loss = self._pair_loss(log_p, sim, mask=known)
+        if self.balance_weight > 0:
+            # Minus the entropy of the batch's mean assignment: favours equal sizes.
+            loss = loss + self.balance_weight * negative_size_entropy(log_p.exp())
+        return loss
+
+    def _batch_targets(self, g, xb, idx, knn):
+        """Pair labels of a minibatch and the mask of pairs that have one (None: all)."""
+        with torch.no_grad():
+            sim = self._pair_targets(g, xb)
+            if knn is None:
+                return sim, None
+            # Labels only where G and the input-space neighbourhoods agree.
+            nb = _neighbor_pairs(knn, idx)
+            return sim * nb.to(sim.dtype), (sim > 0.5) == nb
+
+    @torch.no_grad()
+    def _target_loss(self, f, Xt, g, knn):
+        """Mean :meth:`_batch_loss` of a trained ``f`` (eval mode) over the target in row order."""
+        f.eval()
+        order = torch.arange(Xt.shape[0], device=self.device_)
+        batches = _minibatches(Xt.shape[0], self.batch_size, order)
+        return sum(self._batch_loss(f, Xt[idx], idx, g, knn).item() for idx in batches) / len(batches)
+
+    def _train_clustering(self, Xt, g, knn, epochs, torch_gen, phase, init=0, source=None, rng=None):
         """Train a fresh ``f`` on ``Xt`` with KCL driven by ``g`` (+ CE on source rows)."""
         n, d = Xt.shape
         f = mlp([d, *self.hidden_dims, self.n_clusters], batch_norm=True)
         f = init_module(f, torch_gen).to(device=self.device_, dtype=self._dtype())
         opt = torch.optim.Adam(f.parameters(), lr=self.learning_rate)
-        knn = None if self.similar_neighbors is None else knn_indices(Xt, self.similar_neighbors)
         g.eval()
         f.train()
         with self._training(phase, epochs, state=[f]) as run:
@@ -525,27 +579,16 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
                 total = 0.0
                 for idx in batches:
                     xb = Xt[idx]
-                    with torch.no_grad():
-                        sim = self._pair_targets(g, xb)
-                        known = None
-                        if knn is not None:
-                            # Labels only where G and the input-space neighbourhoods agree.
-                            nb = _neighbor_pairs(knn, idx)
-                            known = (sim > 0.5) == nb
-                            sim = sim * nb.to(sim.dtype)
                     if source is None:
-                        log_p = F.log_softmax(f(xb), dim=1)
-                        loss = self._pair_loss(log_p, sim, mask=known)
-                        if self.balance_weight > 0:
-                            # Minus the entropy of the batch's mean assignment: favours equal sizes.
-                            loss = loss + self.balance_weight * negative_size_entropy(log_p.exp())
+                        loss = self._batch_loss(f, xb, idx, g, knn)
                     else:
+                        sim, known = self._batch_targets(g, xb, idx, knn)
                         loss = self._ccn_plus_loss(f, xb, sim, source, rng, known=known)
                     opt.zero_grad()
                     loss.backward()
                     opt.step()
                     total += loss.item()
-                record = {"phase": phase, "epoch": epoch, "loss": total / len(batches)}
+                record = {"phase": phase, "init": init, "epoch": epoch, "loss": total / len(batches)}
                 run.end_epoch(record["loss"])
                 self.history_.append(record)
         # Exact batch-norm statistics of f on the data it clusters (deterministic order).
@@ -621,7 +664,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
                 break  # an interrupt kept by keep_best: no further member
             nets.append(self._train_similarity(Xt, codes, n_classes, rng, torch_gen))
         self.similarity_net_ = nets[0] if len(nets) == 1 else SimilarityEnsemble(nets)
-        f = self._train_clustering(Xt, self.similarity_net_, self.clustering_epochs, torch_gen, "fit")
+        f = self._cluster(Xt, self.similarity_net_, self.clustering_epochs, torch_gen, "fit")
         self._assign(f, Xt)
         self.n_iter_ = len(self.history_)  # finished epochs of G and f (fewer after a kept interrupt)
 
@@ -659,7 +702,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             order = torch.arange(Xt.shape[0], device=self.device_)
             _reestimate_batchnorm(g, [Xt[i] for i in _minibatches(Xt.shape[0], self.batch_size, order)])
             self.target_similarity_net_ = g
-        f = self._train_clustering(Xt, g, epochs, torch_gen, "transfer", source=src, rng=rng)
+        f = self._cluster(Xt, g, epochs, torch_gen, "transfer", source=src, rng=rng)
         self.n_iter_ = epochs
         return self._assign(f, Xt)
 
