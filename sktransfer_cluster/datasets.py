@@ -14,7 +14,7 @@ import numpy as np
 from sklearn.datasets import load_digits, make_blobs, make_circles, make_moons
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC
-from sklearn.utils import check_random_state
+from sklearn.utils import check_array, check_random_state
 
 __all__ = [
     "TransferTask",
@@ -122,7 +122,7 @@ def dihedral_classes(X, y, image_shape):
     >>> X_aug.shape, len(set(y_aug))
     ((7208, 64), 40)
     """
-    X = np.asarray(X, dtype=np.float64)
+    X = check_array(X, dtype=np.float64)
     y = np.asarray(y)
     shape = tuple(int(v) for v in image_shape)
     if len(shape) == 2:
@@ -132,10 +132,9 @@ def dihedral_classes(X, y, image_shape):
             f"image_shape must be (h, w) or (c, h, w) of a square image (h == w), got {image_shape!r}; "
             "a 90-degree rotation of a non-square image has another shape."
         )
-    if X.ndim != 2 or X.shape[1] != int(np.prod(shape)):
+    if X.shape[1] != int(np.prod(shape)):
         raise ValueError(
-            f"X must be 2-D with {int(np.prod(shape))} columns for image_shape {image_shape!r}, "
-            f"got shape {X.shape}."
+            f"X must have {int(np.prod(shape))} columns for image_shape {image_shape!r}, got {X.shape[1]}."
         )
     if y.ndim != 1 or y.shape[0] != X.shape[0]:
         raise ValueError(f"y must be 1-D with one label per row of X ({X.shape[0]}), got shape {y.shape}.")

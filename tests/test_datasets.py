@@ -64,3 +64,11 @@ def test_dihedral_classes_needs_one_label_per_row():
     X, shape = _images()
     with pytest.raises(ValueError, match="one label per row"):
         dihedral_classes(X, [0, 1], shape)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_dihedral_classes_rejects_non_finite_images(bad):
+    X, shape = _images()
+    X[1, 2] = bad
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        dihedral_classes(X, [0, 1, 2], shape)
