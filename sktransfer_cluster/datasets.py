@@ -137,7 +137,9 @@ def dihedral_classes(X, y, image_shape):
             f"X must have {int(np.prod(shape))} columns for image_shape {image_shape!r}, got {X.shape[1]}."
         )
     if y.ndim != 1 or y.shape[0] != X.shape[0]:
-        raise ValueError(f"y must be 1-D with one label per row of X ({X.shape[0]}), got shape {y.shape}.")
+        raise ValueError(
+            f"y must be 1-D with one label per row of X ({X.shape[0]}), got shape {y.shape}."
+        )
     classes, codes = np.unique(y, return_inverse=True)
     images = X.reshape(-1, *shape)
     parts, labels = [], []

@@ -518,6 +518,7 @@ def test_n_init_keeps_the_clustering_network_of_lowest_target_loss():
     assert est.clustering_net_ is min(seen, key=lambda s: s[0])[1]
     inits = [h["init"] for h in est.history_ if h["phase"] == "transfer"]
     assert inits == [i for i in range(3) for _ in range(FAST["clustering_epochs"])]
+    assert est.n_iter_ == 3 * FAST["clustering_epochs"]
 
 
 def test_target_loss_is_the_training_objective_over_the_target_in_row_order():

@@ -378,7 +378,8 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     clustering_net_ : torch.nn.Module
         The clustering network ``f`` of the last ``fit``/``transfer``.
     n_iter_ : int
-        Epochs run by the last ``fit`` (both networks) or ``transfer``.
+        Epochs run by the last ``fit`` (both networks) or ``transfer``, over
+        all ``n_init`` starts of ``f``.
     history_ : list of dict
         Per-epoch mean losses, with the phase ("similarity", "fit", "transfer");
         those of ``f`` also give its start ("init", ``0 .. n_init - 1``).
@@ -726,8 +727,9 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             order = torch.arange(Xt.shape[0], device=self.device_)
             _reestimate_batchnorm(g, [Xt[i] for i in _minibatches(Xt.shape[0], self.batch_size, order)])
             self.target_similarity_net_ = g
+        done = len(self.history_)
         f = self._cluster(Xt, g, epochs, torch_gen, "transfer", source=src, rng=rng)
-        self.n_iter_ = epochs
+        self.n_iter_ = len(self.history_) - done  # epochs of f over all its starts
         return self._assign(f, Xt)
 
     def _validate_source(self, source):
