@@ -492,6 +492,10 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
                 "(it learns from pairs, with batch normalisation)."
             )
 
+    def _row_batches(self, n):
+        """Minibatch indices of ``n`` rows in row order (deterministic passes over a data set)."""
+        return _minibatches(n, self.batch_size, torch.arange(n, device=self.device_))
+
     def _current_g(self):
         g = getattr(self, "target_similarity_net_", None)
         return self.similarity_net_ if g is None else g
@@ -585,8 +589,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     def _target_loss(self, f, Xt, g, knn):
         """Mean :meth:`_batch_loss` of a trained ``f`` (eval mode) over the target in row order."""
         f.eval()
-        order = torch.arange(Xt.shape[0], device=self.device_)
-        batches = _minibatches(Xt.shape[0], self.batch_size, order)
+        batches = self._row_batches(Xt.shape[0])
         return sum(self._batch_loss(f, Xt[idx], idx, g, knn).item() for idx in batches) / len(batches)
 
     def _train_clustering(self, Xt, g, knn, epochs, torch_gen, phase, init=0, source=None, rng=None):
@@ -617,8 +620,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
                 run.end_epoch(record["loss"])
                 self.history_.append(record)
         # Exact batch-norm statistics of f on the data it clusters (deterministic order).
-        order = torch.arange(n, device=self.device_)
-        return _reestimate_batchnorm(f, [Xt[i] for i in _minibatches(n, self.batch_size, order)])
+        return _reestimate_batchnorm(f, [Xt[i] for i in self._row_batches(n)])
 
     def _pair_targets(self, g, xb):
         """Pair labels of a minibatch for ``f``: G's binarised "similar" predictions."""
@@ -724,8 +726,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.target_similarity_net_ = None
         if adapt_bn:
             g = copy.deepcopy(g)
-            order = torch.arange(Xt.shape[0], device=self.device_)
-            _reestimate_batchnorm(g, [Xt[i] for i in _minibatches(Xt.shape[0], self.batch_size, order)])
+            _reestimate_batchnorm(g, [Xt[i] for i in self._row_batches(Xt.shape[0])])
             self.target_similarity_net_ = g
         done = len(self.history_)
         f = self._cluster(Xt, g, epochs, torch_gen, "transfer", source=src, rng=rng)
