@@ -1,15 +1,24 @@
 """Shared machinery of every estimator: validation, device, seeding, chunked
-prediction, the transfer protocol, progress reporting and pickling of torch state.
+prediction, the transfer protocol, the training loop's mechanics, progress
+reporting and pickling of torch state.
 
 Estimators subclass :class:`TransferClusterMixin` (before ``ClusterMixin`` and
-``BaseEstimator``) and implement a few private hooks:
+``BaseEstimator``; the order is checked when the class is defined) and implement
+its abstract hooks:
 
-* ``_fit(X, y, **fit_params)`` -- learn from the source; must set ``labels_``.
+* ``_fit(X, y, *, rng, torch_gen, **fit_params)`` -- learn from the source; must
+  set ``labels_`` and ``n_iter_``.
 * ``_transfer(X, **kwargs)`` -- adapt to an unlabelled target; returns its labels.
 * ``_predict(X_chunk)`` -- labels for a chunk, from the current model state only.
+* ``score(X, y=None)`` -- higher is better, needs no labels.
 
-Everything else -- input checks, ``device_``, the random generators, chunking,
-``NotFittedError``, the feature-count check -- lives here, once.
+and, where they need more than the shared checks, ``_check_params_vs_input``
+(every data-dependent parameter check) and the class attributes ``_requires_y``
+(fit needs labels; read by everything else through the estimator's tags) and
+``_width_params`` (layer-width tuples to validate). Training loops run inside
+:meth:`TransferClusterMixin._training`, whose :class:`TrainingRun` owns the
+minibatches, the finiteness checks, ``history_`` and interrupts.
+See ``docs/adding_an_estimator.md``.
 """
 
 from __future__ import annotations
@@ -17,14 +26,25 @@ from __future__ import annotations
 import copy
 import math
 import warnings
+from abc import ABC, abstractmethod
 from contextlib import contextmanager
+from numbers import Integral
 
 import numpy as np
 import torch
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-__all__ = ["TransferClusterMixin", "resolve_device", "make_generators", "pipeline_transfer"]
+__all__ = [
+    "TransferClusterMixin",
+    "TrainingRun",
+    "resolve_device",
+    "make_generators",
+    "pipeline_transfer",
+    "chunked",
+    "compact_labels",
+    "check_widths",
+]
 
 # Parameter constraints every estimator shares (sklearn's _parameter_constraints).
 COMMON_PARAMETER_CONSTRAINTS = {
@@ -36,6 +56,91 @@ COMMON_PARAMETER_CONSTRAINTS = {
 
 # Rows per chunk in predict/transform: bounds peak memory whatever n is.
 DEFAULT_CHUNK_SIZE = 65536
+
+
+def chunked(fn, X, chunk_size=DEFAULT_CHUNK_SIZE):
+    """Apply ``fn`` to row chunks of ``X`` and concatenate the results, without autograd.
+
+    Bounds the memory of inference on large inputs whatever their size.
+
+    Parameters
+    ----------
+    fn : callable
+        Maps a chunk of rows to an array or tensor with one row (or entry) per input row.
+    X : ndarray or torch.Tensor of shape (n_samples, ...)
+    chunk_size : int, default=DEFAULT_CHUNK_SIZE
+
+    Returns
+    -------
+    ndarray or torch.Tensor
+        A tensor when ``fn`` returns tensors, else a numpy array.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> chunked(lambda x: x.sum(1), np.ones((5, 2)), chunk_size=2).tolist()
+    [2.0, 2.0, 2.0, 2.0, 2.0]
+    """
+    with torch.no_grad():
+        parts = [fn(X[start : start + chunk_size]) for start in range(0, max(X.shape[0], 1), chunk_size)]
+    if torch.is_tensor(parts[0]):
+        return torch.cat(parts, 0)
+    return np.concatenate([np.asarray(p) for p in parts], axis=0)
+
+
+def compact_labels(outputs, n_outputs=None):
+    """Consecutive labels ``0 .. m-1`` for the ``m`` outputs (cluster ids) actually used.
+
+    Label ``j`` is the ``j``-th smallest used output, so the map is the
+    identity when every output is used.
+
+    Parameters
+    ----------
+    outputs : array-like of int, shape (n_samples,)
+        Raw output ids (e.g. the argmax of a network), all >= 0.
+    n_outputs : int, default=None
+        Number of possible outputs (defaults to ``max(outputs) + 1``).
+
+    Returns
+    -------
+    labels : ndarray of int64, shape (n_samples,)
+    used : ndarray of int64, shape (m,)
+        The used outputs in increasing order: ``used[labels] == outputs``.
+
+    Examples
+    --------
+    >>> labels, used = compact_labels([4, 1, 4, 7])
+    >>> labels.tolist(), used.tolist()
+    ([1, 0, 1, 2], [1, 4, 7])
+    """
+    outputs = np.asarray(outputs, dtype=np.int64)
+    used = np.flatnonzero(np.bincount(outputs, minlength=n_outputs or 0)).astype(np.int64)
+    return np.searchsorted(used, outputs).astype(np.int64), used
+
+
+def check_widths(name, widths, *, allow_empty=True):
+    """Validate a tuple of layer widths; return it as a tuple of Python ints.
+
+    Raises
+    ------
+    ValueError
+        If ``widths`` is not a sequence of positive integers (``2.5``, ``0``,
+        ``-1``, ``True`` and strings are refused), or is empty when
+        ``allow_empty`` is false. The message says what to pass.
+
+    Examples
+    --------
+    >>> check_widths("hidden_dims", [64, 32])
+    (64, 32)
+    """
+    what = "a tuple of positive ints" + ("" if allow_empty else " (at least one)")
+    if isinstance(widths, (str, bytes)) or not hasattr(widths, "__iter__"):
+        raise ValueError(f"{name} must be {what}, layer widths such as (128, 64); got {widths!r}.")
+    widths = tuple(widths)
+    bad = [w for w in widths if isinstance(w, bool) or not isinstance(w, Integral) or w < 1]
+    if bad or (not widths and not allow_empty):
+        raise ValueError(f"{name} must be {what}, layer widths such as (128, 64); got {widths!r}.")
+    return tuple(int(w) for w in widths)
 
 
 def resolve_device(device):
@@ -183,20 +288,44 @@ def _restore(state, snapshot):
             obj.copy_(saved)
 
 
-class TrainingRun:
-    """Book-keeping of one training phase, shared by every estimator's loop.
+def minibatches(order, batch_size):
+    """Split the row indices ``order`` into batches of ``batch_size`` rows.
 
-    Made by :meth:`TransferClusterMixin._training`; the loop reads::
+    The one policy for a short tail: a last batch of a single row joins the
+    previous batch, because batch norm cannot standardise one sample and a
+    one-row step is mostly noise. No row is ever dropped.
+
+    Examples
+    --------
+    >>> [b.tolist() for b in minibatches(torch.arange(7), 3)]
+    [[0, 1, 2], [3, 4, 5, 6]]
+    """
+    n = order.shape[0]
+    starts = list(range(0, n, batch_size))
+    if len(starts) > 1 and n - starts[-1] < 2:
+        starts.pop()
+    return [order[s:e] for s, e in zip(starts, starts[1:] + [n])]
+
+
+class TrainingRun:
+    """The mechanics of one training phase, shared by every estimator's loop.
+
+    Made by :meth:`TransferClusterMixin._training`; a loop reads::
 
         with self._training("pretrain", n_epochs, state=[net]) as run:
             for epoch in run.epochs():
-                ...
-                run.end_epoch(loss)
+                for idx in run.batches(n, batch_size, torch_gen):
+                    loss = ...
+                    run.check_finite(loss)        # before the optimiser step
+                    ...
+                run.end_epoch(mean_loss, reconstruction=...)
 
     :meth:`end_epoch` stops a diverging fit with a ``FloatingPointError`` that
-    names the phase and the epoch, moves the progress bar, and -- only when the
-    estimator's ``keep_best`` is true -- remembers the best parameters so far so
-    that an interrupt can fall back on them.
+    names the phase and the epoch, appends one record ``{"phase", "epoch",
+    "loss", **extras}`` to the estimator's ``history_``, moves the progress bar
+    and, when the estimator's ``keep_best`` is true, snapshots the parameters
+    that an interrupt falls back on. Loops with their own step logic (the
+    adversarial and CEM loops) use the same calls with one "epoch" per step.
     """
 
     def __init__(self, owner, phase, n_epochs, state, select, bar, unit="epoch", hint=None):
@@ -216,61 +345,153 @@ class TrainingRun:
         self.best_loss = math.inf
         self._saved = None
 
+    @property
+    def stopped(self):
+        """Whether an interrupt was kept (``keep_best=True``) during this fit or transfer."""
+        return self.owner._training_stopped
+
     def epochs(self):
         """Epoch numbers ``0 .. n_epochs - 1``; none after a kept interrupt."""
         for epoch in range(self.n_epochs):
-            if self.owner.__dict__.get("_training_stopped", False):
+            if self.stopped:
                 return
             yield epoch
 
-    def end_epoch(self, loss, **postfix):
+    def batches(self, n, batch_size, generator, device=None):
+        """Row indices of one shuffled epoch over ``n`` rows, in minibatches.
+
+        Draws ``torch.randperm(n, generator=generator)``; see :func:`minibatches`
+        for the one-row policy.
+        """
+        return minibatches(torch.randperm(n, generator=generator).to(device), batch_size)
+
+    def _fail(self, what, epoch):
+        raise FloatingPointError(
+            f"{type(self.owner).__name__}: the {self.phase} {what} at {self.unit} {epoch} of "
+            f"{self.n_epochs}; {self.hint} or standardise X (e.g. StandardScaler)."
+        )
+
+    def check_finite(self, loss):
+        """Raise before an optimiser step when a minibatch ``loss`` is NaN or infinite."""
+        if not bool(torch.isfinite(torch.as_tensor(loss)).all()):
+            self._fail(f"loss became {float(torch.as_tensor(loss).reshape(-1)[0])}", self.completed)
+
+    def end_epoch(self, loss, *, log=True, **extras):
         """Close an epoch whose (mean) training loss is ``loss``.
 
-        ``postfix`` values (other monitored quantities) are shown on the
-        progress bar and checked like ``loss``.
+        ``extras`` are other monitored quantities: they are checked like
+        ``loss``, shown on the progress bar and stored in the history record.
+        ``log=False`` skips the record (for loops that log an aggregate with
+        :meth:`record` every few steps).
 
         Raises
         ------
         FloatingPointError
-            If ``loss`` or a ``postfix`` value is NaN or infinite.
+            If ``loss`` or an ``extras`` value is NaN or infinite.
         """
-        values = {"loss": float(loss), **{k: float(v) for k, v in postfix.items()}}
-        loss = values["loss"]
+        values = {"loss": float(loss), **{k: _plain(v) for k, v in extras.items()}}
         epoch = self.completed
-        bad = {k: v for k, v in values.items() if not math.isfinite(v)}
+        bad = {k: v for k, v in values.items() if isinstance(v, float) and not math.isfinite(v)}
         if bad:
-            what = ", ".join(f"{k} became {v}" for k, v in bad.items())
-            raise FloatingPointError(
-                f"{type(self.owner).__name__}: the {self.phase} {what} at {self.unit} {epoch} of "
-                f"{self.n_epochs}; {self.hint} or standardise X (e.g. StandardScaler)."
-            )
+            self._fail(", ".join(f"{k} became {v}" for k, v in bad.items()), epoch)
         self.completed += 1
-        self.owner._tick(self.bar, loss=loss, **postfix)
+        self.owner._tick(self.bar, **{k: v for k, v in values.items() if isinstance(v, float)})
+        if log:
+            self.record(epoch=epoch, **values)
         if not getattr(self.owner, "keep_best", False):
             return
-        if self.select == "last":
-            # Adversarial losses do not rank models: the latest state is the best guess.
-            self.best_epoch, self.best_loss = epoch, loss
-        elif loss < self.best_loss:
-            self.best_epoch, self.best_loss = epoch, loss
+        if self.select == "last" or values["loss"] < self.best_loss:
+            # "last": adversarial losses do not rank models, the latest complete state is kept.
+            self.best_epoch, self.best_loss = epoch, values["loss"]
             self._saved = _snapshot(self.state)
+
+    def record(self, *, epoch, loss, **extras):
+        """Append ``{"phase", "epoch", "loss", **extras}`` to the owner's ``history_``."""
+        self.owner.history_.append(
+            {"phase": self.phase, "epoch": int(epoch), "loss": float(loss), **{k: _plain(v) for k, v in extras.items()}}
+        )
 
     def restore_best(self):
         if self._saved is not None:
             _restore(self.state, self._saved)
 
 
-class TransferClusterMixin:
+def _plain(value):
+    """A Python int or float for a history value (numpy/torch scalars included)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (Integral, np.integer)):
+        return int(value)
+    return float(value)
+
+
+class TransferClusterMixin(ABC):
     """Mixin holding the shared contract of the transferable clustering estimators.
 
-    Subclasses declare ``_requires_y = True`` when ``fit`` needs labels.
+    Class attributes a subclass may set:
+
+    ``_requires_y``
+        True when ``fit`` needs source labels. Declared here only: the tags
+        (``target_tags.required``) carry it to scikit-learn, the CLI, the
+        benchmarks and the tests.
+    ``_width_params``
+        Names of the parameters that hold layer widths; each is validated by
+        :func:`check_widths` before ``_fit`` (a value of None is skipped).
+    ``_min_samples``
+        Minimum samples for ``fit``.
     """
 
     _requires_y = False
-    # Minimum samples for fit; estimators with n_clusters also check n >= n_clusters.
+    _width_params = ()
     _min_samples = 1
+    # Set by an interrupt kept under keep_best (see _training); valid for one call only.
+    _training_stopped = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        from sklearn.base import BaseEstimator
+
+        mro = cls.__mro__
+        if BaseEstimator in mro and mro.index(TransferClusterMixin) > mro.index(BaseEstimator):
+            raise TypeError(
+                f"{cls.__name__}: list TransferClusterMixin before BaseEstimator (and the other "
+                "scikit-learn mixins), e.g. class X(TransferClusterMixin, ClusterMixin, BaseEstimator)."
+            )
+
+    # ------------------------------------------------------------------ hooks
+    @abstractmethod
+    def _fit(self, X, y, *, rng, torch_gen, **fit_params):
+        """Learn from the validated source ``X``; set ``labels_`` and ``n_iter_``."""
+
+    @abstractmethod
+    def _transfer(self, X, **kwargs):
+        """Adapt to the validated target ``X``; return its labels."""
+
+    @abstractmethod
+    def _predict(self, X):
+        """Labels of a chunk of validated rows from the current model state only."""
+
+    @abstractmethod
+    def score(self, X, y=None):
+        """Higher is better; needs no labels."""
 
     # ------------------------------------------------------------------ checks
+    def _check_params_vs_input(self, X, *, reset):
+        """Every check of the parameters against the data, in one place.
+
+        Called by ``fit`` (``reset=True``) and ``transfer`` (``reset=False``)
+        with validated ``X``. Here: the layer widths of ``_width_params`` (at
+        fit) and ``n_samples >= n_clusters`` where the estimator has
+        ``n_clusters``. Subclasses extend it (calling ``super()``).
+        """
+        if reset:
+            for name in self._width_params:
+                value = getattr(self, name)
+                if value is not None:
+                    check_widths(name, value)
+        if hasattr(self, "n_clusters"):
+            self._check_n_clusters(X.shape[0], self.n_clusters)
+
     def _validate_input(self, X, *, reset, y=None):
         """Validate X (and y when given) against the fitted feature count.
 
@@ -334,10 +555,15 @@ class TransferClusterMixin:
                 X, y = self._validate_input(X, reset=True, y=y)
             else:
                 X = self._validate_input(X, reset=True)
+            self._check_params_vs_input(X, reset=True)
             self.device_ = resolve_device(self.device)
+            self.history_ = []
             # Generators are passed down, not stored: fitted state stays picklable.
             rng, torch_gen = make_generators(self.random_state, "cpu")
             self._fit(X, y, rng=rng, torch_gen=torch_gen, **fit_params)
+            missing = [a for a in ("labels_", "n_iter_") if not hasattr(self, a)]
+            if missing:
+                raise NotImplementedError(f"{type(self).__name__}._fit must set {' and '.join(missing)}.")
         return self
 
     @contextmanager
@@ -369,10 +595,12 @@ class TransferClusterMixin:
         names a training step in messages and ``hint`` replaces the default
         advice of the divergence error ("lower learning_rate"). With
         ``keep_best=True`` a ``KeyboardInterrupt`` inside the block is absorbed
-        once an epoch of the phase has completed: ``state`` goes back to the
-        epoch of lowest loss (``select="min"``) or stays at the last completed
-        one (``select="last"``, for adversarial training), later phases run no
-        epochs, and the caller finishes fitting so the model predicts. Otherwise
+        once an epoch of the phase has completed: ``state`` goes back to its
+        snapshot at the end of the epoch of lowest loss (``select="min"``) or
+        of the last completed epoch (``select="last"``, for adversarial
+        training, whose losses do not rank models) -- never to a half-updated
+        epoch -- later phases run no epochs, and the caller finishes fitting so
+        the model predicts. ``keep_best`` acts only on an interrupt. Otherwise
         the interrupt propagates and :meth:`_rollback_on_error` restores the
         state from before the call.
         """
@@ -445,6 +673,7 @@ class TransferClusterMixin:
         """
         X = self._fitted_input(X)
         with self._rollback_on_error():
+            self._check_params_vs_input(X, reset=False)
             labels = self._transfer(X, **kwargs)
             self.labels_ = labels
         return labels
@@ -468,12 +697,8 @@ class TransferClusterMixin:
         return self._chunked(self._predict, X, dtype=np.int64)
 
     def _chunked(self, fn, X, dtype=None, chunk_size=DEFAULT_CHUNK_SIZE):
-        """Apply ``fn`` to row chunks of ``X`` and concatenate the numpy results."""
-        outs = []
-        with torch.no_grad():
-            for start in range(0, X.shape[0], chunk_size):
-                outs.append(np.asarray(fn(X[start : start + chunk_size])))
-        out = np.concatenate(outs, axis=0)
+        """:func:`chunked` with numpy output (cast to ``dtype`` when given)."""
+        out = np.asarray(chunked(fn, X, chunk_size))
         return out.astype(dtype, copy=False) if dtype is not None else out
 
     # --------------------------------------------------------------- progress
