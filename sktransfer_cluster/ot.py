@@ -1,45 +1,50 @@
-"""Entropic optimal transport solvers (torch only).
+"""Entropic optimal transport on torch, shaped like POT's ``ot.bregman``.
 
-The public entry point :func:`sinkhorn` mirrors POT's argument order
-(``ot.sinkhorn(a, b, M, reg)`` / ``ot.sinkhorn_unbalanced(a, b, M, reg, reg_m)``)
-so one can be swapped for the other, and returns the same kind of array it was
-given (numpy in, numpy out; torch in, torch out).
+:func:`sinkhorn` takes POT's arguments (``a, b, M, reg, method, numItermax, stopThr,
+verbose, log, warn, warmstart``) beside this package's spellings, accepts POT's method
+names and returns POT's log keys, so an ``ot.sinkhorn`` call runs unchanged; what still
+differs is tabulated in its Notes. Numpy in gives numpy out, torch in gives torch out, and
+leading dimensions are a batch of independent problems.
 
 Conventions
 -----------
-We solve, for a cost ``M`` (n x m) and marginals ``a``, ``b``::
+For a cost ``M`` (n x m) and marginals ``a``, ``b`` we solve::
 
     min_P  <P, M> + reg * KL(P | a b^T)                      (balanced: P 1 = a, P^T 1 = b)
     min_P  <P, M> + reg * KL(P | a b^T)
            + reg_m * KL(P 1 | a) + reg_m * KL(P^T 1 | b)     (unbalanced, ``reg_m`` given)
 
-For the balanced problem the KL regulariser and POT's ``sum P (log P - 1)`` give the
-same plan; for the unbalanced one this is POT's default ``reg_type="kl"``.
-The plan is parametrised by dual potentials ``f``, ``g``::
+The balanced plan is POT's (its entropy ``sum P log P`` differs from the KL by a constant);
+the unbalanced one is POT's ``reg_type="kl"``. Plans are parametrised by potentials::
 
-    P_ij = a_i b_j exp((f_i + g_j - M_ij) / reg)
+    P_ij = a_i b_j exp((f_i + g_j - M_ij) / reg),
 
-so that at the balanced optimum the regularised cost is ``<a, f> + <b, g>``.
+so the balanced optimum costs ``<a, f> + <b, g>`` and POT's scalings are
+``log u = log a + f / reg``, ``log v = log b + g / reg``.
 
-Two update schemes share one loop:
+Schemes, one function each at a fixed ``reg``:
 
-* ``"stabilized"`` -- exp-domain scaling updates with matrix products; scalings
-  whose logarithm grows past a threshold are absorbed into the potentials
-  (Schmitzer, 2019).  Several times faster than log-sum-exp on CPU.
-* ``"log"`` -- pure log-domain updates (log-sum-exp), safe for any ``reg``.
+* :func:`_sinkhorn_log` (``method="log"``) -- log-sum-exp updates, safe for any ``reg``.
+* :func:`_sinkhorn_stabilized` (``method="stabilized"``) -- exp-domain matrix products,
+  large scalings absorbed into the potentials; several times faster on CPU. Raises
+  :class:`FloatingPointError` if a scaling stops being finite.
+* ``method="auto"`` runs the stabilised scheme and continues in the log domain if it
+  overflows, so no input gives NaN.
 
-``"auto"`` uses the stabilised scheme and falls back to the log domain as soon as
-a scaling stops being finite, so no input produces NaN or inf.
-Both use epsilon-scaling: ``reg`` is annealed geometrically from a hundredth of the
-cost's range down to its target value, warm-starting the potentials, which keeps the number of
-iterations small for small ``reg``.
+:func:`_epsilon_scaling` drives them, annealing ``reg`` geometrically from a hundredth of
+the cost's range down to its target and warm-starting the potentials.
+
+References: Cuturi, *Sinkhorn distances*, NeurIPS 2013; Schmitzer, *Stabilized sparse
+scaling algorithms for entropy regularized transport problems*, SIAM J. Sci. Comput. 2019;
+Chizat, Peyré, Schmitzer & Vialard, *Scaling algorithms for unbalanced optimal transport
+problems*, Math. Comp. 2018.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -52,6 +57,16 @@ __all__ = ["sinkhorn", "sinkhorn_potentials", "plan_from_potentials", "SinkhornR
 _ABSORB_LOG_THRESHOLD = 50.0
 # epsilon-scaling starts at (cost range) / _SCALING_START.
 _SCALING_START = 100.0
+# Accepted method names (ours, then POT's) -> scheme. POT's plain "sinkhorn" maps to
+# "auto": both are the exp-domain default, and "auto" cannot return NaN.
+_METHODS = {
+    "auto": "auto",
+    "stabilized": "stabilized",
+    "log": "log",
+    "sinkhorn": "auto",
+    "sinkhorn_log": "log",
+    "sinkhorn_stabilized": "stabilized",
+}
 
 
 @dataclass
@@ -71,6 +86,8 @@ class SinkhornResult:
         Whether ``err < tol`` was reached within ``max_iter`` iterations.
     method : str
         ``"stabilized"`` or ``"log"``: the scheme that produced the result.
+    errors : list of float
+        The criterion at each check of the last (target ``reg``) stage.
     """
 
     f: torch.Tensor
@@ -79,6 +96,16 @@ class SinkhornResult:
     err: float
     converged: bool
     method: str
+    errors: list = field(default_factory=list)
+
+
+def _scheme(method):
+    """The scheme ("auto", "stabilized" or "log") an accepted method name stands for."""
+    scheme = _METHODS.get(method.lower()) if isinstance(method, str) else None
+    if scheme is None:
+        names = ", ".join(repr(name) for name in _METHODS)
+        raise ValueError(f"method must be one of {names}; got {method!r}.")
+    return scheme
 
 
 def _uniform_or(log_w, shape, like):
@@ -86,6 +113,14 @@ def _uniform_or(log_w, shape, like):
     if log_w is None:
         return torch.full(shape, -math.log(shape[-1]), dtype=like.dtype, device=like.device)
     return log_w.to(dtype=like.dtype, device=like.device).expand(shape)
+
+
+def _log_marginals(M, log_a, log_b):
+    """Both log-marginals of the problem(s) ``M``, batch-shaped; ``None`` means uniform."""
+    return (
+        _uniform_or(log_a, (*M.shape[:-2], M.shape[-2]), M),
+        _uniform_or(log_b, (*M.shape[:-2], M.shape[-1]), M),
+    )
 
 
 def _lse_rows(M, g, log_b, reg):
@@ -97,70 +132,43 @@ def _lse_cols(M, f, log_a, reg):
     return -reg * torch.logsumexp(log_a.unsqueeze(-1) + (f.unsqueeze(-1) - M) / reg, dim=-2)
 
 
-def _row_error(M, f, g, log_a, log_b, reg):
-    """L1 distance between the plan's row sums and a (max over the batch)."""
-    log_rows = log_a + (f - _lse_rows(M, g, log_b, reg)) / reg
-    return (log_rows.exp() - log_a.exp()).abs().sum(-1).max()
+def _matvec(G, x):
+    """Batched ``G @ x`` for a vector ``x``."""
+    return (G @ x.unsqueeze(-1)).squeeze(-1)
 
 
-def _stage(M, f, g, log_a, log_b, reg, fi, n_iter, tol, check_every, method):
-    """Run Sinkhorn at a fixed ``reg`` from potentials (f, g).
+def _stop_error(row_sums, a, f, g, f_prev, g_prev, reg):
+    """The stopping criterion, max over the batch.
 
-    Returns ``(f, g, iterations_done, err, method)``; ``tol=None`` means run
-    exactly ``n_iter`` iterations (an intermediate epsilon-scaling stage).
+    Balanced (``row_sums`` given): the L1 distance between the plan's row sums and ``a``;
+    its column sums are exact after a g-update. Unbalanced (``row_sums=None``): no marginal
+    is prescribed, so the largest potential change since the previous check, over ``reg``.
+    """
+    if row_sums is not None:
+        return (row_sums - a).abs().sum(-1).max().item()
+    change = torch.maximum((f - f_prev).abs().amax(-1), (g - g_prev).abs().amax(-1))
+    return change.max().item() / reg
+
+
+def _sinkhorn_log(M, f, g, log_a, log_b, reg, fi, n_iter, tol, check_every, trace):
+    """Log-domain Sinkhorn at a fixed ``reg`` from potentials ``(f, g)``.
+
+    Cuturi's (2013) alternate scaling written on the potentials, with the damping
+    ``fi = reg_m / (reg_m + reg)`` of Chizat et al. (2018) for unbalanced OT (1 if balanced)::
+
+        f_i <- -fi * reg * log sum_j b_j exp((g_j - M_ij) / reg)
+        g_j <- -fi * reg * log sum_i a_i exp((f_i - M_ij) / reg)
+
+    Every ``check_every`` iterations the criterion of :func:`_stop_error` is computed and
+    passed to ``trace(iterations_done, err)``. ``tol=None`` runs exactly ``n_iter``
+    iterations unchecked (an intermediate epsilon-scaling stage).
+
+    Returns ``(f, g, iterations_done, err)``.
     """
     balanced = fi == 1.0
+    a = log_a.exp()
     done = 0
     err = math.inf
-    if method == "stabilized":
-        a, b = log_a.exp(), log_b.exp()
-        # G absorbs the current potentials; u, v are the remaining scalings.
-        G = ((f.unsqueeze(-1) + g.unsqueeze(-2) - M) / reg).exp()
-        u = torch.ones_like(f)
-        v = torch.ones_like(g)
-        f_ok, g_ok = f, g
-        while done < n_iter:
-            steps = min(check_every, n_iter - done)
-            for _ in range(steps):
-                u = 1.0 / (G @ (b * v).unsqueeze(-1)).squeeze(-1)
-                if not balanced:
-                    u = u.pow(fi) * ((fi - 1.0) * f / reg).exp()
-                Gtu = (G.transpose(-1, -2) @ (a * u).unsqueeze(-1)).squeeze(-1)
-                v = 1.0 / Gtu
-                if not balanced:
-                    v = v.pow(fi) * ((fi - 1.0) * g / reg).exp()
-            done += steps
-            log_u, log_v = u.log(), v.log()
-            if not (torch.isfinite(log_u).all() and torch.isfinite(log_v).all()):
-                # Some kernel row underflowed: redo the rest in the log domain.
-                f, g = f_ok, g_ok
-                rest = n_iter - done
-                f, g, extra, err, _ = _stage(
-                    M, f, g, log_a, log_b, reg, fi, rest, tol, check_every, "log"
-                )
-                return f, g, done + extra, err, "log"
-            f_new, g_new = f + reg * log_u, g + reg * log_v
-            if tol is not None:
-                if balanced:
-                    rows = a * u * (G @ (b * v).unsqueeze(-1)).squeeze(-1)
-                    err = (rows - a).abs().sum(-1).max().item()
-                else:
-                    err = (
-                        torch.maximum((f_new - f_ok).abs().amax(-1), (g_new - g_ok).abs().amax(-1))
-                        .max()
-                        .item()
-                        / reg
-                    )
-            f_ok, g_ok = f_new, g_new
-            if tol is not None and err < tol:
-                return f_new, g_new, done, err, method
-            if max(log_u.abs().max().item(), log_v.abs().max().item()) > _ABSORB_LOG_THRESHOLD:
-                f, g = f_new, g_new
-                G = ((f.unsqueeze(-1) + g.unsqueeze(-2) - M) / reg).exp()
-                u = torch.ones_like(f)
-                v = torch.ones_like(g)
-        return f_ok, g_ok, done, err, method
-
     f_prev, g_prev = f, g
     while done < n_iter:
         steps = min(check_every, n_iter - done)
@@ -169,19 +177,136 @@ def _stage(M, f, g, log_a, log_b, reg, fi, n_iter, tol, check_every, method):
             g = fi * _lse_cols(M, f, log_a, reg)
         done += steps
         if tol is not None:
-            if balanced:
-                err = _row_error(M, f, g, log_a, log_b, reg).item()
-            else:
-                err = (
-                    torch.maximum((f - f_prev).abs().amax(-1), (g - g_prev).abs().amax(-1))
-                    .max()
-                    .item()
-                    / reg
-                )
+            rows = (log_a + (f - _lse_rows(M, g, log_b, reg)) / reg).exp() if balanced else None
+            err = _stop_error(rows, a, f, g, f_prev, g_prev, reg)
+            trace(done, err)
             f_prev, g_prev = f, g
             if err < tol:
                 break
-    return f, g, done, err, method
+    return f, g, done, err
+
+
+def _absorbed_kernel(M, f, g, reg):
+    """``G = exp((f_i + g_j - M_ij) / reg)`` and unit scalings ``u``, ``v``."""
+    G = ((f.unsqueeze(-1) + g.unsqueeze(-2) - M) / reg).exp()
+    return G, torch.ones_like(f), torch.ones_like(g)
+
+
+def _sinkhorn_stabilized(M, f, g, log_a, log_b, reg, fi, n_iter, tol, check_every, trace):
+    """Exp-domain Sinkhorn with absorption (Schmitzer 2019) at a fixed ``reg``.
+
+    The kernel ``G`` absorbs the potentials and scalings ``u``, ``v`` carry the rest,
+    ``f + reg log u`` and ``g + reg log v``; with ``fi`` as in :func:`_sinkhorn_log`::
+
+        u <- (1 / G (b v))^fi * exp((fi - 1) f / reg)
+        v <- (1 / G^T (a u))^fi * exp((fi - 1) g / reg)
+
+    At each check, scalings with ``|log u|`` above ``_ABSORB_LOG_THRESHOLD`` are absorbed
+    into the potentials and ``G`` rebuilt, so they stay far from overflow. A kernel row
+    can still underflow to zero (``reg`` tiny for the potentials): the scalings then stop
+    being finite and the scheme gives up.
+
+    Returns ``(f, g, iterations_done, err, finite)``; when ``finite`` is False, ``f``,
+    ``g`` are the potentials of the last finite check.
+    """
+    balanced = fi == 1.0
+    a, b = log_a.exp(), log_b.exp()
+    G, u, v = _absorbed_kernel(M, f, g, reg)
+    f_ok, g_ok = f, g
+    done = 0
+    err = math.inf
+    while done < n_iter:
+        steps = min(check_every, n_iter - done)
+        for _ in range(steps):
+            u = 1.0 / _matvec(G, b * v)
+            if not balanced:
+                u = u.pow(fi) * ((fi - 1.0) * f / reg).exp()
+            v = 1.0 / _matvec(G.transpose(-1, -2), a * u)
+            if not balanced:
+                v = v.pow(fi) * ((fi - 1.0) * g / reg).exp()
+        done += steps
+        log_u, log_v = u.log(), v.log()
+        if not (torch.isfinite(log_u).all() and torch.isfinite(log_v).all()):
+            return f_ok, g_ok, done, err, False
+        f_new, g_new = f + reg * log_u, g + reg * log_v
+        if tol is not None:
+            rows = a * u * _matvec(G, b * v) if balanced else None
+            err = _stop_error(rows, a, f_new, g_new, f_ok, g_ok, reg)
+            trace(done, err)
+        f_ok, g_ok = f_new, g_new
+        if tol is not None and err < tol:
+            break
+        if max(log_u.abs().max().item(), log_v.abs().max().item()) > _ABSORB_LOG_THRESHOLD:
+            f, g = f_new, g_new
+            G, u, v = _absorbed_kernel(M, f, g, reg)
+    return f_ok, g_ok, done, err, True
+
+
+def _run_stage(scheme, fallback, M, f, g, log_a, log_b, reg, fi, n_iter, tol, check_every, trace):
+    """One stage of ``scheme``; returns ``(f, g, iterations_done, err, scheme_used)``.
+
+    When the stabilised scheme overflows, ``fallback`` (``method="auto"``) finishes the
+    stage's budget in the log domain from the last finite potentials; otherwise it raises.
+    """
+    if scheme == "log":
+        return (*_sinkhorn_log(M, f, g, log_a, log_b, reg, fi, n_iter, tol, check_every, trace), "log")
+    f, g, done, err, finite = _sinkhorn_stabilized(
+        M, f, g, log_a, log_b, reg, fi, n_iter, tol, check_every, trace
+    )
+    if finite:
+        return f, g, done, err, scheme
+    if not fallback:
+        raise FloatingPointError(
+            f"Sinkhorn with method='stabilized' overflowed at reg={reg:.3g}: a kernel row "
+            "exp((f + g - M) / reg) underflowed and the scalings are no longer finite. Use "
+            "method='auto' (continues in the log domain), method='log', or a larger reg."
+        )
+    f, g, extra, err = _sinkhorn_log(
+        M, f, g, log_a, log_b, reg, fi, n_iter - done, tol, check_every, lambda it, e: trace(done + it, e)
+    )
+    return f, g, done + extra, err, "log"
+
+
+def _epsilon_schedule(M, reg, eps_scaling):
+    """Decreasing regs, geometric by ``eps_scaling``, from about span/100 down to ``reg``."""
+    schedule = [reg]
+    if eps_scaling is not None:
+        # Above span/100 the kernel exp(-M/eps) is well conditioned, so
+        # annealing from higher only adds iterations (measured in benchmarks/).
+        start = (M.amax() - M.amin()).item() / _SCALING_START
+        eps = reg
+        while eps < start:
+            eps = eps / eps_scaling
+            schedule.append(eps)
+        schedule.reverse()
+    return schedule
+
+
+def _epsilon_scaling(M, f, g, log_a, log_b, schedule, reg_m, max_iter, tol, check_every, method, trace):
+    """Run ``method``'s scheme along ``schedule``, each stage warm-started from the last.
+
+    Epsilon-scaling (Schmitzer 2019): the intermediate regs only bring the
+    potentials near the target's, so each runs a single chunk of ``check_every``
+    iterations unchecked; the last (target) stage gets the remaining budget and ``tol``.
+    Once "auto" has fallen back to the log domain it stays there.
+
+    Returns ``(f, g, n_iter, err, scheme_used)``.
+    """
+    scheme = "stabilized" if method == "auto" else method
+    total = 0
+    err = math.inf
+    for stage, eps in enumerate(schedule):
+        fi = 1.0 if reg_m is None else reg_m / (reg_m + eps)
+        last = stage == len(schedule) - 1
+        budget = max_iter - total if last else min(check_every, max_iter - total)
+        if budget <= 0:
+            break
+        f, g, done, err, scheme = _run_stage(
+            scheme, method == "auto", M, f, g, log_a, log_b, eps, fi, budget,
+            tol if last else None, check_every, lambda it, e: trace(total + it, e),
+        )
+        total += done
+    return f, g, total, err, scheme
 
 
 def sinkhorn_potentials(
@@ -197,6 +322,7 @@ def sinkhorn_potentials(
     check_every=10,
     eps_scaling=0.5,
     method="auto",
+    verbose=False,
 ):
     """Solve entropic OT on torch tensors and return the dual potentials.
 
@@ -224,66 +350,119 @@ def sinkhorn_potentials(
         Iterations between two convergence checks (each check synchronises).
     eps_scaling : float in (0, 1) or None, default=0.5
         Geometric factor of the epsilon-scaling schedule; ``None`` disables it.
-    method : {"auto", "stabilized", "log"}, default="auto"
-        Update scheme, see the module docstring.
+    method : str, default="auto"
+        ``"auto"``, ``"stabilized"`` or ``"log"``, or POT's ``"sinkhorn"`` (= "auto"),
+        ``"sinkhorn_log"``, ``"sinkhorn_stabilized"``; see the module docstring.
+    verbose : bool, default=False
+        Print the criterion at each check of the last stage.
 
     Returns
     -------
     SinkhornResult
+
+    Raises
+    ------
+    FloatingPointError
+        With ``method="stabilized"`` when its scalings stop being finite.
     """
-    if method not in ("auto", "stabilized", "log"):
-        raise ValueError(f"method must be 'auto', 'stabilized' or 'log', got {method!r}.")
+    method = _scheme(method)
     if not reg > 0:
         raise ValueError(f"reg must be positive, got {reg!r}.")
     if reg_m is not None and not reg_m > 0:
         raise ValueError(f"reg_m must be positive or None, got {reg_m!r}.")
     if not torch.isfinite(M).all():
         raise ValueError("The cost matrix M contains NaN or infinity.")
-    n, m = M.shape[-2], M.shape[-1]
-    batch = M.shape[:-2]
-    log_a = _uniform_or(log_a, (*batch, n), M)
-    log_b = _uniform_or(log_b, (*batch, m), M)
-    scheme = "stabilized" if method == "auto" else method
-
+    log_a, log_b = _log_marginals(M, log_a, log_b)
     if init is not None:
-        f, g = (t.to(dtype=M.dtype, device=M.device).expand(s) for t, s in zip(init, [(*batch, n), (*batch, m)]))
+        f, g = (t.to(dtype=M.dtype, device=M.device).expand(w.shape) for t, w in zip(init, (log_a, log_b)))
         schedule = [reg]
     else:
-        f = torch.zeros((*batch, n), dtype=M.dtype, device=M.device)
-        g = torch.zeros((*batch, m), dtype=M.dtype, device=M.device)
-        schedule = [reg]
-        if eps_scaling is not None:
-            # Above span/100 the kernel exp(-M/eps) is well conditioned, so
-            # annealing from higher only adds iterations (measured in benchmarks/).
-            start = (M.amax() - M.amin()).item() / _SCALING_START
-            eps = reg
-            while eps < start:
-                eps = eps / eps_scaling
-                schedule.append(eps)
-            schedule.reverse()
+        f, g = torch.zeros_like(log_a), torch.zeros_like(log_b)
+        schedule = _epsilon_schedule(M, reg, eps_scaling)
+    errors = []
 
-    total = 0
-    err = math.inf
-    for stage, eps in enumerate(schedule):
-        fi = 1.0 if reg_m is None else reg_m / (reg_m + eps)
-        last = stage == len(schedule) - 1
-        budget = max_iter - total if last else min(check_every, max_iter - total)
-        if budget <= 0:
-            break
-        f, g, done, err, scheme = _stage(
-            M, f, g, log_a, log_b, eps, fi, budget, tol if last else None, check_every, scheme
-        )
-        total += done
-    converged = err < tol
-    return SinkhornResult(f=f, g=g, n_iter=total, err=float(err), converged=converged, method=scheme)
+    def trace(it, err):
+        errors.append(err)
+        if verbose:
+            header = f"{'It.':5s}|{'Err':12s}\n" + "-" * 19 + "\n" if len(errors) == 1 else ""
+            print(f"{header}{it:5d}|{err:8e}|")
+
+    f, g, n_iter, err, used = _epsilon_scaling(
+        M, f, g, log_a, log_b, schedule, reg_m, max_iter, tol, check_every, method, trace
+    )
+    return SinkhornResult(
+        f=f, g=g, n_iter=n_iter, err=float(err), converged=err < tol, method=used, errors=errors
+    )
 
 
 def plan_from_potentials(M, f, g, reg, log_a=None, log_b=None):
     """``P_ij = a_i b_j exp((f_i + g_j - M_ij)/reg)`` computed in the log domain."""
-    n, m = M.shape[-2], M.shape[-1]
-    log_a = _uniform_or(log_a, (*M.shape[:-2], n), M)
-    log_b = _uniform_or(log_b, (*M.shape[:-2], m), M)
+    log_a, log_b = _log_marginals(M, log_a, log_b)
     return (log_a.unsqueeze(-1) + log_b.unsqueeze(-2) + (f.unsqueeze(-1) + g.unsqueeze(-2) - M) / reg).exp()
+
+
+def _one_of(name, value, pot_name, pot_value, default):
+    """An option given under our name or POT's (``None`` = not given), never both."""
+    if value is not None and pot_value is not None:
+        raise TypeError(f"sinkhorn() got both {name!r} and {pot_name!r}, two spellings of one option.")
+    value = pot_value if value is None else value
+    return default if value is None else value
+
+
+def _tensor(x):
+    return x if torch.is_tensor(x) else torch.as_tensor(np.asarray(x))
+
+
+def _log_marginal(w, like):
+    """``log w`` on ``like``'s dtype and device; ``None`` (uniform) for None or empty."""
+    if w is None:
+        return None
+    w = _tensor(w)
+    if w.numel() == 0:
+        return None
+    return torch.log(w.to(dtype=like.dtype, device=like.device))
+
+
+def _from_warmstart(warmstart, method, unbalanced, M, log_a, log_b, reg):
+    """POT's warm start as our potentials ``(f, g)``.
+
+    POT's balanced plans are ``diag(u) exp(-M / reg) diag(v)``, so ``log u = log a + f / reg``;
+    ``sinkhorn`` and ``sinkhorn_log`` take ``(log u, log v)``, ``sinkhorn_stabilized`` takes
+    ``(alpha, beta) = reg * (log u, log v)``. ``sinkhorn_unbalanced`` puts ``a b^T`` in its
+    kernel, ``diag(u) (a b^T exp(-M / reg)) diag(v)``, so there ``log u = f / reg``.
+    """
+    log_u, log_v = (_tensor(w).to(dtype=M.dtype, device=M.device) for w in warmstart)
+    if unbalanced:
+        return reg * log_u, reg * log_v
+    if method.lower() == "sinkhorn_stabilized":
+        log_u, log_v = log_u / reg, log_v / reg
+    log_a, log_b = _log_marginals(M, log_a, log_b)
+    return reg * (log_u - log_a), reg * (log_v - log_b)
+
+
+def _log_dict(res, M, log_a, log_b, reg, unbalanced, out):
+    """Our diagnostics and POT's log keys (see :func:`_from_warmstart`), arrays through ``out``."""
+    log_a, log_b = _log_marginals(M, log_a, log_b)
+    log_u, log_v = log_a + res.f / reg, log_b + res.g / reg
+    # POT's sinkhorn_stabilized and sinkhorn_unbalanced name their warm start logu, logv.
+    logu, logv = (res.f / reg, res.g / reg) if unbalanced else (log_u, log_v)
+    return {
+        "n_iter": res.n_iter,
+        "niter": res.n_iter,
+        "err": list(res.errors),
+        "converged": res.converged,
+        "method": res.method,
+        "f": out(res.f),
+        "g": out(res.g),
+        "log_u": out(log_u),
+        "log_v": out(log_v),
+        "u": out(log_u.exp()),
+        "v": out(log_v.exp()),
+        "alpha": out(reg * log_u),
+        "beta": out(reg * log_v),
+        "logu": out(logu),
+        "logv": out(logv),
+    }
 
 
 def sinkhorn(
@@ -291,21 +470,28 @@ def sinkhorn(
     b,
     M,
     reg,
-    *,
-    max_iter=1000,
-    tol=1e-9,
-    reg_m=None,
-    log=False,
     method="auto",
+    numItermax=None,
+    stopThr=None,
+    verbose=False,
+    log=False,
+    warn=True,
+    warmstart=None,
+    *,
+    max_iter=None,
+    tol=None,
+    init=None,
+    reg_m=None,
     eps_scaling=0.5,
     check_every=10,
-    warn=True,
 ):
     """Entropic (optionally unbalanced) optimal transport plan, batched, on torch.
 
-    Argument order follows POT: ``sinkhorn(a, b, M, reg)`` corresponds to
-    ``ot.sinkhorn(a, b, M, reg)`` and, with ``reg_m``, to
-    ``ot.sinkhorn_unbalanced(a, b, M, reg, reg_m)`` (``reg_type="kl"``).
+    The signature is POT's: ``sinkhorn(a, b, M, reg, method, numItermax, stopThr,
+    verbose, log, warn, warmstart)`` behaves as ``ot.sinkhorn``, and with ``reg_m`` as
+    ``ot.sinkhorn_unbalanced(a, b, M, reg, reg_m)`` (``reg_type="kl"``). Options with
+    two spellings (``max_iter``/``numItermax``, ``tol``/``stopThr``, ``init``/``warmstart``)
+    take either, not both.
 
     Parameters
     ----------
@@ -313,28 +499,40 @@ def sinkhorn(
         Source marginal (sums to one for balanced OT). ``None`` or empty: uniform.
     b : array-like of shape (..., m) or None
         Target marginal. ``None`` or empty: uniform.
-    M : numpy.ndarray or torch.Tensor of shape (..., n, m)
+    M : array-like or torch.Tensor of shape (..., n, m)
         Cost matrix; leading dimensions are solved as a batch.
     reg : float
         Entropic regularisation, in the unit of ``M``.
-    max_iter : int, default=1000
+    method : str, default="auto"
+        ``"auto"``, ``"stabilized"``, ``"log"`` (see the module docstring) or POT's
+        ``"sinkhorn"`` (= ``"auto"``), ``"sinkhorn_log"``, ``"sinkhorn_stabilized"``.
+    numItermax, max_iter : int, default=1000
         Maximum number of Sinkhorn iterations (all epsilon-scaling stages).
-    tol : float, default=1e-9
+    stopThr, tol : float, default=1e-9
         Stopping threshold; see :func:`sinkhorn_potentials`.
+    verbose : bool, default=False
+        Print the stopping criterion at each check.
+    log : bool, default=False
+        Also return a dict: ``n_iter``, ``converged``, ``method``, potentials ``f``,
+        ``g``, and POT's keys ``niter``, ``err`` (list, one value per check), the
+        scalings ``u``, ``v``, ``log_u``, ``log_v`` of ``P = diag(u) exp(-M / reg) diag(v)``,
+        ``alpha``, ``beta`` (``reg * log_u``, ``reg * log_v``) and ``logu``, ``logv``
+        (the warm start of POT's ``sinkhorn_stabilized`` and ``sinkhorn_unbalanced``).
+    warn : bool, default=True
+        Emit a :class:`~sklearn.exceptions.ConvergenceWarning` when ``tol``
+        is not reached.
+    warmstart : tuple of arrays, default=None
+        POT's warm start, in the convention of the POT solver the call stands for:
+        ``(log_u, log_v)``; ``(alpha, beta)`` with ``method="sinkhorn_stabilized"``;
+        ``(logu, logv)`` with ``reg_m`` (``sinkhorn_unbalanced``). Skips epsilon-scaling.
+    init : tuple of arrays, default=None
+        Warm-start potentials ``(f, g)`` as in our log. Skips epsilon-scaling.
     reg_m : float or None, default=None
         Marginal relaxation for unbalanced OT.
-    log : bool, default=False
-        Also return a dict with ``n_iter``, ``err``, ``converged``, ``method``
-        and the potentials ``f``, ``g``.
-    method : {"auto", "stabilized", "log"}, default="auto"
-        Update scheme.
     eps_scaling : float or None, default=0.5
         Factor of the epsilon-scaling schedule; ``None`` disables it.
     check_every : int, default=10
         Iterations between two convergence checks.
-    warn : bool, default=True
-        Emit a :class:`~sklearn.exceptions.ConvergenceWarning` when ``tol``
-        is not reached.
 
     Returns
     -------
@@ -342,6 +540,58 @@ def sinkhorn(
         Transport plan of shape ``(..., n, m)``, in ``M``'s floating dtype.
     log : dict
         Only when ``log=True``.
+
+    Raises
+    ------
+    FloatingPointError
+        With ``method="stabilized"`` (or ``"sinkhorn_stabilized"``) when its scalings stop
+        being finite; ``"auto"`` then continues in the log domain instead.
+
+    Notes
+    -----
+    What still differs from POT 0.9:
+
+    .. list-table::
+       :header-rows: 1
+
+       * - Topic
+         - POT
+         - here
+       * - arrays
+         - any backend, computed in the input dtype
+         - numpy or torch; float64 on CPU, plan returned in ``M``'s dtype
+       * - several problems
+         - ``b`` of shape ``(dim_b, n_hists)``, returns losses
+         - leading dimensions of ``M``, ``a``, ``b``, returns plans
+       * - methods
+         - also ``greenkhorn``, ``sinkhorn_epsilon_scaling``, ...
+         - ValueError for those; epsilon-scaling is ``eps_scaling``
+       * - overflow
+         - ``sinkhorn``/``sinkhorn_stabilized`` warn and return the last finite iterate
+         - ``"sinkhorn"`` (= ``"auto"``) continues in the log domain;
+           ``"sinkhorn_stabilized"`` raises FloatingPointError
+       * - epsilon-scaling
+         - only in ``sinkhorn_epsilon_scaling``
+         - in every method, unless ``eps_scaling=None`` or a warm start is given
+       * - stopping criterion
+         - ``||P^T 1 - b||_2``, checked at iterations 0, 10, 20, ...
+         - ``||P 1 - a||_1`` (balanced) or ``max |change of f, g| / reg`` (unbalanced),
+           max over the batch, checked every ``check_every`` iterations
+       * - ``log`` keys
+         - ``niter`` is the last iteration's index; each solver has its own subset;
+           ``sinkhorn_stabilized`` also returns ``warmstart``, the unbalanced ones ``cost``
+         - all of ``u``, ``v``, ``log_u``, ``log_v``, ``alpha``, ``beta``, ``logu``,
+           ``logv`` always; ``niter`` = ``n_iter`` = iterations done; ``err`` holds our
+           criterion at the last stage's checks; no ``warmstart`` or ``cost``
+       * - unbalanced OT
+         - ``sinkhorn_unbalanced(..., reg_m, reg_type=...)``, ``reg_m`` may be a pair
+         - the ``reg_m`` keyword, a float, KL only
+       * - other options
+         - ``**kwargs`` (``tau``, ``print_period``, ...) ignored
+         - TypeError
+       * - not converged
+         - UserWarning
+         - ConvergenceWarning (a UserWarning subclass)
 
     Examples
     --------
@@ -351,34 +601,27 @@ def sinkhorn(
     >>> P = sinkhorn([0.5, 0.5], [0.5, 0.5], M, reg=0.1)
     >>> np.round(P.sum(axis=1), 6).tolist()
     [0.5, 0.5]
+    >>> P, log = sinkhorn([0.5, 0.5], [0.5, 0.5], M, 0.1, "sinkhorn_log", numItermax=100, log=True)
+    >>> sorted(set(log) & {"u", "v", "log_u", "log_v", "niter", "err"})
+    ['err', 'log_u', 'log_v', 'niter', 'u', 'v']
     """
-    is_numpy = not torch.is_tensor(M)
-    M_in = torch.as_tensor(np.asarray(M)) if is_numpy else M
+    _scheme(method)  # fail on an unknown name before any work
+    max_iter = _one_of("max_iter", max_iter, "numItermax", numItermax, 1000)
+    tol = _one_of("tol", tol, "stopThr", stopThr, 1e-9)
+    _one_of("init", init, "warmstart", warmstart, None)  # one option in two conventions
+    M_in = _tensor(M)
     out_dtype = M_in.dtype if M_in.is_floating_point() else torch.float64
     # float64 on CPU: float32 loses the marginals at small reg.
     work_dtype = torch.float64 if M_in.device.type == "cpu" else out_dtype
     Mt = M_in.to(work_dtype)
-
-    def as_log(w):
-        if w is None:
-            return None
-        w = torch.as_tensor(np.asarray(w) if not torch.is_tensor(w) else w)
-        if w.numel() == 0:
-            return None
-        return torch.log(w.to(dtype=work_dtype, device=Mt.device))
-
-    log_a, log_b = as_log(a), as_log(b)
+    log_a, log_b = _log_marginal(a, Mt), _log_marginal(b, Mt)
+    if warmstart is not None:
+        init = _from_warmstart(warmstart, method, reg_m is not None, Mt, log_a, log_b, reg)
+    elif init is not None:
+        init = tuple(_tensor(t) for t in init)
     res = sinkhorn_potentials(
-        Mt,
-        reg,
-        log_a,
-        log_b,
-        reg_m=reg_m,
-        max_iter=max_iter,
-        tol=tol,
-        check_every=check_every,
-        eps_scaling=eps_scaling,
-        method=method,
+        Mt, reg, log_a, log_b, reg_m=reg_m, init=init, max_iter=max_iter, tol=tol,
+        check_every=check_every, eps_scaling=eps_scaling, method=method, verbose=verbose,
     )
     if warn and not res.converged:
         warnings.warn(
@@ -387,18 +630,6 @@ def sinkhorn(
             ConvergenceWarning,
             stacklevel=2,
         )
-    plan = plan_from_potentials(Mt, res.f, res.g, reg, log_a, log_b).to(out_dtype)
-    if is_numpy:
-        plan = plan.numpy()
-    if not log:
-        return plan
-    conv = (lambda t: t.to(out_dtype).numpy()) if is_numpy else (lambda t: t.to(out_dtype))
-    info = {
-        "n_iter": res.n_iter,
-        "err": res.err,
-        "converged": res.converged,
-        "method": res.method,
-        "f": conv(res.f),
-        "g": conv(res.g),
-    }
-    return plan, info
+    out = (lambda t: t.to(out_dtype)) if torch.is_tensor(M) else (lambda t: t.to(out_dtype).numpy())
+    plan = out(plan_from_potentials(Mt, res.f, res.g, reg, log_a, log_b))
+    return (plan, _log_dict(res, Mt, log_a, log_b, reg, reg_m is not None, out)) if log else plan

@@ -81,7 +81,7 @@ def test_tiny_relative_reg_on_raw_squared_distances_stays_finite_and_converges(m
 def test_log_reports_iterations_error_and_potentials():
     a, b, M = _problem(5)
     _, log = sinkhorn(a, b, M, 0.1, max_iter=100000, log=True)
-    assert log["n_iter"] >= 1 and log["err"] < 1e-9 and log["converged"]
+    assert log["n_iter"] >= 1 and log["err"][-1] < 1e-9 and log["converged"]
     assert log["f"].shape == a.shape and log["g"].shape == b.shape
 
 
@@ -158,3 +158,135 @@ def test_plan_invariant_to_constants_added_to_a_row_and_a_column(params, c_row, 
     P1 = sinkhorn(None, None, M, reg, tol=1e-9, max_iter=100000)
     P2 = sinkhorn(None, None, M2, reg, tol=1e-9, max_iter=100000)
     np.testing.assert_allclose(P1, P2, atol=1e-7)
+
+
+# ----------------------------------------------------------------- POT compatibility
+POT_CALL = {"numItermax": 1000, "stopThr": 1e-9, "log": True}
+
+
+def _far_apart_cost():
+    """A cost whose kernel exp(-M/reg) underflows to 0 at reg=0.01 (every entry > 1000)."""
+    return 1000.0 + np.random.default_rng(1).random((30, 7)) * 3
+
+
+@pytest.mark.parametrize("method", ["sinkhorn", "sinkhorn_log", "sinkhorn_stabilized"])
+@pytest.mark.parametrize("reg", [1.0, 0.05])
+def test_pot_call_gives_pots_plan(method, reg):
+    a, b, M = _problem(10)
+    expected, _ = ot.sinkhorn(a, b, M, reg, method=method, **POT_CALL)
+    got, _ = sinkhorn(a, b, M, reg, method=method, **POT_CALL)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-8)
+
+
+def test_pot_positional_arguments_are_accepted():
+    a, b, M = _problem(11)
+    expected = ot.sinkhorn(a, b, M, 0.5, "sinkhorn_log", 1000, 1e-9)
+    np.testing.assert_allclose(sinkhorn(a, b, M, 0.5, "sinkhorn_log", 1000, 1e-9), expected, atol=1e-8)
+
+
+def test_log_has_pots_keys_and_err_is_a_list():
+    a, b, M = _problem(12)
+    _, log = sinkhorn(a, b, M, 0.1, method="sinkhorn_log", **POT_CALL)
+    assert {"u", "v", "log_u", "log_v", "niter", "err"} <= set(log)
+    assert isinstance(log["err"], list) and log["err"][-1] < 1e-9
+    assert log["niter"] == log["n_iter"]
+    np.testing.assert_allclose(log["u"], np.exp(log["log_u"]))
+
+
+def test_log_u_log_v_follow_pots_convention():
+    # Fed to POT as a warm start, our scalings are already its fixed point.
+    a, b, M = _problem(13)
+    ours, log = sinkhorn(a, b, M, 0.1, method="sinkhorn_log", **POT_CALL)
+    warmstart = (log["log_u"], log["log_v"])
+    pot_plan, pot_log = ot.sinkhorn(a, b, M, 0.1, method="sinkhorn_log", warmstart=warmstart, **POT_CALL)
+    assert pot_log["niter"] == 0
+    np.testing.assert_allclose(pot_plan, ours, atol=1e-8)
+
+
+WARMSTARTS = {
+    "sinkhorn": lambda log: (np.log(log["u"]), np.log(log["v"])),
+    "sinkhorn_log": lambda log: (log["log_u"], log["log_v"]),
+    "sinkhorn_stabilized": lambda log: (log["alpha"], log["beta"]),
+}
+
+
+@pytest.mark.parametrize("method", list(WARMSTARTS))
+def test_warmstart_from_pots_log_converges_at_first_check_to_pots_plan(method):
+    a, b, M = _problem(14)
+    pot_plan, pot_log = ot.sinkhorn(a, b, M, 0.05, method=method, **POT_CALL)
+    got, log = sinkhorn(a, b, M, 0.05, method=method, warmstart=WARMSTARTS[method](pot_log), **POT_CALL)
+    assert log["niter"] == 10 and log["converged"]
+    np.testing.assert_allclose(got, pot_plan, rtol=0, atol=1e-8)
+
+
+@pytest.mark.parametrize("method", ["sinkhorn", "sinkhorn_stabilized"])
+def test_warmstart_from_pots_unbalanced_log_gives_its_plan_faster(method):
+    # sinkhorn_unbalanced's scalings have a b^T in the kernel: log u = f / reg, not log a + f / reg.
+    a, b, M = _problem(20)
+    pot_plan, pot_log = ot.sinkhorn_unbalanced(a, b, M, 0.1, 0.5, method=method, **POT_CALL)
+    _, cold = sinkhorn(a, b, M, 0.1, reg_m=0.5, method=method, **POT_CALL)
+    warmstart = (pot_log["logu"], pot_log["logv"])
+    got, warm = sinkhorn(a, b, M, 0.1, reg_m=0.5, method=method, warmstart=warmstart, **POT_CALL)
+    assert warm["niter"] < cold["niter"] and warm["converged"]
+    np.testing.assert_allclose(got, pot_plan, rtol=0, atol=1e-8)
+
+
+def test_init_from_our_log_converges_at_first_check():
+    a, b, M = _problem(15)
+    cold, log = sinkhorn(a, b, M, 0.05, log=True)
+    warm, warm_log = sinkhorn(a, b, M, 0.05, init=(log["f"], log["g"]), log=True)
+    assert warm_log["n_iter"] == 10 < log["n_iter"]
+    np.testing.assert_allclose(warm, cold, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "method, scheme",
+    [("sinkhorn", "stabilized"), ("sinkhorn_log", "log"), ("SINKHORN_STABILIZED", "stabilized")],
+)
+def test_pot_method_names_select_our_schemes(method, scheme):
+    a, b, M = _problem(16)
+    assert sinkhorn(a, b, M, 0.1, method=method, log=True)[1]["method"] == scheme
+
+
+@pytest.mark.parametrize("method", ["stabilized", "sinkhorn_stabilized"])
+def test_stabilized_raises_where_it_overflows_instead_of_falling_back(method):
+    with pytest.raises(FloatingPointError, match="method='auto'.*method='log'.*larger reg"):
+        sinkhorn(None, None, _far_apart_cost(), 0.01, method=method)
+
+
+@pytest.mark.parametrize("method", ["auto", "sinkhorn"])
+def test_auto_falls_back_to_the_log_domain_where_stabilized_overflows(method):
+    M = _far_apart_cost()
+    plan, log = sinkhorn(None, None, M, 0.01, method=method, log=True)
+    assert log["method"] == "log" and log["converged"]
+    np.testing.assert_allclose(plan, sinkhorn(None, None, M, 0.01, method="log"), atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "ours, pots",
+    [
+        ({"max_iter": 100}, {"numItermax": 100}),
+        ({"tol": 1e-6}, {"stopThr": 1e-6}),
+        ({"init": (np.zeros(12), np.zeros(5))}, {"warmstart": (np.zeros(12), np.zeros(5))}),
+    ],
+)
+def test_both_spellings_of_an_option_raise_type_error(ours, pots):
+    a, b, M = _problem(17)
+    with pytest.raises(TypeError, match="two spellings"):
+        sinkhorn(a, b, M, 0.1, **ours, **pots)
+
+
+def test_unknown_method_error_names_the_accepted_ones():
+    a, b, M = _problem(18)
+    with pytest.raises(ValueError, match="method must be") as info:
+        sinkhorn(a, b, M, 0.1, method="greenkhorn")
+    for name in ["auto", "stabilized", "log", "sinkhorn", "sinkhorn_log", "sinkhorn_stabilized"]:
+        assert repr(name) in str(info.value)
+
+
+def test_verbose_prints_the_error_at_each_check(capsys):
+    a, b, M = _problem(19)
+    _, log = sinkhorn(a, b, M, 0.1, verbose=True, log=True)
+    printed = capsys.readouterr().out
+    assert "Err" in printed
+    assert len([line for line in printed.splitlines() if line.endswith("|")]) == len(log["err"])
