@@ -373,8 +373,9 @@ class TrainingRun:
 
     def check_finite(self, loss):
         """Raise before an optimiser step when a minibatch ``loss`` is NaN or infinite."""
-        if not bool(torch.isfinite(torch.as_tensor(loss)).all()):
-            self._fail(f"loss became {float(torch.as_tensor(loss).reshape(-1)[0])}", self.completed)
+        loss = torch.as_tensor(loss).detach()
+        if not bool(torch.isfinite(loss).all()):
+            self._fail(f"loss became {float(loss.reshape(-1)[0])}", self.completed)
 
     def end_epoch(self, loss, *, log=True, **extras):
         """Close an epoch whose (mean) training loss is ``loss``.

@@ -1,5 +1,7 @@
 """TDCMCluster: the behaviours specific to the transferable deep clustering model."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -9,14 +11,16 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from sktransfer_cluster.cluster.tdcm import (
-    TDCMCluster,
-    _adapt_centroids,
-    _final_objective,
-    _initial_centroids,
-    _isometry_penalty,
-    _run_blocks,
+from sktransfer_cluster import TDCMCluster
+from sktransfer_cluster.base import TrainingRun, chunked
+from sktransfer_cluster.attention import (
+    adapt_centroids,
+    final_objective,
+    initial_centroids,
+    isometry_penalty,
+    run_blocks,
 )
+from sktransfer_cluster.cluster import tdcm
 from sktransfer_cluster.datasets import make_tdcm_transfer
 from sktransfer_cluster.losses import negative_size_entropy
 from sktransfer_cluster.nn import CentroidUpdateBlock
@@ -54,11 +58,11 @@ def test_chunked_centroid_adaptation_equals_one_shot_computation():
     g = torch.Generator().manual_seed(0)
     Z = torch.randn(1003, 6, generator=g, dtype=torch.float64) * 2.0
     blocks = _random_blocks(3, 6, seed=1)
-    C0 = _initial_centroids(5, 6, torch.float64, torch.device("cpu"))
+    C0 = initial_centroids(5, 6, torch.float64, torch.device("cpu"))
     with torch.no_grad():
-        one_shot = [C for _, C in _run_blocks(Z, blocks, C0, 0.7)]
+        one_shot = [C for _, C in run_blocks(Z, blocks, C0, 0.7)]
     for chunk_size in (1, 17, 250, 5000):
-        streamed = _adapt_centroids(Z, blocks, C0, 0.7, chunk_size=chunk_size)
+        streamed = adapt_centroids(Z, blocks, C0, 0.7, chunk_size=chunk_size)
         for a, b in zip(streamed, one_shot):
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
@@ -199,10 +203,10 @@ def test_isometry_penalty_is_zero_for_scaled_partial_isometries_only():
     g = torch.Generator().manual_seed(0)
     Q, _ = torch.linalg.qr(torch.randn(6, 3, generator=g, dtype=torch.float64))
     zero = torch.zeros((), dtype=torch.float64)
-    torch.testing.assert_close(_isometry_penalty(5.0 * Q), zero)  # orthonormal columns (wide embedding)
-    torch.testing.assert_close(_isometry_penalty(0.2 * Q.T), zero)  # orthonormal rows (projection)
+    torch.testing.assert_close(isometry_penalty(5.0 * Q), zero)  # orthonormal columns (wide embedding)
+    torch.testing.assert_close(isometry_penalty(0.2 * Q.T), zero)  # orthonormal rows (projection)
     rank_one = torch.ones(6, 3, dtype=torch.float64)
-    assert _isometry_penalty(rank_one) > 1.0
+    assert isometry_penalty(rank_one) > 1.0
 
 
 def test_isometry_weight_keeps_the_linear_encoder_from_collapsing(blobs):
@@ -211,7 +215,7 @@ def test_isometry_weight_keeps_the_linear_encoder_from_collapsing(blobs):
 
     def penalty(weight):
         model = TDCMCluster(n_clusters=3, isometry_weight=weight, random_state=0, **kw).fit(X)
-        return float(_isometry_penalty(model._linear_encoder_weight().detach()))
+        return float(isometry_penalty(model._linear_encoder_weight().detach()))
 
     assert penalty(1.0) < penalty(0.0)
 
@@ -232,9 +236,9 @@ def test_extra_adapt_steps_repeat_the_last_block_without_changing_training(blobs
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     Z = extra._embed_all(X + 1.0)
     blocks = list(extra.blocks_) + [extra.blocks_[-1]] * 3
-    expected = _adapt_centroids(Z, blocks, extra._c0(), extra.tau)[-1]
+    expected = adapt_centroids(Z, blocks, extra._c0(), extra.tau)[-1]
     extra.transfer(X + 1.0)
-    # cluster_centers_ are the adapted centroids, reordered (occupied clusters first).
+    # cluster_centers_ are the adapted centroids, reordered (label order, unused clusters last).
     dist = np.linalg.norm(extra.cluster_centers_[:, None, :] - expected.numpy()[None, :, :], axis=2)
     np.testing.assert_allclose(dist.min(1), 0.0, atol=1e-12)
 
@@ -292,8 +296,208 @@ def test_adapt_n_init_keeps_the_lowest_final_objective_and_leaves_training_uncha
 
     def objective(model):
         C = torch.as_tensor(model.cluster_centers_)
-        return _final_objective(Z, last, C, model.tau, model.beta)
+        return final_objective(Z, last, C, model.tau, model.beta)
 
     assert objective(multi) <= objective(single) + 1e-12  # the paper's start is one of the candidates
     labels = multi.labels_.copy()
     np.testing.assert_array_equal(multi.transfer(target), labels)  # seeded: reproducible
+
+
+# ------------------------------------------------------------------ validation
+
+
+@pytest.mark.parametrize(
+    "bad", [(0,), (2.5,), (-3,), (8, "16"), "64"], ids=["zero", "fraction", "negative", "str-width", "str"]
+)
+def test_bad_hidden_dims_are_a_clear_error_and_leave_the_model_usable(blobs, bad):
+    X, _ = blobs
+    model = TDCMCluster(n_clusters=3, random_state=0, **FAST).fit(X)
+    labels, centers = model.labels_.copy(), model.cluster_centers_.copy()
+    with pytest.raises(ValueError, match=r"hidden_dims"):
+        model.set_params(hidden_dims=bad).fit(X)
+    np.testing.assert_array_equal(model.labels_, labels)
+    np.testing.assert_array_equal(model.cluster_centers_, centers)
+    np.testing.assert_array_equal(model.predict(X), labels)
+    np.testing.assert_array_equal(model.set_params(hidden_dims=FAST["hidden_dims"]).fit(X).labels_, labels)
+
+
+def test_zero_and_fractional_widths_are_refused_not_fitted_or_truncated(blobs):
+    X, _ = blobs
+    for bad, message in [((0,), r"positive ints.*\(0,\)"), ((2.5,), r"positive ints.*\(2\.5,\)")]:
+        model = TDCMCluster(n_clusters=3, **{**FAST, "hidden_dims": bad})
+        with pytest.raises(ValueError, match=message):
+            model.fit(X)
+        assert not hasattr(model, "labels_")
+
+
+def test_empty_hidden_dims_is_a_linear_encoder(blobs):
+    model = TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "hidden_dims": ()}).fit(blobs[0])
+    assert model._linear_encoder_weight() is not None
+
+
+def test_one_sample_fit_needs_embedding_norm_none(blobs):
+    X = blobs[0][:1]
+    with pytest.raises(ValueError, match=r"n_samples=1: embedding_norm='scalar'.*embedding_norm=None"):
+        TDCMCluster(n_clusters=1, **FAST).fit(X)
+    model = TDCMCluster(n_clusters=1, **{**FAST, "embedding_norm": None}).fit(X)
+    assert model.labels_.tolist() == [0]
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, True, "3"])
+def test_bad_fine_tune_epochs_are_a_clear_error_and_leave_the_model(blobs, bad):
+    X, _ = blobs
+    model = TDCMCluster(n_clusters=3, random_state=0, **FAST).fit(X)
+    labels, n_records = model.labels_.copy(), len(model.history_)
+    with pytest.raises(ValueError, match=r"fine_tune_epochs must be an int >= 0"):
+        model.transfer(X + 1.0, fine_tune_epochs=bad)
+    np.testing.assert_array_equal(model.labels_, labels)
+    assert len(model.history_) == n_records
+
+
+def test_fine_tuning_on_one_sample_with_embedding_norm_is_a_clear_error(blobs):
+    X, _ = blobs
+    model = TDCMCluster(n_clusters=1, random_state=0, **FAST).fit(X)
+    with pytest.raises(ValueError, match=r"n_samples=1: .*at least 2 samples for fine-tuning"):
+        model.transfer(X[:1], fine_tune_epochs=1)
+    assert model.transfer(X[:1]).tolist() == [0]  # the forward pass alone works
+
+
+# --------------------------------------------------------------------- training
+
+
+def test_every_history_record_has_phase_epoch_loss_and_the_loss_terms(blobs):
+    X, _ = blobs
+    model = TDCMCluster(n_clusters=3, random_state=0, **FAST).fit(X)
+    model.transfer(X + 1.0, fine_tune_epochs=2)
+    assert [(h["phase"], h["epoch"]) for h in model.history_] == [
+        *(("fit", e) for e in range(FAST["max_epochs"])),
+        ("transfer", 0),
+        ("transfer", 1),
+    ]
+    for h in model.history_:
+        assert set(h) == {"phase", "epoch", "loss", "clustering", "entropy", "orthogonality", "isometry"}
+        assert all(isinstance(h[k], float) for k in set(h) - {"phase", "epoch"})
+
+
+def _batch_sizes(monkeypatch):
+    """Rows of every training forward pass of the encoder, recorded by a hook."""
+    sizes = []
+    new_networks = TDCMCluster._new_networks
+
+    def recording(self, X, torch_gen):
+        encoder, blocks = new_networks(self, X, torch_gen)
+        encoder.register_forward_pre_hook(lambda m, a: sizes.append(a[0].shape[0]) if m.training else None)
+        return encoder, blocks
+
+    monkeypatch.setattr(TDCMCluster, "_new_networks", recording)
+    return sizes
+
+
+@pytest.mark.parametrize("norm", ["scalar", "batch", None])
+def test_a_one_row_tail_joins_the_previous_batch_and_every_row_is_trained_on(blobs, monkeypatch, norm):
+    X = blobs[0][:65]  # 65 = 64 + 1
+    sizes = _batch_sizes(monkeypatch)
+    model = TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "max_epochs": 2, "embedding_norm": norm})
+    model.fit(X)
+    assert sizes == [65, 65]
+    model.transfer(X, fine_tune_epochs=1)
+    assert sizes == [65, 65, 65]
+
+
+def test_the_epoch_loss_is_the_row_weighted_mean_over_all_rows(blobs, monkeypatch):
+    X = blobs[0][:97]  # batches of 64 and 33 rows
+    losses = []
+    objective = tdcm.attention.objective
+
+    def recording(Z, *args):
+        terms = objective(Z, *args)
+        losses.append((Z.shape[0], float(terms[0].detach())))
+        return terms
+
+    monkeypatch.setattr(tdcm.attention, "objective", recording)
+    model = TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "max_epochs": 1}).fit(X)
+    assert [n for n, _ in losses] == [64, 33]
+    expected = sum(n * loss for n, loss in losses) / X.shape[0]
+    assert model.history_[0]["loss"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_kept_interrupt_stops_the_remaining_n_init_runs(blobs, monkeypatch):
+    X, _ = blobs
+    calls, interrupts = [], [1]
+    train, end_epoch = TDCMCluster._train, TrainingRun.end_epoch
+
+    def counting(self, *args):
+        calls.append(1)
+        return train(self, *args)
+
+    def end_then_interrupt(run, loss, **extras):
+        end_epoch(run, loss, **extras)
+        if run.completed == 2 and interrupts:
+            interrupts.pop()
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(TDCMCluster, "_train", counting)
+
+    monkeypatch.setattr(TrainingRun, "end_epoch", end_then_interrupt)
+    model = TDCMCluster(n_clusters=3, random_state=0, keep_best=True, **{**FAST, "n_init": 3})
+    with pytest.warns(UserWarning, match="interrupted during fit after 2 epoch"):
+        model.fit(X)
+    assert len(calls) == 1 and model.n_iter_ == 2
+    np.testing.assert_array_equal(model.predict(X), model.labels_)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.fit(X)  # the interrupt was valid for that call only: three full runs now
+    assert len(calls) == 4 and model.n_iter_ == FAST["max_epochs"]
+
+
+# ---------------------------------------------------------- adaptation and score
+
+
+def test_norm_statistics_and_embeddings_are_exact_whatever_the_chunk_size(blobs, monkeypatch):
+    X, _ = blobs
+    model = TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "hidden_dims": ()}).fit(X)
+    norm = model.encoder_[1]
+    mean, var, Z = norm.running_mean.clone(), norm.running_var.clone(), model.transform(X)
+    with torch.no_grad():
+        raw = model.encoder_[0](torch.as_tensor(X))
+    torch.testing.assert_close(mean, raw.mean(0), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(var, raw.var(0, unbiased=False), rtol=1e-10, atol=1e-12)
+    monkeypatch.setattr(tdcm, "chunked", lambda fn, X: chunked(fn, X, chunk_size=7))
+    model._set_norm_stats(X)
+    torch.testing.assert_close(norm.running_mean, mean, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(norm.running_var, var, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(model._embed_all(X).numpy(), Z, rtol=1e-12, atol=1e-12)
+
+
+def test_labels_are_compacted_in_output_order_and_centroids_follow_them(blobs, monkeypatch):
+    X, _ = blobs
+    model = TDCMCluster(n_clusters=4, adapt_n_init=1, random_state=0, **FAST).fit(X)
+    target = X + 1.0
+    Z = model._embed_all(target)
+    C = adapt_centroids(Z, list(model.blocks_), model._c0(), model.tau)[-1].numpy()
+    outputs = np.where(np.arange(X.shape[0]) % 3 == 0, 3, 1)  # clusters 0 and 2 get no sample
+    monkeypatch.setattr(TDCMCluster, "_assign", lambda self, Z, C: outputs)
+    labels = model.transfer(target)
+    np.testing.assert_array_equal(labels, np.where(outputs == 3, 1, 0))
+    np.testing.assert_allclose(model.cluster_centers_, C[[1, 3, 0, 2]], rtol=0, atol=0)
+
+
+def test_score_includes_the_weighted_isometry_penalty_of_a_linear_encoder(blobs):
+    X, _ = blobs
+    model = TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "hidden_dims": ()}).fit(X)
+    penalty = float(isometry_penalty(model._linear_encoder_weight().detach()))
+    assert penalty > 0
+    at_one = model.score(X)
+    at_three = model.set_params(isometry_weight=3.0).score(X)
+    assert at_one - at_three == pytest.approx(2.0 * penalty, rel=1e-9)
+
+
+def test_score_of_an_mlp_encoder_has_no_isometry_term(blobs):
+    X, _ = blobs
+    model = TDCMCluster(n_clusters=3, random_state=0, **FAST).fit(X)
+    assert model.score(X) == model.set_params(isometry_weight=3.0).score(X)
+
+
+def test_isometry_penalty_is_scale_free():
+    W = torch.randn(5, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    torch.testing.assert_close(isometry_penalty(7.0 * W), isometry_penalty(W))

@@ -4,291 +4,39 @@ Zhang & Zhao, *Transferable Deep Clustering Model*. An encoder ``g`` embeds the
 samples; ``K`` orthogonal centroids (rows of the identity) pass ``L`` learnable
 attention blocks that reassign the samples and move the centroids, so the
 centroids adapt to whatever data set is pushed through: that forward pass is the
-transfer to a new domain.
+transfer to a new domain. The paper's equations are garbled in its text; the
+class Notes give the reading implemented here (Eq. 1 normalised per centroid as
+in soft k-means, Eq. 5 with the sign that favours balanced clusters).
 
-Reading of the paper used here (its equations are garbled in the text):
-
-* score ``l(z, c) = -sigma(q(z - c))`` with ``q(p) = (W_Q p) . (W_K p)`` (Eq. 2);
-  block ``l`` assigns ``delta^(l) = softmax_j(l(z_i, c_j^(l-1)) / tau)`` and sets
-  ``c_j^(l) = sum_i delta_ij^(l) z_i / sum_i delta_ij^(l)`` (Eq. 1; the
-  ``sum_i sum_j`` normaliser printed in Eq. 1 is read as the per-centroid mass, as
-  in soft k-means, which Theorem 4.2 says the block generalises).
-* ``L_clust = -sum_l alpha_l mean_i sum_j delta_ij^(l) l(z_i, c_j^(l))`` (Eq. 4):
-  the assignments of block ``l`` weight the similarity to the centroids they
-  produced, i.e. a learned within-cluster scatter, minimised. ``tau`` is left
-  out of ``l`` in the loss (identical to the paper at its ``tau = 1``) so losses
-  and :meth:`TDCMCluster.score` stay comparable across ``tau``.
-* ``L_ent = sum_l alpha_l sum_j pi_j log pi_j``, ``pi_j = mean_i delta_ij``
-  (Eq. 5 with the sign that *favours balanced clusters* when minimised; Eq. 5 as
-  printed would reward putting every sample in one cluster).
-* ``alpha_l = 2 l / (L (L + 1))``: linearly increasing, summing to one.
-* the constraint ``W W^T = I`` becomes the penalty
-  ``ortho_weight * sum_blocks (||W_Q W_Q^T - I||^2 + ||W_K W_K^T - I||^2)``.
-* sums over samples are means, so the loss does not scale with the batch size.
-
-Encoder (a measured departure from the paper's 3-layer MLP for vectors, issue 3):
-the default encoder is *linear* (``hidden_dims=()``: one affine layer, then the
-normalisation ``embedding_norm``, frozen to the source statistics after fit).
-Trained with ``L_clust``, an MLP encoder learns to send each region of the
-source's input space to one tight point per cluster, i.e. it
-becomes a classifier of the source partition. A shifted target is then embedded
-along the source's decision boundaries, and no centroid update can undo that:
-on the synthetic protocol (K = 2/3/5/10, 2 data sets, 100 epochs) KMeans refitted
-on the MLP's *target embedding* scored only 1.00/0.80/0.74/0.72 NMI, the same as
-predicting with the source centroids (1.00/0.80/0.76/0.71), and longer training
-(the paper's 500 epochs) made it worse. An affine encoder cannot fold the input
-space, so the target keeps its cluster geometry in the embedding and the blocks'
-soft k-means steps do move the centroids onto it (KMeans on the target embedding
-1.00/0.99/0.88/0.89; TDCM transfer 1.00/0.98/0.82/0.86 on the same sets). The
-MLP stays available through ``hidden_dims``; it can still pay off where a linear
-map of the input is not clusterable.
-
-A linear encoder can still *project*: the clustering loss is smallest when the
-embedding keeps only the directions separating the source clusters, and a
-target whose clusters moved apart along another direction is then lost (one of
-three K = 2 sets: 0.09 NMI). ``isometry_weight`` keeps the linear map a scaled
-partial isometry, which stops that (3 sets per K, 100 epochs, target NMI
-K = 2/3/5/10: 0.70/0.96/0.79/0.84 without, 1.00/0.96/0.80/0.85 with). The
-isometry is only lossless when ``embedding_dim >= n_features``: a narrower
-embedding is a projection, chosen on the source (digits cross-task below).
-``extra_adapt_steps`` repeats the last block when adapting to a whole data set;
-16 extra steps gave 1.00/0.96/0.81/0.86 (and +0.01 to +0.04 NMI on the digits
-cross-task), a small gain kept behind the parameter (default 0, the paper's
-forward pass).
-
-Normalisation of the embedding (``embedding_norm``, default ``"scalar"``): the
-earlier default, a per-dimension batch norm, re-weights the embedding's
-directions by the inverse *source* spread, so even an isometric linear encoder
-yields a distorted metric (condition number 5-8 on the synthetic sets) tuned to
-the source; KMeans on such a target embedding scored 0.73 NMI on a K = 2 set
-where KMeans on the raw target scores 0.96. ``"scalar"`` centres each dimension
-and divides all by one scale, which keeps the input geometry. Full protocol
-(10 data sets per K, 100 epochs, ``n_init=5``, paper's forward pass), target NMI
-K = 2/3/5/10: ``"batch"`` 0.880/0.979/0.881/0.833, ``"scalar"``
-0.901/0.981/0.916/0.843. On the digits cross-task, with the embedding as wide as
-the input (64, a full isometry): ``"batch"`` 0.686, ``"scalar"`` 0.762 (2 seeds;
-at width 32 both stay near 0.40-0.45).
-
-Starting centroids of the adaptation (``adapt_n_init``, default 8): the forward
-pass from the fixed ``c^(0)`` is a few soft k-means steps from one start and
-can stop in a local optimum on a shifted target (merging two target clusters,
-splitting another). Trying ``c^(0)`` plus k-means++ seeds of the data set's
-embedding and keeping the lowest final objective (no labels) raised the full
-protocol, with ``embedding_norm="scalar"`` and ``n_init=5``, to
-0.903/0.981/0.924/0.878 (4 or 16 starts: the same within 0.002). It also does
-most of ``n_init``'s work: with ``n_init=1`` the same numbers were
-0.903/0.980/0.923/0.878 (forward pass only: 0.903/0.945/0.880/0.833), at a fifth
-of the training cost, and the source NMI of ``labels_`` was the same too
-(0.826/0.958/0.862/0.846 against 0.827/0.958/0.862/0.847); hence ``n_init=1``
-is the default. On digits (width 64) it cost 0.03 NMI (0.736 vs 0.762).
-Adapting costs ``adapt_n_init`` passes over the data set (2 * 10^5 points,
-K = 10: 12 s against 1.1 s for one start); ``predict`` is unaffected.
-Unsupervised fine-tuning on the target, ``transfer(X, fine_tune_epochs=30)``,
-added +0.01 at K = 2 (0.915) and nothing elsewhere, and +0.04 on digits (0.803,
-above KMeans refitted on digits 5-9, 0.773). For reference, models refitted on
-the target itself (not a transfer) score: KMeans 0.910/0.981/0.924/0.881, a
-full-covariance Gaussian mixture 0.931/-/-/0.893; at K = 2 two of the ten
-target sets have overlapping clusters (KMeans 0.46 and 0.76), which bounds
-every method far below the paper's 0.989.
-
-Training 500 epochs (the paper) instead of 100 did not help, at five times the
-fit cost (``n_init=1``, 5 sets per K): per-dimension batch norm
-0.956/0.907/0.848/0.814 against 0.975/0.906/0.813/0.813 at 100 epochs;
-``"scalar"`` with ``adapt_n_init=8`` 0.987/0.980/0.967/0.854 against
-0.987/0.979/0.967/0.859.
-
-Tried and not adopted (measured on 3 synthetic data sets per K, see
-``benchmarks/results/tdcm_quality.md`` for the final numbers): re-estimating the
-batch-norm statistics on the target at transfer time (K = 2: 0.93 -> 0.75 with
-a whitened MLP embedding); a full batch-whitening of the embedding instead of
-per-dimension batch norm (MLP, 100 epochs: 0.93/0.89/0.85/0.75, but
-0.74/0.74/0.76/0.71 after 500 epochs as the MLP overfits the source partition;
-linear: 0.81/0.86/0.87/0.72); a residual MLP (linear skip + MLP:
-0.82/0.73/0.72/0.69); a smaller ``tau`` (0.05-0.3; no gain, the paper's 1.0 kept).
+The defaults depart from the paper where measurements said so (a linear encoder
+kept isometric, a scalar normalisation of the embedding, k-means++ starts for
+the adaptation); the paper's settings are one call away (class docstring), the
+measurements and the variants tried and dropped are in ``docs/notes/tdcm.md``.
+The numeric kernels live in :mod:`sktransfer_cluster.attention`, the block in
+:class:`sktransfer_cluster.nn.CentroidUpdateBlock`.
 """
 
 from __future__ import annotations
 
+from functools import reduce
 from numbers import Integral, Real
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
-from sklearn.cluster import kmeans_plusplus
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..base import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, make_generators
-from ..losses import negative_size_entropy, orthogonality_penalty
-from ..nn import CentroidUpdateBlock, centroids_from_stats, init_module, mlp
+from .. import attention
+from ..base import (
+    COMMON_PARAMETER_CONSTRAINTS,
+    TransferClusterMixin,
+    chunked,
+    compact_labels,
+    make_generators,
+)
+from ..nn import CentroidUpdateBlock, init_module, mlp
 
 __all__ = ["TDCMCluster"]
-
-# Cap on n_chunk * K score entries held at once when adapting centroids on a full data set.
-_ADAPT_ENTRIES = 2**22
-
-
-def _block_weights(n_blocks):
-    """Linearly increasing ``alpha_l = 2 l / (L (L + 1))``, ``l = 1..L`` (sums to one)."""
-    L = n_blocks
-    return [2.0 * (l + 1) / (L * (L + 1)) for l in range(L)]
-
-
-def _initial_centroids(n_clusters, dim, dtype, device):
-    """Orthogonal starting centroids ``c_j^(0) = e_j`` (rows of the identity)."""
-    return torch.eye(n_clusters, dim, dtype=dtype, device=device)
-
-
-def _run_blocks(Z, blocks, C0, tau):
-    """One-shot (differentiable) pass of all blocks on ``Z``: ``[(delta_l, C_l)]``."""
-    out = []
-    C = C0
-    for blk in blocks:
-        delta, C = blk(Z, C, tau)
-        out.append((delta, C))
-    return out
-
-
-def _loss_terms(Z, blocks, C0, tau):
-    """``(clustering, negative entropy)`` of a batch, each summed over blocks with ``alpha_l``."""
-    alphas = _block_weights(len(blocks))
-    clust = Z.new_zeros(())
-    negent = Z.new_zeros(())
-    for a, blk, (delta, C) in zip(alphas, blocks, _run_blocks(Z, blocks, C0, tau)):
-        clust = clust + a * (delta * blk.act(blk.quadratic(Z, C))).sum(1).mean()
-        negent = negent + a * negative_size_entropy(delta)
-    return clust, negent
-
-
-def _ortho_term(blocks):
-    total = None
-    for blk in blocks:
-        WQ, WK = blk.matrices()
-        t = orthogonality_penalty(WQ) + orthogonality_penalty(WK)
-        total = t if total is None else total + t
-    return total
-
-
-def _isometry_penalty(W):
-    """``||G / mean(diag G) - I||_F^2`` with ``G`` the smaller Gram matrix of ``W``.
-
-    Zero exactly when ``W`` is a scaled partial isometry: orthonormal columns
-    (``W^T W``, embedding at least as wide as the input) or orthonormal rows
-    (``W W^T``, a projection). Scale-free, because the batch norm after the
-    encoder fixes the scale anyway; what it forbids is collapsing the embedding
-    onto the few directions that separate the *source* clusters.
-    """
-    G = W.T @ W if W.shape[0] >= W.shape[1] else W @ W.T
-    G = G / G.diagonal().mean().clamp_min(torch.finfo(G.dtype).tiny)
-    eye = torch.eye(G.shape[0], dtype=G.dtype, device=G.device)
-    return ((G - eye) ** 2).sum()
-
-
-def _chunk_rows(n, n_clusters, chunk_size=None):
-    if chunk_size is None:
-        chunk_size = max(1, _ADAPT_ENTRIES // max(1, n_clusters))
-    return [(s, min(n, s + chunk_size)) for s in range(0, n, chunk_size)]
-
-
-@torch.no_grad()
-def _adapt_centroids(Z, blocks, C0, tau, chunk_size=None):
-    """All blocks on the full ``Z`` with streamed sufficient statistics.
-
-    For each block, ``sum_i delta_ij z_i`` and ``sum_i delta_ij`` are accumulated
-    over row chunks, so only a ``chunk x K`` assignment matrix exists at a time.
-    Equals :func:`_run_blocks` up to floating-point summation order.
-
-    Returns
-    -------
-    list of torch.Tensor
-        ``[C_1, ..., C_L]``, each of shape (K, b).
-    """
-    K = C0.shape[0]
-    chunks = _chunk_rows(Z.shape[0], K, chunk_size)
-    C = C0
-    out = []
-    for blk in blocks:
-        wsum = torch.zeros_like(C0)
-        mass = torch.zeros(K, dtype=C0.dtype, device=C0.device)
-        for s, e in chunks:
-            delta = blk.assign(Z[s:e], C, tau)
-            wsum += delta.T @ Z[s:e]
-            mass += delta.sum(0)
-        C = centroids_from_stats(wsum, mass, C)
-        out.append(C)
-    return out
-
-
-def _block_terms(Z, blk, C_assign, C, tau, chunks):
-    """One block's mean scatter and size negentropy over the full ``Z``, streamed by ``chunks``.
-
-    ``delta = blk.assign(Z, C_assign)`` scores ``Z`` against ``C`` with
-    ``blk.act(blk.quadratic(., C))``; returns
-    ``(mean_i sum_j delta_ij sigma(q_ij), sum_j pi_j log pi_j)`` as floats.
-    """
-    K = C.shape[0]
-    mass = torch.zeros(K, dtype=C.dtype, device=C.device)
-    scatter = Z.new_zeros(())
-    for s, e in chunks:
-        delta = blk.assign(Z[s:e], C_assign, tau)
-        mass += delta.sum(0)
-        scatter += (delta * blk.act(blk.quadratic(Z[s:e], C))).sum()
-    n = Z.shape[0]
-    return float(scatter) / n, float(negative_size_entropy((mass / n).unsqueeze(0)))
-
-
-@torch.no_grad()
-def _streamed_loss_terms(Z, blocks, C0, centroids, tau, chunk_size=None):
-    """``(clustering, negative entropy)`` of the full ``Z`` given the adapted ``centroids``."""
-    chunks = _chunk_rows(Z.shape[0], C0.shape[0], chunk_size)
-    clust = 0.0
-    negent = 0.0
-    prev = C0
-    for a, blk, C in zip(_block_weights(len(blocks)), blocks, centroids):
-        scatter, neg = _block_terms(Z, blk, prev, C, tau, chunks)
-        clust += a * scatter
-        negent += a * neg
-        prev = C
-    return clust, negent
-
-
-@torch.no_grad()
-def _final_objective(Z, block, C, tau, beta, chunk_size=None):
-    """Objective of the *converged* state: ``block``'s scatter and size term at centroids ``C``.
-
-    ``mean_i sum_j delta_ij sigma(q(z_i - c_j)) + beta sum_j pi_j log pi_j`` with
-    ``delta = block.assign(Z, C)``, streamed over row chunks. Used to choose
-    among several starting centroids of the adaptation (``adapt_n_init``).
-    """
-    scatter, negent = _block_terms(Z, block, C, C, tau, _chunk_rows(Z.shape[0], C.shape[0], chunk_size))
-    return scatter + beta * negent
-
-
-class _ScalarNorm(torch.nn.BatchNorm1d):
-    """Centre each embedding dimension, divide all by one scale (``embedding_norm="scalar"``).
-
-    Like a non-affine batch norm, but the scale is ``sqrt(mean_k var_k)``, one
-    number for all dimensions, so the normalisation is a translation plus a
-    uniform scaling: it fixes the embedding's size (no collapse) without
-    re-weighting its directions. Uses ``running_mean``/``running_var`` outside
-    training, like :class:`torch.nn.BatchNorm1d`, so the exact statistics of a
-    data set can be written into them.
-    """
-
-    def __init__(self, num_features):
-        super().__init__(num_features, affine=False)
-
-    def forward(self, x):
-        if self.training:
-            mean = x.mean(0)
-            var = x.var(0, unbiased=False)
-            with torch.no_grad():
-                n = x.shape[0]
-                m = self.momentum
-                self.running_mean.mul_(1 - m).add_(m * mean)
-                self.running_var.mul_(1 - m).add_(m * var * n / max(n - 1, 1))
-        else:
-            mean, var = self.running_mean, self.running_var
-        return (x - mean) / torch.sqrt(var.mean() + self.eps)
 
 
 class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNamePrefixFeaturesOutMixin, BaseEstimator):
@@ -311,18 +59,18 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
 
     The paper's model is ``TDCMCluster(hidden_dims=(64, 64), embedding_norm=None,
     isometry_weight=0, adapt_n_init=1, n_init=1, max_epochs=500)``; the defaults
-    are measured departures from it (module notes).
+    are measured departures from it (``docs/notes/tdcm.md``).
 
     Parameters
     ----------
     n_clusters : int, default=8
         Number of clusters ``K``.
     hidden_dims : tuple of int, default=()
-        Hidden widths of the MLP encoder. The default ``()`` is a linear
-        (affine) encoder, which keeps the target's cluster geometry so that the
-        blocks can adapt the centroids to it; the paper's 3-layer MLP, e.g.
-        ``(64, 64)``, learns the source partition and transfers worse on
-        shifted targets (see the module notes).
+        Hidden widths of the MLP encoder, each a positive int; ``()`` is a
+        linear (affine) encoder. A linear map keeps the target's cluster
+        geometry for the blocks to adapt to, where an MLP such as the paper's
+        ``(64, 64)`` learns the source partition and transfers worse on shifted
+        targets.
     embedding_dim : int, default=10
         Embedding dimension ``b``; must be ``>= n_clusters`` (the starting
         centroids are orthogonal unit vectors).
@@ -330,21 +78,17 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         Number of centroid-updating blocks ``L`` (paper: 4 synthetic, 5 real).
     extra_adapt_steps : int, default=0
         Extra applications of the last block when the centroids are adapted to
-        a whole data set (the end of ``fit`` and ``transfer``), to let
-        the soft k-means-like updates converge further than the ``L`` trained
-        blocks; training is unchanged. ``0`` is the paper's forward pass.
+        a whole data set (training is unchanged), to let the soft k-means-like
+        updates converge further; ``0`` is the paper's forward pass.
     adapt_n_init : int, default=8
-        Number of starting centroids tried when the centroids are adapted to a
-        whole data set (the end of ``fit`` and ``transfer``): the paper's
-        ``c^(0)`` (rows of the identity) and ``adapt_n_init - 1`` k-means++
-        seedings drawn on that data set's embeddings (seeded by
-        ``random_state``). Each start runs through the blocks (and
-        ``extra_adapt_steps``); the adapted centroids with the lowest objective
-        of the last block at its final state (scatter plus ``beta`` times the
-        size term; no labels) are kept. Training is unchanged; adaptation costs
-        ``adapt_n_init`` forward passes. Not in the paper; ``1`` is the paper's
-        forward pass from ``c^(0)``. Measured in the module notes: +0.03 to
-        +0.04 target NMI at K = 5, 10 on the synthetic protocol.
+        Starting centroids tried when the centroids are adapted to a whole data
+        set (the end of ``fit`` and ``transfer``): ``c^(0)`` and
+        ``adapt_n_init - 1`` k-means++ seedings of its embeddings (seeded by
+        ``random_state``), each run through the blocks; the result with the
+        lowest objective of the last block (scatter plus ``beta`` times the size
+        term; no labels) is kept, at ``adapt_n_init`` passes over the data.
+        One start (the paper's) can stop in a local optimum that merges two
+        target clusters and splits another.
     tau : float, default=1.0
         Softmax temperature of the assignments.
     activation : {"relu", "leaky_relu"}, default="relu"
@@ -353,42 +97,32 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         Parametrise ``W_Q``, ``W_K`` as ``(A + A^T) / 2``. ``False`` is the
         paper's variant-R ablation.
     embedding_norm : {"scalar", "batch"} or None, default="scalar"
-        Normalisation of the encoder's output (not in the paper; without one
-        the clustering loss can shrink the embedding to a point).
-        ``"batch"``: a non-affine batch norm, each dimension standardised
-        separately (re-weights the embedding's directions by the *source*
-        spread). ``"scalar"``: each dimension centred, all divided by one
-        common scale, so a linear encoder kept isometric by
-        ``isometry_weight`` preserves the input geometry up to scale, which
-        transfers better (module notes). After training, the exact statistics
-        of the training data are used. ``None``: no normalisation (the paper).
+        Normalisation of the encoder's output, with the exact statistics of the
+        training data after training (not in the paper: without one the
+        clustering loss can shrink the embedding to a point). ``"batch"``
+        standardises each dimension (re-weighting directions by the *source*
+        spread); ``"scalar"`` centres each and divides all by one scale, so an
+        isometric linear encoder keeps the input geometry, which transfers
+        better. ``None``: no normalisation (the paper).
     beta : float, default=1.0
         Weight of the cluster-size entropy term (``0`` is the variant-E ablation).
     ortho_weight : float, default=1.0
         Weight of the orthogonality penalty (``0`` is the variant-O ablation).
     isometry_weight : float, default=1.0
-        Weight of the penalty that keeps a *linear* encoder (``hidden_dims=()``)
-        a scaled partial isometry, ``||G / mean(diag G) - I||^2`` with ``G``
-        the smaller Gram matrix of its weight. Without it the clustering loss
-        projects the embedding onto the directions that separate the source
-        clusters and the target's other directions are lost (see the module
-        notes). Not in the paper; ``0`` switches it off. Ignored for an MLP
-        encoder.
+        Weight of the penalty ``||G / mean(diag G) - I||^2`` (``G`` the smaller
+        Gram matrix of the weight) that keeps a *linear* encoder a scaled
+        partial isometry; ignored for an MLP. Without it the embedding
+        collapses onto the directions separating the source clusters and loses
+        the target's others. Not in the paper; ``0`` switches it off.
     max_epochs : int, default=100
         Training epochs on the source (the paper trains 500 on synthetic data).
     n_init : int, default=1
-        Independent training runs from different initial weights; the run with
-        the lowest training objective on the whole source is kept (like
-        :class:`~sklearn.cluster.KMeans`' ``n_init``; the paper trains once).
-        Training can end in a local optimum that merges two source clusters and
-        splits another, and the objective singles such runs out: on the
-        synthetic protocol (10 data sets per K, ``embedding_norm="batch"``,
-        ``adapt_n_init=1``) target NMI for K = 2/3/5/10 was
-        0.887/0.873/0.825/0.826 with one run and 0.880/0.979/0.881/0.833 with
-        five. ``adapt_n_init`` repairs the same failures at adaptation time, so
-        with its default one run scores as well as five (module notes) and
-        ``n_init=1`` is the default. ``fit`` costs ``n_init`` times one run.
+        Independent training runs from different initial weights, keeping the
+        lowest training objective on the whole source (like KMeans' ``n_init``;
+        the paper trains once). One suffices by default: ``adapt_n_init``
+        repairs the same local optima (two clusters merged, another split).
     batch_size : int, default=256
+        Rows per minibatch; a last batch of one row joins the previous one.
     learning_rate : float, default=5e-3
         Adam learning rate (paper: 5e-3 synthetic, 5e-4 real data).
     weight_decay : float, default=5e-4
@@ -409,16 +143,19 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
     ----------
     cluster_centers_ : ndarray of shape (n_clusters, embedding_dim)
         Centroids adapted to the last data set seen by ``fit`` (the source) or
-        ``transfer`` (the target), in the embedding space. Clusters that
-        received no sample of that data set are ordered last.
+        ``transfer`` (the target), in the embedding space. Row ``j`` is the
+        centroid of label ``j`` for the ``m`` clusters that received samples of
+        that data set; the clusters that received none follow.
     labels_ : ndarray of shape (n_samples,)
-        Labels of that data set (argmax of the last block's assignment).
+        Labels of that data set (argmax of the last block's assignment),
+        consecutive from 0.
     n_iter_ : int
         Training epochs run by ``fit``.
     history_ : list of dict
-        Per-epoch mean losses (``loss``, ``clustering``, ``entropy``,
-        ``orthogonality``, ``isometry``) with ``phase`` ``"fit"`` or ``"transfer"``;
-        with ``n_init > 1``, those of the kept run.
+        One record per training epoch: ``phase`` (``"fit"`` or
+        ``"transfer"``), ``epoch``, ``loss`` (its mean over the epoch's rows)
+        and the mean terms ``clustering``, ``entropy``, ``orthogonality`` and
+        ``isometry``; with ``n_init > 1``, those of the kept run.
     encoder_ : torch.nn.Module
     blocks_ : torch.nn.ModuleList of CentroidUpdateBlock
     device_ : torch.device
@@ -432,16 +169,21 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
 
     Notes
     -----
-    The loss, per batch (sums over samples are means):
+    The loss, per batch (sums over samples are means, so the loss does not
+    scale with the batch size):
 
     * ``L_clust = sum_l alpha_l mean_i sum_j delta_ij^(l) sigma(q_l(z_i - c_j^(l)))``,
       i.e. ``-sum alpha delta l(z, c)`` with the similarity score
-      ``l = -sigma(q)``: assignments are rewarded for high similarity to the
-      centroids they produce;
+      ``l = -sigma(q)``: the assignments of block ``l`` weight the similarity
+      to the centroids they produce, a learned within-cluster scatter. ``tau``
+      tempers only the assignments, not the scores in the loss (the paper's
+      ``tau = 1``), so losses and :meth:`score` compare across ``tau``;
     * ``L_ent = sum_l alpha_l sum_j pi_j log pi_j`` with ``pi_j = mean_i delta_ij``:
       minus the entropy of the cluster sizes, so minimising it favours balanced
-      clusters;
-    * ``alpha_l = 2 l / (L (L + 1))`` increases linearly and sums to one.
+      clusters (Eq. 5 as printed would reward one cluster);
+    * ``alpha_l = 2 l / (L (L + 1))`` increases linearly and sums to one;
+    * ``W W^T = I`` becomes the penalty ``ortho_weight * sum_blocks
+      (||W_Q W_Q^T - I||^2 + ||W_K W_K^T - I||^2)``;
     * the linear encoder's isometry penalty (``isometry_weight``, not in the
       paper) keeps its weight a scaled partial isometry, so the embedding keeps
       the target's directions the source did not need.
@@ -466,6 +208,8 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
     >>> model.transform(task.X_target).shape
     (150, 4)
     """
+
+    _width_params = ("hidden_dims",)
 
     _parameter_constraints = {
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
@@ -538,46 +282,51 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         self.random_state = random_state
         self.verbose = verbose
 
+    # ----------------------------------------------------------------- checks
+    def _check_params_vs_input(self, X, *, reset):
+        super()._check_params_vs_input(X, reset=reset)
+        if not reset:
+            return
+        if self.embedding_dim < self.n_clusters:
+            raise ValueError(
+                f"embedding_dim={self.embedding_dim} must be >= n_clusters={self.n_clusters}: "
+                "the initial centroids are orthogonal unit vectors of the embedding space; "
+                "raise embedding_dim."
+            )
+        self._check_norm_samples(X.shape[0], "training")
+
+    def _check_norm_samples(self, n_samples, what):
+        if self.embedding_norm is not None and n_samples < 2:
+            raise ValueError(
+                f"n_samples={n_samples}: embedding_norm={self.embedding_norm!r} normalises the embeddings "
+                f"over a batch and needs at least 2 samples for {what}; pass more samples or "
+                "embedding_norm=None."
+            )
+
     # ----------------------------------------------------------------- helpers
     def _c0(self):
-        return _initial_centroids(self.n_clusters, self.embedding_dim, self._dtype(), self.device_)
+        return attention.initial_centroids(self.n_clusters, self.embedding_dim, self._dtype(), self.device_)
 
     def _embed(self, X):
         return self.encoder_(self._tensor(X))
 
     def _embed_all(self, X):
         """Embeddings of all rows (torch, no grad), computed in row chunks."""
-        with torch.no_grad():
-            parts = [self._embed(X[s:e]) for s, e in _chunk_rows(X.shape[0], 1, 65536)]
-        return torch.cat(parts, 0)
+        return chunked(self._embed, X)
 
     def _linear_encoder_weight(self):
         """Weight of the encoder's only Linear layer, or None for an MLP encoder."""
         linears = [m for m in self.encoder_.modules() if isinstance(m, torch.nn.Linear)]
         return linears[0].weight if len(linears) == 1 else None
 
-    def _isometry_term(self):
-        W = self._linear_encoder_weight()
-        if W is None or self.isometry_weight == 0:
-            return None
-        return _isometry_penalty(W)
-
     def _adapt_blocks(self):
         """The blocks run on a whole data set: the ``L`` trained ones, then the last repeated."""
         return list(self.blocks_) + [self.blocks_[-1]] * int(self.extra_adapt_steps)
 
-    def _objective(self, Z):
-        clust, negent = _loss_terms(Z, self.blocks_, self._c0(), self.tau)
-        ortho = _ortho_term(self.blocks_)
-        loss = clust + self.beta * negent
-        if self.ortho_weight > 0:
-            loss = loss + self.ortho_weight * ortho
-        iso = self._isometry_term()
-        if iso is None:
-            iso = loss.new_zeros(())
-        else:
-            loss = loss + self.isometry_weight * iso
-        return loss, clust, negent, ortho, iso
+    def _objective_args(self):
+        """Everything but the embeddings that :func:`attention.objective` needs."""
+        W = self._linear_encoder_weight()
+        return self.blocks_, self._c0(), self.tau, self.beta, self.ortho_weight, self.isometry_weight, W
 
     def _train(self, Xt, epochs, torch_gen, phase):
         params = list(self.encoder_.parameters()) + list(self.blocks_.parameters())
@@ -585,33 +334,17 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         n = Xt.shape[0]
         self.encoder_.train()
         with self._training(phase, epochs, state=[self.encoder_, self.blocks_]) as run:
-            for epoch in run.epochs():
-                perm = torch.randperm(n, generator=torch_gen).to(Xt.device)
+            for _ in run.epochs():
                 sums = np.zeros(5)
-                for start in range(0, n, self.batch_size):
-                    xb = Xt[perm[start : start + self.batch_size]]
-                    if xb.shape[0] < 2 and self.embedding_norm is not None:
-                        continue  # batch norm cannot standardise a single sample
-                    terms = self._objective(self.encoder_(xb))
-                    loss = terms[0]
-                    if not torch.isfinite(loss):
-                        run.end_epoch(loss.item())  # raises before a step on NaN
+                for idx in run.batches(n, self.batch_size, torch_gen, Xt.device):
+                    terms = attention.objective(self.encoder_(Xt[idx]), *self._objective_args())
+                    run.check_finite(terms[0].detach())
                     opt.zero_grad()
-                    loss.backward()
+                    terms[0].backward()
                     opt.step()
-                    sums += np.array([float(t.detach()) for t in terms]) * xb.shape[0]
-                mean = sums / n
-                record = {
-                    "phase": phase,
-                    "epoch": epoch,
-                    "loss": mean[0],
-                    "clustering": mean[1],
-                    "entropy": mean[2],
-                    "orthogonality": mean[3],
-                    "isometry": mean[4],
-                }
-                run.end_epoch(record["loss"])
-                self.history_.append(record)
+                    sums += np.array([float(t.detach()) for t in terms]) * idx.shape[0]
+                loss, clust, negent, ortho, iso = sums / n
+                run.end_epoch(loss, clustering=clust, entropy=negent, orthogonality=ortho, isometry=iso)
         self.encoder_.eval()
         return run.completed
 
@@ -626,52 +359,32 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         if self.embedding_norm is None:
             return
         body, bn = self.encoder_[0], self.encoder_[1]
-        s1 = s2 = None
-        n = X.shape[0]
-        for s, e in _chunk_rows(n, 1, 65536):
-            h = body(self._tensor(X[s:e]))
-            a, b = h.sum(0), (h * h).sum(0)
-            s1, s2 = (a, b) if s1 is None else (s1 + a, s2 + b)
-        mean = s1 / n
-        bn.running_mean.copy_(mean)
-        bn.running_var.copy_((s2 / n - mean * mean).clamp_min(0.0))
 
-    def _adapt_starts(self, Z):
-        """Starting centroids of the adaptation: ``c^(0)``, then ``adapt_n_init - 1`` k-means++ seeds."""
-        starts = [self._c0()]
-        if self.adapt_n_init > 1:
-            rng, _ = make_generators(self.random_state, "cpu")
-            Zn = Z.cpu().numpy()
-            for _ in range(self.adapt_n_init - 1):
-                seeds, _ = kmeans_plusplus(Zn, self.n_clusters, random_state=int(rng.integers(2**31 - 1)))
-                starts.append(torch.as_tensor(seeds, dtype=Z.dtype, device=Z.device))
-        return starts
+        def moments(xc):
+            h = body(self._tensor(xc))
+            return torch.stack([h.sum(0), (h * h).sum(0)]).unsqueeze(0)
+
+        # Per-chunk sums added in chunk order: bounded memory whatever n is.
+        s1, s2 = reduce(torch.add, chunked(moments, X).unbind(0))
+        mean = s1 / X.shape[0]
+        bn.running_mean.copy_(mean)
+        bn.running_var.copy_((s2 / X.shape[0] - mean * mean).clamp_min(0.0))
 
     def _adapt(self, X):
         """Run the blocks on all of ``X``; store the centroids; return the labels."""
         Z = self._embed_all(X)
-        blocks = self._adapt_blocks()
-        starts = self._adapt_starts(Z)
-        if len(starts) == 1:
-            C = _adapt_centroids(Z, blocks, starts[0], self.tau)[-1]
-        else:
-            best = None
-            for C0 in starts:  # keep the first (the paper's start) on ties
-                C = _adapt_centroids(Z, blocks, C0, self.tau)[-1]
-                objective = _final_objective(Z, blocks[-1], C, self.tau, self.beta)
-                if best is None or objective < best[0]:
-                    best = (objective, C)
-            C = best[1]
+        # c^(0), then adapt_n_init - 1 k-means++ seeds of Z (seeded: reproducible).
+        rng, _ = make_generators(self.random_state, "cpu")
+        seeds = attention.kmeans_plusplus_starts(Z, self.n_clusters, self.adapt_n_init - 1, rng)
+        starts = [self._c0(), *seeds]
+        C = attention.best_adapted_centroids(Z, self._adapt_blocks(), starts, self.tau, self.beta)
         with torch.no_grad():
-            labels = self._assign(Z, C)
-        # Occupied clusters first (in their order), so labels_ are 0..m-1 consecutive.
-        counts = np.bincount(labels, minlength=self.n_clusters)
-        order = np.concatenate([np.flatnonzero(counts > 0), np.flatnonzero(counts == 0)])
-        remap = np.empty_like(order)
-        remap[order] = np.arange(order.shape[0])
+            labels, used = compact_labels(self._assign(Z, C), self.n_clusters)
+        # Centroids in label order, then those of the clusters no sample chose.
+        order = np.concatenate([used, np.setdiff1d(np.arange(self.n_clusters), used)])
         self._centroids = C[torch.as_tensor(order, device=C.device)].detach()
         self.cluster_centers_ = self._centroids.cpu().numpy()
-        return remap[labels].astype(np.int64)
+        return labels
 
     def _assign(self, Z, C):
         """Argmax of the last block's assignment against fixed centroids ``C``."""
@@ -679,19 +392,6 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
 
     # -------------------------------------------------------------- protocol
     def _fit(self, X, y, *, rng, torch_gen):
-        self._check_n_clusters(X.shape[0], self.n_clusters)
-        if self.embedding_dim < self.n_clusters:
-            raise ValueError(
-                f"embedding_dim={self.embedding_dim} must be >= n_clusters={self.n_clusters}: "
-                "the initial centroids are orthogonal unit vectors of the embedding space; "
-                "raise embedding_dim."
-            )
-        if self.embedding_norm is not None and X.shape[0] < 2:
-            raise ValueError(
-                f"n_samples={X.shape[0]}: embedding_norm={self.embedding_norm!r} normalises the embeddings "
-                "over a batch and needs at least 2 samples; pass more samples or "
-                "embedding_norm=None."
-            )
         best = None
         for _ in range(self.n_init):
             # Each run starts from new weights drawn from the same seeded generator.
@@ -702,19 +402,19 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
             objective = self._full_objective(X)
             if best is None or objective < best[0]:
                 best = (objective, self.encoder_, self.blocks_, self.history_, n_iter)
-            if self.__dict__.get("_training_stopped", False):
+            if self._training_stopped:
                 break  # interrupted under keep_best: no further runs
         _, self.encoder_, self.blocks_, self.history_, self.n_iter_ = best
         self.labels_ = self._adapt(X)
 
     def _new_networks(self, X, torch_gen):
         """A freshly initialised encoder and ``n_blocks`` blocks on the working device."""
-        dims = [X.shape[1], *[int(h) for h in self.hidden_dims], int(self.embedding_dim)]
+        dims = [X.shape[1], *(int(h) for h in self.hidden_dims), self.embedding_dim]  # checked in fit
         encoder = init_module(mlp(dims), torch_gen)
         if self.embedding_norm == "batch":
             encoder = torch.nn.Sequential(encoder, torch.nn.BatchNorm1d(self.embedding_dim, affine=False))
         elif self.embedding_norm == "scalar":
-            encoder = torch.nn.Sequential(encoder, _ScalarNorm(self.embedding_dim))
+            encoder = torch.nn.Sequential(encoder, attention.ScalarNorm(self.embedding_dim))
         blocks = torch.nn.ModuleList(
             CentroidUpdateBlock(self.embedding_dim, symmetric=self.symmetric, activation=self.activation)
             .reset_parameters(torch_gen)
@@ -735,12 +435,13 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
             target before the forward pass; 0 is the paper's pure forward-pass
             transfer.
         """
-        fine_tune_epochs = int(fine_tune_epochs)
-        if fine_tune_epochs < 0:
-            raise ValueError(f"fine_tune_epochs must be >= 0, got {fine_tune_epochs}.")
+        is_int = isinstance(fine_tune_epochs, Integral) and not isinstance(fine_tune_epochs, bool)
+        if not is_int or fine_tune_epochs < 0:
+            raise ValueError(f"fine_tune_epochs must be an int >= 0, got {fine_tune_epochs!r}.")
         if fine_tune_epochs > 0:
+            self._check_norm_samples(X.shape[0], "fine-tuning")
             _, torch_gen = make_generators(self.random_state, "cpu")
-            self._train(self._tensor(X), fine_tune_epochs, torch_gen, "transfer")
+            self._train(self._tensor(X), int(fine_tune_epochs), torch_gen, "transfer")
             self._set_norm_stats(X)
         return self._adapt(X)
 
@@ -764,10 +465,17 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
     def score(self, X, y=None):
         """Minus the training objective on ``X`` (higher is better, no labels needed).
 
-        The blocks run on all of ``X`` (streamed), and
-        ``-(L_clust + beta L_ent + ortho_weight ||W W^T - I||^2)`` is returned,
-        with sample means, so values are comparable across data set sizes.
-        The fitted model is not changed.
+        The ``L`` trained blocks run on all of ``X`` from ``c^(0)`` (streamed;
+        neither ``adapt_n_init`` nor ``extra_adapt_steps`` apply) and
+
+        ``-(L_clust + beta * L_ent
+        + ortho_weight * sum_blocks (||W_Q W_Q^T - I||^2 + ||W_K W_K^T - I||^2)
+        + isometry_weight * ||G / mean(diag G) - I||^2)``
+
+        is returned, ``L_clust`` and ``L_ent`` as in the Notes with means over
+        the rows of ``X``, so values are comparable across data set sizes. ``G``
+        is the smaller Gram matrix of the linear encoder's weight; the isometry
+        term is 0 for an MLP encoder. The fitted model is not changed.
 
         Parameters
         ----------
@@ -780,17 +488,9 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         """
         return -self._full_objective(self._fitted_input(X))
 
-    @torch.no_grad()
     def _full_objective(self, X):
         """The training objective on all of ``X`` (blocks streamed), as a float."""
-        Z = self._embed_all(X)
-        C0 = self._c0()
-        centroids = _adapt_centroids(Z, self.blocks_, C0, self.tau)
-        clust, negent = _streamed_loss_terms(Z, self.blocks_, C0, centroids, self.tau)
-        ortho = float(_ortho_term(self.blocks_)) if self.ortho_weight > 0 else 0.0
-        iso = self._isometry_term()
-        iso = 0.0 if iso is None else float(iso)
-        return clust + self.beta * negent + self.ortho_weight * ortho + self.isometry_weight * iso
+        return attention.streamed_objective(self._embed_all(X), *self._objective_args())
 
     @property
     def _n_features_out(self):

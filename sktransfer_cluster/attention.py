@@ -1,0 +1,272 @@
+"""Numeric kernels of TDCM's centroid-updating attention blocks.
+
+Zhang & Zhao, *Transferable Deep Clustering Model*: plain functions of tensors
+(and one normalisation module) used by
+:class:`~sktransfer_cluster.cluster.TDCMCluster` -- the block weights
+``alpha_l``, the starting centroids, the one-shot and the streamed
+(bounded-memory) passes of the blocks, the loss terms and the penalties. The
+block itself is :class:`sktransfer_cluster.nn.CentroidUpdateBlock`. Nothing
+here imports an estimator.
+"""
+
+from __future__ import annotations
+
+import torch
+from sklearn.cluster import kmeans_plusplus
+
+from .losses import negative_size_entropy, orthogonality_penalty
+from .nn import centroids_from_stats
+
+__all__ = [
+    "block_weights",
+    "initial_centroids",
+    "run_blocks",
+    "loss_terms",
+    "objective",
+    "streamed_objective",
+    "ortho_term",
+    "isometry_penalty",
+    "adapt_centroids",
+    "streamed_loss_terms",
+    "final_objective",
+    "kmeans_plusplus_starts",
+    "best_adapted_centroids",
+    "ScalarNorm",
+]
+
+# Cap on n_chunk * K score entries held at once when adapting centroids on a full data set.
+_ADAPT_ENTRIES = 2**22
+
+
+def block_weights(n_blocks):
+    """Linearly increasing ``alpha_l = 2 l / (L (L + 1))``, ``l = 1..L`` (sums to one)."""
+    L = n_blocks
+    return [2.0 * (l + 1) / (L * (L + 1)) for l in range(L)]
+
+
+def initial_centroids(n_clusters, dim, dtype, device):
+    """Orthogonal starting centroids ``c_j^(0) = e_j`` (rows of the identity)."""
+    return torch.eye(n_clusters, dim, dtype=dtype, device=device)
+
+
+def run_blocks(Z, blocks, C0, tau):
+    """One-shot (differentiable) pass of all blocks on ``Z``: ``[(delta_l, C_l)]``."""
+    out = []
+    C = C0
+    for blk in blocks:
+        delta, C = blk(Z, C, tau)
+        out.append((delta, C))
+    return out
+
+
+def loss_terms(Z, blocks, C0, tau):
+    """``(clustering, negative entropy)`` of a batch, each summed over blocks with ``alpha_l``."""
+    alphas = block_weights(len(blocks))
+    clust = Z.new_zeros(())
+    negent = Z.new_zeros(())
+    for a, blk, (delta, C) in zip(alphas, blocks, run_blocks(Z, blocks, C0, tau)):
+        clust = clust + a * (delta * blk.act(blk.quadratic(Z, C))).sum(1).mean()
+        negent = negent + a * negative_size_entropy(delta)
+    return clust, negent
+
+
+def ortho_term(blocks):
+    """``sum_blocks ||W_Q W_Q^T - I||^2 + ||W_K W_K^T - I||^2``: the soft ``W W^T = I``."""
+    total = None
+    for blk in blocks:
+        WQ, WK = blk.matrices()
+        t = orthogonality_penalty(WQ) + orthogonality_penalty(WK)
+        total = t if total is None else total + t
+    return total
+
+
+def isometry_penalty(W):
+    """``||G / mean(diag G) - I||_F^2`` with ``G`` the smaller Gram matrix of ``W``.
+
+    Zero exactly when ``W`` is a scaled partial isometry: orthonormal columns
+    (``W^T W``, embedding at least as wide as the input) or orthonormal rows
+    (``W W^T``, a projection). Scale-free: the scale of the embedding is left
+    to the normalisation after the encoder (``embedding_norm``, which fixes it
+    unless None); what the penalty forbids is collapsing the embedding onto the
+    few directions that separate the *source* clusters.
+    """
+    G = W.T @ W if W.shape[0] >= W.shape[1] else W @ W.T
+    G = G / G.diagonal().mean().clamp_min(torch.finfo(G.dtype).tiny)
+    eye = torch.eye(G.shape[0], dtype=G.dtype, device=G.device)
+    return ((G - eye) ** 2).sum()
+
+
+def objective(Z, blocks, C0, tau, beta, ortho_weight, isometry_weight, W=None):
+    """TDCM's training objective on a batch ``Z`` and its terms (tensors).
+
+    ``loss = L_clust + beta L_ent + ortho_weight * ortho_term + isometry_weight
+    * isometry_penalty(W)``, the last only for a linear encoder of weight ``W``
+    (None: no term; the isometry entry is then 0).
+
+    Returns
+    -------
+    loss, clustering, negative_entropy, orthogonality, isometry : torch.Tensor
+    """
+    clust, negent = loss_terms(Z, blocks, C0, tau)
+    ortho = ortho_term(blocks)
+    loss = clust + beta * negent
+    if ortho_weight > 0:
+        loss = loss + ortho_weight * ortho
+    if W is None or isometry_weight == 0:
+        iso = loss.new_zeros(())
+    else:
+        iso = isometry_penalty(W)
+        loss = loss + isometry_weight * iso
+    return loss, clust, negent, ortho, iso
+
+
+@torch.no_grad()
+def streamed_objective(Z, blocks, C0, tau, beta, ortho_weight, isometry_weight, W=None):
+    """:func:`objective`'s loss on all of ``Z`` as a float, the blocks streamed over row chunks."""
+    centroids = adapt_centroids(Z, blocks, C0, tau)
+    clust, negent = streamed_loss_terms(Z, blocks, C0, centroids, tau)
+    ortho = float(ortho_term(blocks)) if ortho_weight > 0 else 0.0
+    iso = 0.0 if W is None or isometry_weight == 0 else float(isometry_penalty(W))
+    return clust + beta * negent + ortho_weight * ortho + isometry_weight * iso
+
+
+def _chunk_rows(n, n_clusters, chunk_size=None):
+    """Row ranges holding at most ``_ADAPT_ENTRIES`` assignment entries (``chunk x K``)."""
+    if chunk_size is None:
+        chunk_size = max(1, _ADAPT_ENTRIES // max(1, n_clusters))
+    return [(s, min(n, s + chunk_size)) for s in range(0, n, chunk_size)]
+
+
+@torch.no_grad()
+def adapt_centroids(Z, blocks, C0, tau, chunk_size=None):
+    """All blocks on the full ``Z`` with streamed sufficient statistics.
+
+    For each block, ``sum_i delta_ij z_i`` and ``sum_i delta_ij`` are accumulated
+    over row chunks, so only a ``chunk x K`` assignment matrix exists at a time.
+    Equals :func:`run_blocks` up to floating-point summation order.
+
+    Returns
+    -------
+    list of torch.Tensor
+        ``[C_1, ..., C_L]``, each of shape (K, b).
+    """
+    K = C0.shape[0]
+    chunks = _chunk_rows(Z.shape[0], K, chunk_size)
+    C = C0
+    out = []
+    for blk in blocks:
+        wsum = torch.zeros_like(C0)
+        mass = torch.zeros(K, dtype=C0.dtype, device=C0.device)
+        for s, e in chunks:
+            delta = blk.assign(Z[s:e], C, tau)
+            wsum += delta.T @ Z[s:e]
+            mass += delta.sum(0)
+        C = centroids_from_stats(wsum, mass, C)
+        out.append(C)
+    return out
+
+
+def _block_terms(Z, blk, C_assign, C, tau, chunks):
+    """One block's mean scatter and size negentropy over the full ``Z``, streamed by ``chunks``.
+
+    ``delta = blk.assign(Z, C_assign)`` scores ``Z`` against ``C`` with
+    ``blk.act(blk.quadratic(., C))``; returns
+    ``(mean_i sum_j delta_ij sigma(q_ij), sum_j pi_j log pi_j)`` as floats.
+    """
+    K = C.shape[0]
+    mass = torch.zeros(K, dtype=C.dtype, device=C.device)
+    scatter = Z.new_zeros(())
+    for s, e in chunks:
+        delta = blk.assign(Z[s:e], C_assign, tau)
+        mass += delta.sum(0)
+        scatter += (delta * blk.act(blk.quadratic(Z[s:e], C))).sum()
+    n = Z.shape[0]
+    return float(scatter) / n, float(negative_size_entropy((mass / n).unsqueeze(0)))
+
+
+@torch.no_grad()
+def streamed_loss_terms(Z, blocks, C0, centroids, tau, chunk_size=None):
+    """``(clustering, negative entropy)`` of the full ``Z`` given the adapted ``centroids``."""
+    chunks = _chunk_rows(Z.shape[0], C0.shape[0], chunk_size)
+    clust = 0.0
+    negent = 0.0
+    prev = C0
+    for a, blk, C in zip(block_weights(len(blocks)), blocks, centroids):
+        scatter, neg = _block_terms(Z, blk, prev, C, tau, chunks)
+        clust += a * scatter
+        negent += a * neg
+        prev = C
+    return clust, negent
+
+
+@torch.no_grad()
+def final_objective(Z, block, C, tau, beta, chunk_size=None):
+    """Objective of the *converged* state: ``block``'s scatter and size term at centroids ``C``.
+
+    ``mean_i sum_j delta_ij sigma(q(z_i - c_j)) + beta sum_j pi_j log pi_j`` with
+    ``delta = block.assign(Z, C)``, streamed over row chunks. Used to choose
+    among several starting centroids of the adaptation (``adapt_n_init``).
+    """
+    scatter, negent = _block_terms(Z, block, C, C, tau, _chunk_rows(Z.shape[0], C.shape[0], chunk_size))
+    return scatter + beta * negent
+
+
+def kmeans_plusplus_starts(Z, n_clusters, n_starts, rng):
+    """``n_starts`` k-means++ seedings of the rows of ``Z`` (tensors like ``Z``), drawn from ``rng``.
+
+    ``rng`` is a :class:`numpy.random.Generator`; each seeding gets its own seed from it.
+    """
+    if n_starts < 1:
+        return []
+    Zn = Z.cpu().numpy()
+    starts = []
+    for _ in range(n_starts):
+        seeds, _ = kmeans_plusplus(Zn, n_clusters, random_state=int(rng.integers(2**31 - 1)))
+        starts.append(torch.as_tensor(seeds, dtype=Z.dtype, device=Z.device))
+    return starts
+
+
+def best_adapted_centroids(Z, blocks, starts, tau, beta):
+    """The centroids the ``blocks`` reach on ``Z`` from the best of the starting centroids ``starts``.
+
+    Each start runs through all blocks (:func:`adapt_centroids`); with more than
+    one, the result of lowest :func:`final_objective` of the last block is kept
+    (the first on ties).
+    """
+    if len(starts) == 1:
+        return adapt_centroids(Z, blocks, starts[0], tau)[-1]
+    best = None
+    for C0 in starts:
+        C = adapt_centroids(Z, blocks, C0, tau)[-1]
+        objective = final_objective(Z, blocks[-1], C, tau, beta)
+        if best is None or objective < best[0]:
+            best = (objective, C)
+    return best[1]
+
+
+class ScalarNorm(torch.nn.BatchNorm1d):
+    """Centre each embedding dimension, divide all by one scale (``embedding_norm="scalar"``).
+
+    Like a non-affine batch norm, but the scale is ``sqrt(mean_k var_k)``, one
+    number for all dimensions, so the normalisation is a translation plus a
+    uniform scaling: it fixes the embedding's size (no collapse) without
+    re-weighting its directions. Uses ``running_mean``/``running_var`` outside
+    training, like :class:`torch.nn.BatchNorm1d`, so the exact statistics of a
+    data set can be written into them.
+    """
+
+    def __init__(self, num_features):
+        super().__init__(num_features, affine=False)
+
+    def forward(self, x):
+        if self.training:
+            mean = x.mean(0)
+            var = x.var(0, unbiased=False)
+            with torch.no_grad():
+                n = x.shape[0]
+                m = self.momentum
+                self.running_mean.mul_(1 - m).add_(m * mean)
+                self.running_var.mul_(1 - m).add_(m * var * n / max(n - 1, 1))
+        else:
+            mean, var = self.running_mean, self.running_var
+        return (x - mean) / torch.sqrt(var.mean() + self.eps)
