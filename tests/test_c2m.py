@@ -1,5 +1,7 @@
 """C2MCluster (Alami, Kaddah & Read): the clique-graph encoder, the set critic, CEM, the estimator."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -9,14 +11,13 @@ from sklearn.datasets import make_blobs, make_moons
 from sklearn.model_selection import GridSearchCV
 from sklearn.svm import LinearSVC
 
+from sktransfer_cluster import graph
+from sktransfer_cluster.base import compact_labels
 from sktransfer_cluster.cem import cross_entropy_method
-from sktransfer_cluster.cluster.c2m import (
-    C2MCluster,
-    _n_mlp_params,
-    _population_logits,
-    _spectral_embedding,
-)
+from sktransfer_cluster.cluster import c2m
+from sktransfer_cluster.cluster.c2m import C2MCluster
 from sktransfer_cluster.datasets import make_c2m_sets
+from sktransfer_cluster.graph import n_mlp_params, population_logits, score_population, spectral_embedding
 from sktransfer_cluster.metrics import clustering_accuracy
 from sktransfer_cluster.nn import (
     knn_indices,
@@ -151,8 +152,8 @@ def test_population_is_scored_in_one_batch_exactly_as_one_by_one():
 def test_population_of_clustering_mlps_gives_the_same_logits_as_each_mlp():
     gen = torch.Generator().manual_seed(6)
     X = torch.randn(30, 3, generator=gen, dtype=torch.float64)
-    W = torch.randn(5, _n_mlp_params(3, 4, 7), generator=gen, dtype=torch.float64)
-    batched = _population_logits(X, W, 4, 7)
+    W = torch.randn(5, n_mlp_params(3, 4, 7), generator=gen, dtype=torch.float64)
+    batched = population_logits(X, W, 4, 7)
     for p in range(5):
         w = W[p]
         W1, b1 = w[:12].reshape(3, 4), w[12:16]
@@ -160,15 +161,25 @@ def test_population_of_clustering_mlps_gives_the_same_logits_as_each_mlp():
         torch.testing.assert_close(batched[p], torch.relu(X @ W1 + b1) @ W2 + b2)
 
 
+def _population_scores(est, Xs, W, chunk_elements=2**22, **critic_kwargs):
+    """The estimator's critic on the labellings of ``Xs`` by the MLPs ``W``, in chunks."""
+    return score_population(
+        est.critic_, Xs, W, Xs, est.cem_hidden, est.max_clusters, width=16, chunk_elements=chunk_elements,
+        **critic_kwargs,
+    )
+
+
 def test_estimator_scores_a_cem_population_as_one_by_one():
     est = C2MCluster(**FAST).fit(*make_blobs(60, centers=3, random_state=0))
     gen = torch.Generator().manual_seed(7)
     Xs = torch.randn(50, 2, generator=gen, dtype=torch.float64)
-    W = torch.randn(9, _n_mlp_params(2, est.cem_hidden, est.max_clusters), generator=gen, dtype=torch.float64)
+    W = torch.randn(9, n_mlp_params(2, est.cem_hidden, est.max_clusters), generator=gen, dtype=torch.float64)
     with torch.no_grad():
-        batched = est._score_population(est.critic_, Xs, W)
-        single = torch.cat([est._score_population(est.critic_, Xs, W[p : p + 1]) for p in range(9)])
+        batched = _population_scores(est, Xs, W)
+        chunked = _population_scores(est, Xs, W, chunk_elements=2 * 50 * 16)  # chunks of 2 MLPs
+        single = torch.cat([_population_scores(est, Xs, W[p : p + 1]) for p in range(9)])
     torch.testing.assert_close(batched, single)
+    torch.testing.assert_close(chunked, single)
 
 
 
@@ -197,11 +208,11 @@ def test_neighbour_critic_is_invariant_to_renaming_and_scores_a_population_as_on
     assert est.score(X, y) == est.score(X, (y + 1) * 10)
     gen = torch.Generator().manual_seed(7)
     Xs = torch.randn(50, 2, generator=gen, dtype=torch.float64)
-    W = torch.randn(9, _n_mlp_params(2, est.cem_hidden, est.max_clusters), generator=gen, dtype=torch.float64)
+    W = torch.randn(9, n_mlp_params(2, est.cem_hidden, est.max_clusters), generator=gen, dtype=torch.float64)
     kw = est._neighbour_kwargs(est.critic_, Xs)
     with torch.no_grad():
-        batched = est._score_population(est.critic_, Xs, W, **kw)
-        single = torch.cat([est._score_population(est.critic_, Xs, W[p : p + 1]) for p in range(9)])
+        batched = _population_scores(est, Xs, W, **kw)
+        single = torch.cat([_population_scores(est, Xs, W[p : p + 1]) for p in range(9)])
     torch.testing.assert_close(batched, single)
     np.testing.assert_array_equal(est.predict(X), est.labels_)
 
@@ -328,11 +339,11 @@ def test_large_set_is_clustered_through_a_subsample_then_assigned():
 
 
 def test_nan_critic_loss_raises_with_the_epoch(monkeypatch):
-    def nan_loss(self, critic, Xs, real, fakes, torch_gen, critic_kwargs):
+    def nan_loss(critic, Xs, real, fakes, *, gp_weight, generator, **critic_kwargs):
         return critic.head(critic.embed(Xs, real, **critic_kwargs)).sum() * float("nan"), 0.0, 0.0
 
-    monkeypatch.setattr(C2MCluster, "_critic_loss", nan_loss)
-    with pytest.raises(FloatingPointError, match="epoch 0"):
+    monkeypatch.setattr(c2m, "wgan_critic_loss", nan_loss)
+    with pytest.raises(FloatingPointError, match="critic training loss became nan at epoch 0"):
         C2MCluster(**FAST).fit(*make_blobs(40, random_state=0))
 
 
@@ -359,7 +370,7 @@ def test_separable_blob_pools_are_linearly_separable():
 
 def test_spectral_embedding_first_vector_separates_two_moons():
     X, y = make_moons(200, noise=0.05, random_state=0)
-    emb = _spectral_embedding(torch.as_tensor(X), 3, 10)
+    emb = spectral_embedding(torch.as_tensor(X), 3, 10)
     assert emb.shape == (200, 3)
     np.testing.assert_allclose(emb.std(0), 1.0)
     assert clustering_accuracy(y, (emb[:, 0] > 0).astype(int)) == 1.0
@@ -368,7 +379,7 @@ def test_spectral_embedding_first_vector_separates_two_moons():
 def test_spectral_embedding_tells_apart_every_component_of_a_disconnected_graph():
     # Four far-apart blobs: eigenvalue 1 has multiplicity 4; every blob needs its own value.
     X, y = make_blobs(200, centers=[[0, 0], [20, 0], [0, 20], [20, 20]], random_state=0)
-    emb = _spectral_embedding(torch.as_tensor(X), 3, 10)
+    emb = spectral_embedding(torch.as_tensor(X), 3, 10)
     means = np.array([emb[y == k].mean(0) for k in range(4)])
     gaps = np.linalg.norm(means[:, None] - means[None], axis=-1)[np.triu_indices(4, 1)]
     assert max(emb[y == k].std(0).max() for k in range(4)) < 1e-3  # constant on a blob
@@ -378,20 +389,20 @@ def test_spectral_embedding_tells_apart_every_component_of_a_disconnected_graph(
 def test_spectral_embedding_is_deterministic_and_leaves_the_input_unmodified():
     X = torch.as_tensor(make_moons(300, noise=0.05, random_state=1)[0])
     before = X.clone()
-    np.testing.assert_array_equal(_spectral_embedding(X, 2, 10), _spectral_embedding(X, 2, 10))
+    np.testing.assert_array_equal(spectral_embedding(X, 2, 10), spectral_embedding(X, 2, 10))
     assert torch.equal(X, before)
 
 
 def test_spectral_features_widen_the_clustering_mlp_inputs():
     X, y = make_blobs(60, centers=3, random_state=0)
     est = C2MCluster(**{**FAST, "spectral_features": 2, "spectral_neighbors": 5}).fit(X, y)
-    assert est.cem_weights_.shape == (_n_mlp_params(2 + 2, est.cem_hidden, est.max_clusters),)
+    assert est.cem_weights_.shape == (n_mlp_params(2 + 2, est.cem_hidden, est.max_clusters),)
 
 
 def test_without_spectral_features_the_clustering_mlp_reads_the_coordinates_only():
     X, y = make_blobs(60, centers=3, random_state=0)
     est = C2MCluster(**{**FAST, "spectral_features": None}).fit(X, y)
-    assert est.cem_weights_.shape == (_n_mlp_params(2, est.cem_hidden, est.max_clusters),)
+    assert est.cem_weights_.shape == (n_mlp_params(2, est.cem_hidden, est.max_clusters),)
 
 
 def test_predict_with_spectral_features_reproduces_labels_of_a_subsampled_set():
@@ -400,3 +411,95 @@ def test_predict_with_spectral_features_reproduces_labels_of_a_subsampled_set():
     labels = est.transfer(X)
     np.testing.assert_array_equal(est.predict(X), labels)
     np.testing.assert_array_equal(est.predict(X[:17]), labels[:17])
+
+
+# ------------------------------------------------- the shared contract (base.py)
+@pytest.mark.parametrize("name", ["gae_dims", "critic_dims"])
+@pytest.mark.parametrize("widths", [(0,), (2.5,), (-3,), (16, -1), "32", ()], ids=repr)
+def test_bad_layer_widths_raise_a_clear_value_error(name, widths):
+    X, y = make_blobs(40, centers=2, random_state=0)
+    with pytest.raises(ValueError, match=name):
+        C2MCluster(**{**FAST, name: widths}).fit(X, y)
+
+
+def test_refused_widths_leave_the_estimator_unfitted_and_usable():
+    X, y = make_blobs(40, centers=2, random_state=0)
+    est = C2MCluster(**{**FAST, "gae_dims": (2.5,)})
+    with pytest.raises(ValueError, match=r"gae_dims must be a tuple of positive ints"):
+        est.fit(X, y)
+    assert not hasattr(est, "critic_") and not hasattr(est, "n_features_in_")
+    assert est.get_params()["gae_dims"] == (2.5,)
+    est.set_params(gae_dims=(8, 4)).fit(X, y)
+    np.testing.assert_array_equal(est.predict(X), est.labels_)
+
+
+def test_every_history_record_is_phase_epoch_loss_and_the_critic_extras():
+    X, y = make_blobs(60, centers=3, random_state=0)
+    est = C2MCluster(**{**FAST, "max_epochs": 3}).fit(X, y)
+    assert [r["epoch"] for r in est.history_] == [0, 1, 2] and est.n_iter_ == 3
+    for record in est.history_:
+        assert set(record) == {"phase", "epoch", "loss", "real_score", "fake_score", "proposal_accuracy"}
+        assert record["phase"] == "critic training"
+        assert np.isfinite(record["loss"]) and 0.0 <= record["proposal_accuracy"] <= 1.0
+
+
+def test_one_sample_is_refused_by_fit_and_by_transfer_naming_n_samples():
+    X, y = make_blobs(40, centers=2, random_state=0)
+    with pytest.raises(ValueError, match="n_samples=1"):
+        C2MCluster(**FAST).fit(X[:1], y[:1])
+    est = C2MCluster(**FAST).fit(X, y)
+    labels = est.labels_.copy()
+    with pytest.raises(ValueError, match="n_samples=1"):
+        est.transfer(X[:1])
+    np.testing.assert_array_equal(est.labels_, labels)  # the failed transfer left the model as it was
+
+
+def test_labels_are_the_used_mlp_outputs_in_increasing_order():
+    X, y = make_blobs(120, centers=4, random_state=2)
+    est = C2MCluster(**FAST).fit(X, y)
+    labels = est.transfer(X)
+    Xs = (torch.as_tensor(X) - torch.as_tensor(est.input_mean_)) / est.input_scale_
+    H = graph.mlp_inputs(Xs, est._mlp_ref)
+    raw = graph.mlp_labels(torch.as_tensor(est.cem_weights_), H, est.cem_hidden, est.max_clusters).numpy()
+    expected, used = compact_labels(raw, est.max_clusters)
+    np.testing.assert_array_equal(est.cluster_outputs_, used)
+    assert np.all(np.diff(est.cluster_outputs_) > 0)
+    np.testing.assert_array_equal(labels, expected)
+    np.testing.assert_array_equal(est.predict(X), labels)
+
+
+def test_row_chunks_do_not_change_the_mlp_inputs_or_labels(monkeypatch):
+    X, y = make_blobs(150, centers=3, random_state=0)
+    est = C2MCluster(**{**FAST, "spectral_features": 2}).fit(X, y)
+    Xs = torch.as_tensor(make_blobs(50, centers=3, random_state=1)[0])
+    W = torch.as_tensor(est.cem_weights_)
+    whole_inputs = graph.mlp_inputs(Xs, est._mlp_ref)
+    whole_labels = graph.mlp_labels(W, whole_inputs, est.cem_hidden, est.max_clusters)
+    real_chunked = graph.chunked
+    monkeypatch.setattr(graph, "chunked", lambda fn, X: real_chunked(fn, X, chunk_size=7))
+    torch.testing.assert_close(graph.mlp_inputs(Xs, est._mlp_ref), whole_inputs, rtol=0, atol=0)
+    assert torch.equal(graph.mlp_labels(W, whole_inputs, est.cem_hidden, est.max_clusters), whole_labels)
+
+
+def test_interrupt_with_keep_best_keeps_the_critic_of_the_last_finished_epoch(monkeypatch):
+    X, y = make_blobs(80, centers=3, random_state=0)
+    one_epoch = C2MCluster(**{**FAST, "max_epochs": 1}).fit(X, y)
+    step = C2MCluster._critic_step
+    calls = []
+
+    def interrupted_step(self, *args):
+        calls.append(1)
+        if len(calls) == FAST["sets_per_epoch"] + 2:  # epoch 1, after one of its steps
+            raise KeyboardInterrupt
+        return step(self, *args)
+
+    monkeypatch.setattr(C2MCluster, "_critic_step", interrupted_step)
+    est = C2MCluster(**{**FAST, "max_epochs": 3, "keep_best": True})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.fit(X, y)
+    assert any("interrupted during critic training" in str(w.message) for w in caught)
+    assert est.n_iter_ == 1 and len(est.history_) == 1
+    kept, reference = est.critic_.state_dict(), one_epoch.critic_.state_dict()
+    assert all(torch.equal(kept[k], reference[k]) for k in reference)
+    np.testing.assert_array_equal(est.predict(X), est.labels_)

@@ -1,0 +1,341 @@
+"""Plain numeric helpers of C2M's clustering search and critic training.
+
+* The clustering MLP ``d -> hidden (ReLU) -> n_out`` that the cross-entropy
+  method searches, evaluated for a whole population of flat weight vectors at
+  once (:func:`population_logits`, :func:`score_population`), and the search
+  itself (:func:`cem_clustering`).
+* Its optional spectral inputs: the leading eigenvectors of a set's sparse
+  k-NN graph (:func:`spectral_embedding`), carried to any row through its
+  nearest reference points (:func:`spectral_reference`, :func:`mlp_inputs`).
+* The standardisation of a set, the labelled source sets, the corrupted
+  labellings that serve as fakes when the critic is trained
+  (:func:`corrupt_labels`) and the critic's WGAN loss.
+
+Plain tensors and arrays in and out; nothing here imports an estimator.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from scipy.sparse.linalg import lobpcg
+from sklearn.utils.validation import check_consistent_length, column_or_1d
+
+from .base import chunked, compact_labels
+from .cem import cross_entropy_method
+from .losses import gradient_penalty
+from .nn import knn_indices
+
+__all__ = [
+    "n_mlp_params",
+    "population_logits",
+    "mlp_labels",
+    "score_population",
+    "cem_clustering",
+    "standardize",
+    "spectral_embedding",
+    "spectral_reference",
+    "mlp_inputs",
+    "corrupt_labels",
+    "source_sets",
+    "wgan_critic_loss",
+]
+
+
+def n_mlp_params(n_features, hidden, n_out):
+    """Length of the flat weight vector of the clustering MLP ``d -> hidden -> n_out``."""
+    return n_features * hidden + hidden + hidden * n_out + n_out
+
+
+def population_logits(X, W, hidden, n_out):
+    """Outputs of P clustering MLPs at once: ``relu(X W1 + b1) W2 + b2``.
+
+    Parameters
+    ----------
+    X : torch.Tensor of shape (n, d)
+    W : torch.Tensor of shape (P, n_params)
+        Flat weights, laid out as ``[W1 (d x hidden), b1, W2 (hidden x n_out), b2]``.
+    hidden, n_out : int
+
+    Returns
+    -------
+    torch.Tensor of shape (P, n, n_out)
+    """
+    P = W.shape[0]
+    d = X.shape[1]
+    o = 0
+    W1 = W[:, o : o + d * hidden].reshape(P, d, hidden)
+    o += d * hidden
+    b1 = W[:, o : o + hidden].reshape(P, 1, hidden)
+    o += hidden
+    W2 = W[:, o : o + hidden * n_out].reshape(P, hidden, n_out)
+    o += hidden * n_out
+    b2 = W[:, o : o + n_out].reshape(P, 1, n_out)
+    return torch.bmm(torch.relu(torch.matmul(X, W1) + b1), W2) + b2
+
+
+def mlp_labels(W, H, hidden, n_out):
+    """Argmax output of the clustering MLP with flat weights ``W`` for every row of ``H`` (chunked)."""
+    W = W.unsqueeze(0)
+    return chunked(lambda rows: population_logits(rows, W, hidden, n_out)[0].argmax(1), H)
+
+
+def score_population(critic, Xs, W, H, hidden, n_out, *, width, chunk_elements=2**22, **critic_kwargs):
+    """Critic values, shape (P,), of the labellings of the set ``Xs`` by the P MLPs in ``W``.
+
+    The MLPs read ``H`` (``Xs`` or its :func:`mlp_inputs`). The population is
+    scored in chunks whose (chunk x n x ``width``) activations stay under
+    ``chunk_elements`` (``width``: the widest per-point layer), so memory is
+    bounded whatever P and n. ``critic_kwargs`` go to the critic.
+    """
+    chunk = max(1, chunk_elements // max(1, Xs.shape[0] * width))
+    out = []
+    for Wc in W.split(chunk):
+        labels = population_logits(H, Wc, hidden, n_out).argmax(-1)
+        out.append(critic(Xs, labels, **critic_kwargs))
+    return torch.cat(out)
+
+
+def cem_clustering(
+    critic, Xs, H, hidden, n_out, *, width, n_init=1, std=1.0, generator=None, critic_kwargs=None,
+    chunk_elements=2**22, **cem_kwargs
+):
+    """Clustering-MLP weights that maximise the critic on the set ``Xs``, by the cross-entropy method.
+
+    ``n_init`` runs of :func:`~sktransfer_cluster.cem.cross_entropy_method`
+    from the mean 0 and standard deviation ``std``, drawing from ``generator``
+    in turn; the population is scored by :func:`score_population` (``H``,
+    ``width``, ``chunk_elements``, ``critic_kwargs``). ``cem_kwargs`` go to
+    the CEM (``population``, ``elite_frac``, ``n_iter``, ``min_std``).
+
+    Returns
+    -------
+    CEMResult
+        The run of highest score (the first among equals).
+    """
+    kwargs = critic_kwargs or {}
+    mean0 = torch.zeros(n_mlp_params(H.shape[1], hidden, n_out), dtype=Xs.dtype, device=Xs.device)
+    best = None
+    with torch.no_grad():
+        for _ in range(n_init):
+            res = cross_entropy_method(
+                lambda W: score_population(
+                    critic, Xs, W, H, hidden, n_out, width=width, chunk_elements=chunk_elements, **kwargs
+                ),
+                mean0,
+                std,
+                generator=generator,
+                **cem_kwargs,
+            )
+            if best is None or res.best_score > best.best_score:
+                best = res
+    return best
+
+
+def standardize(X, enabled=True):
+    """A set centred and divided by its mean per-feature standard deviation.
+
+    Returns ``(Xs, mean, scale)``; with ``enabled=False`` ``X`` itself, a zero
+    mean and scale 1. One scalar scale keeps the set's shape; a constant set
+    keeps scale 1.
+    """
+    if not enabled:
+        return X, torch.zeros(X.shape[1], dtype=X.dtype, device=X.device), 1.0
+    mean = X.mean(0)
+    scale = float(X.std(0).mean())
+    if not math.isfinite(scale) or scale <= 0:
+        scale = 1.0
+    return (X - mean) / scale, mean, scale
+
+
+def spectral_embedding(X, n_components, n_neighbors):
+    """Leading non-trivial eigenvectors of the normalised k-NN graph of ``X``: (n, n_components).
+
+    The graph links each point to its ``n_neighbors`` nearest others (symmetrised,
+    unit weights: O(n k) memory, no n x n matrix); the vectors are the top
+    eigenvectors of ``A = D^-1/2 W D^-1/2`` orthogonal to its trivial one
+    ``D^1/2 1``, mapped back by ``D^-1/2`` (random-walk eigenvectors), each
+    centred and scaled to unit standard deviation. Fewer than ``n_components``
+    columns are padded with zeros.
+
+    A block solver (``scipy.sparse.linalg.lobpcg``, fixed random start block, so
+    deterministic) rather than Lanczos: when the graph falls apart into c
+    components, eigenvalue 1 has multiplicity c, and Lanczos from one start
+    vector finds one copy only, which collapsed all but one of four separated
+    blobs onto a single value. Deflating ``D^1/2 1`` then leaves the c - 1
+    vectors that tell the components apart.
+    """
+    n = X.shape[0]
+    out = np.zeros((n, n_components))
+    m = min(n_components, n - 2)
+    if m < 1:
+        return out
+    nb = knn_indices(X, n_neighbors).cpu().numpy()
+    rows = np.repeat(np.arange(n), nb.shape[1])
+    W = sp.csr_matrix((np.ones(rows.shape[0]), (rows, nb.ravel())), shape=(n, n))
+    W = ((W + W.T) > 0).astype(np.float64)
+    deg = np.asarray(W.sum(1)).ravel()
+    dinv = 1.0 / np.sqrt(np.maximum(deg, 1e-12))
+    A = sp.diags(dinv) @ W @ sp.diags(dinv)
+    trivial = np.sqrt(deg / deg.sum())[:, None]  # unit eigenvector of eigenvalue 1
+    if n <= 5 * (m + 1):  # too small for a block solver: dense, tiny sets only
+        vals, vecs = np.linalg.eigh(A.toarray() - trivial @ trivial.T)
+    else:
+        start = np.random.default_rng(0).normal(size=(n, m))
+        with warnings.catch_warnings():
+            # Not reaching the tolerance still leaves a usable subspace.
+            warnings.simplefilter("ignore", UserWarning)
+            vals, vecs = lobpcg(A, start, Y=trivial, largest=True, tol=1e-6, maxiter=200)
+    U = vecs[:, np.argsort(-vals)[:m]] * dinv[:, None]
+    U = U - U.mean(0)
+    sd = U.std(0)
+    out[:, :m] = U / np.where(sd > 1e-12, sd, 1.0)
+    return out
+
+
+def spectral_reference(Xref, n_components, n_neighbors):
+    """What :func:`mlp_inputs` needs to give any row spectral features of the set ``Xref``.
+
+    Returns a dict: the reference set ``ref``, its :func:`spectral_embedding`
+    ``emb`` (a tensor like ``Xref``) and the neighbour count ``k``.
+    """
+    emb = spectral_embedding(Xref, n_components, n_neighbors)
+    emb = torch.as_tensor(emb, dtype=Xref.dtype, device=Xref.device)
+    return {"ref": Xref, "emb": emb, "k": int(n_neighbors)}
+
+
+def mlp_inputs(Xs, reference):
+    """Inputs of the clustering MLP for the rows ``Xs``.
+
+    The coordinates alone when ``reference`` is None; otherwise, beside them,
+    the mean spectral embedding of each row's ``k`` nearest reference points
+    (itself included when it is one), so that a row gets the same features
+    whichever other rows come with it. Rows are processed in chunks.
+    """
+    if reference is None:
+        return Xs
+    ref, emb, k = reference["ref"], reference["emb"], reference["k"]
+    feats = chunked(lambda rows: emb[knn_indices(ref, k, query=rows)].mean(1), Xs)
+    return torch.cat([Xs, feats], 1)
+
+
+def corrupt_labels(X, y, rng, n):
+    """``n`` wrong labellings near the true one ``y`` (consecutive ids from 0).
+
+    Cycles through four kinds of error:
+
+    * split: a cluster cut in two by a random hyperplane through it;
+    * merge: two clusters joined (a split when there is only one);
+    * noise: 2-30 % of the points (at least one) moved to another or a new cluster;
+    * tiny: 1-3 points moved to a new cluster.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+    y : ndarray of int of shape (n_samples,)
+    rng : numpy.random.Generator
+    n : int
+
+    Returns
+    -------
+    list of ndarray of int64, each of shape (n_samples,) with consecutive ids from 0
+    """
+    out = []
+    k = int(y.max()) + 1
+    n_pts = y.shape[0]
+    for j in range(n):
+        z = y.copy()
+        kind = j % 4
+        if kind == 1 and k < 2:
+            kind = 0
+        if kind == 0:
+            sizes = np.bincount(y, minlength=k)
+            big = np.flatnonzero(sizes >= 2)
+            if big.shape[0] == 0:
+                kind = 2
+            else:
+                members = np.flatnonzero(y == rng.choice(big))
+                proj = X[members] @ rng.normal(size=X.shape[1])
+                cut = np.quantile(proj, rng.uniform(0.25, 0.75))
+                moved = members[proj > cut]
+                if moved.shape[0] in (0, members.shape[0]):
+                    moved = members[: members.shape[0] // 2]
+                z[moved] = k
+        if kind == 1:
+            a, b = rng.choice(k, size=2, replace=False)
+            z[z == b] = a
+        elif kind == 2:
+            m = max(1, int(round(rng.uniform(0.02, 0.3) * n_pts)))
+            idx = rng.choice(n_pts, size=min(m, n_pts), replace=False)
+            z[idx] = (z[idx] + rng.integers(1, k + 1, size=idx.shape[0])) % (k + 1)
+        elif kind == 3:
+            idx = rng.choice(n_pts, size=min(n_pts, int(rng.integers(1, 4))), replace=False)
+            z[idx] = k
+        out.append(compact_labels(z)[0])
+    return out
+
+
+def source_sets(y, groups=None):
+    """Labelled source sets: the row indices of each and the integer codes of ``y``.
+
+    The rows of one ``groups`` value form one set (all rows without ``groups``);
+    sets of fewer than 2 rows are dropped.
+
+    Raises
+    ------
+    ValueError
+        If ``groups`` does not match ``y`` in length or every set is dropped.
+    """
+    _, codes = np.unique(y, return_inverse=True)
+    codes = codes.astype(np.int64)
+    if groups is None:
+        return [np.arange(y.shape[0])], codes
+    groups = column_or_1d(groups)
+    check_consistent_length(y, groups)
+    _, gid = np.unique(groups, return_inverse=True)
+    sets = [np.flatnonzero(gid == g) for g in range(int(gid.max()) + 1)]
+    sets = [s for s in sets if s.shape[0] >= 2]
+    if not sets:
+        raise ValueError("every group of groups= has fewer than 2 samples; a source set needs at least 2.")
+    return sets, codes
+
+
+def wgan_critic_loss(critic, Xs, real, fakes, *, gp_weight=0.0, generator=None, **critic_kwargs):
+    """WGAN loss of a :class:`~sktransfer_cluster.nn.ClusteringCritic` on labellings of one set.
+
+    ``mean c(fakes) - c(real)`` plus, when ``gp_weight > 0``, the gradient
+    penalty on pooled embeddings interpolated between the real one and each
+    fake (the critic MLP ``critic.head`` is what must be 1-Lipschitz).
+
+    Parameters
+    ----------
+    critic : ClusteringCritic
+    Xs : torch.Tensor of shape (n, d)
+    real : torch.Tensor of int of shape (1, n)
+    fakes : torch.Tensor of int of shape (F, n)
+    gp_weight : float, default=0.0
+    generator : torch.Generator, default=None
+        Source of the interpolation weights.
+    **critic_kwargs : dict
+        Passed to ``critic.embed`` (e.g. ``neighbours``).
+
+    Returns
+    -------
+    loss : torch.Tensor (scalar)
+    real_score, fake_score : float
+        Mean critic values of the real and the fake labellings.
+    """
+    labels = torch.cat([real, fakes], 0)
+    emb = critic.embed(Xs, labels, **critic_kwargs)
+    scores = critic.head(emb).squeeze(-1)
+    real_s, fake_s = scores[:1], scores[1:]
+    loss = fake_s.mean() - real_s.mean()
+    if gp_weight > 0:
+        e_fake = emb[1:]
+        real_e = emb[:1].expand_as(e_fake)
+        loss = loss + gradient_penalty(critic.head, real_e, e_fake, weight=gp_weight, generator=generator)
+    return loss, float(real_s.detach().mean()), float(fake_s.detach().mean())
