@@ -8,11 +8,14 @@ import torch
 import torch.nn.functional as F
 from sklearn.datasets import make_blobs
 
+import sktransfer_cluster.cluster.ccn as ccn_module
+from sktransfer_cluster.base import chunked, minibatches
 from sktransfer_cluster.cluster.ccn import CCNCluster
 from sktransfer_cluster.datasets import load_digits_transfer
 from sktransfer_cluster.losses import kcl_loss, mcl_loss, pairwise_kl_detached
-from sktransfer_cluster.metrics import clustering_accuracy
+from sktransfer_cluster.metrics import clustering_accuracy, n_dominant_clusters
 from sktransfer_cluster.nn import SimilarityNetwork, init_module, pair_enumerate
+from sktransfer_cluster.pairs import neighbor_pairs, second_order
 
 torch.set_num_threads(1)
 
@@ -295,18 +298,32 @@ def test_n_clusters_is_estimated_with_an_over_large_upper_bound():
     assert clustering_accuracy(yt, labels) > 0.9
 
 
-def test_labels_are_consecutive_largest_cluster_first_and_predict_reuses_the_map():
+def test_labels_are_consecutive_in_output_order_and_predict_reuses_the_map():
     Xs, ys, Xt, _ = _blob_task()
     est = CCNCluster(n_clusters=12, **FAST).fit(Xs, ys)
     labels = est.transfer(Xt)
     counts = np.bincount(labels)
     np.testing.assert_array_equal(np.unique(labels), np.arange(counts.shape[0]))
-    assert np.all(np.diff(counts) <= 0)
+    # Label l is the l-th smallest output unit of f that won a sample (base.compact_labels).
+    assert np.all(np.diff(est.cluster_outputs_) > 0)
+    with torch.no_grad():
+        outputs = est.clustering_net_(torch.as_tensor(Xt)).argmax(1).numpy()
+    np.testing.assert_array_equal(est.cluster_outputs_[labels], outputs)
+    np.testing.assert_array_equal(est.cluster_outputs_, np.unique(outputs))
     assert counts.shape[0] == est.cluster_outputs_.shape[0]
     np.testing.assert_array_equal(est.predict(Xt), labels)
     # Unused outputs never show up: far-away points still get one of the used labels.
     far = np.random.RandomState(0).uniform(-50, 50, size=(200, 2))
     assert set(np.unique(est.predict(far))) <= set(range(counts.shape[0]))
+
+
+def test_n_clusters_found_counts_the_dominant_clusters_whatever_the_label_order():
+    Xs, ys, Xt, _ = _blob_task()
+    est = CCNCluster(n_clusters=12, **FAST).fit(Xs, ys)
+    labels = est.transfer(Xt)
+    assert est.n_clusters_ == n_dominant_clusters(labels, n_clusters=12)
+    sizes = np.bincount(labels)
+    assert est.n_clusters_ == int(np.sum(sizes >= Xt.shape[0] / 12))
 
 
 def test_ccn_plus_mode_trains_with_labelled_source_rows_in_the_batch():
@@ -367,17 +384,15 @@ def test_similarity_ensemble_averages_the_members_probabilities():
 
 
 def test_second_order_labels_join_pairs_with_the_same_neighbours():
-    from sktransfer_cluster.cluster.ccn import _second_order
-
     # 0-1-2 is a chain: G missed (0, 2); 3 is alone.
     S = torch.tensor(
         [[1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 0], [0, 0, 0, 1]], dtype=torch.float64
     )
-    out = _second_order(S, 0.5)
+    out = second_order(S, 0.5)
     # cos(0, 2) = |{1}| / sqrt(2 * 2) = 0.5 -> not above 0.5; cos(0, 1) = 2 / sqrt(6) > 0.5.
     assert out[0, 1] == 1 and out[0, 2] == 0 and out[3, 3] == 1 and out[0, 3] == 0
     torch.testing.assert_close(out, out.T)
-    assert _second_order(S, 0.4)[0, 2] == 1
+    assert second_order(S, 0.4)[0, 2] == 1
 
 
 def test_second_order_threshold_trains_and_defaults_keep_the_paper_labels():
@@ -461,10 +476,8 @@ def test_criterion_mcl_clusters_unseen_blobs_and_finds_their_number():
 
 
 def test_neighbor_pairs_are_symmetric_with_the_diagonal():
-    from sktransfer_cluster.cluster.ccn import _neighbor_pairs
-
     knn = torch.tensor([[1], [2], [1], [0]])  # 0 -> 1, 1 -> 2, 2 -> 1, 3 -> 0
-    nb = _neighbor_pairs(knn, torch.tensor([0, 2, 3]))
+    nb = neighbor_pairs(knn, torch.tensor([0, 2, 3]))
     expected = torch.tensor([[1, 0, 1], [0, 1, 0], [1, 0, 1]], dtype=torch.bool)
     torch.testing.assert_close(nb, expected)
 
@@ -531,3 +544,154 @@ def test_target_loss_is_the_training_objective_over_the_target_in_row_order():
     with torch.no_grad():
         losses = [est._batch_loss(f, X[idx], idx, g, None) for idx in rows]
     assert est._target_loss(f, X, g, None) == pytest.approx(torch.stack(losses).mean().item())
+
+
+# ------------------------------------------------------- shared contract (base.py)
+@pytest.mark.parametrize("name", ["hidden_dims", "similarity_hidden_dims"])
+@pytest.mark.parametrize("bad", [(0,), (2.5,), (-3,), "abc"])
+def test_bad_layer_widths_raise_a_clear_error_and_leave_the_estimator_usable(name, bad):
+    Xs, ys, _, _ = _blob_task()
+    params = dict(FAST, similarity_epochs=1, clustering_epochs=1)
+    est = CCNCluster(n_clusters=3, **params).set_params(**{name: bad})
+    with pytest.raises(ValueError, match=name):
+        est.fit(Xs, ys)
+    assert not hasattr(est, "labels_") and not hasattr(est, "n_features_in_")
+    assert est.get_params()[name] == bad
+    est.set_params(**{name: (8,)}).fit(Xs, ys)
+    assert est.labels_.shape == (Xs.shape[0],)
+
+
+def test_similarity_hidden_dims_none_uses_hidden_dims():
+    Xs, ys, _, _ = _blob_task()
+    params = dict(FAST, similarity_epochs=1, clustering_epochs=1, similarity_hidden_dims=None)
+    est = CCNCluster(n_clusters=3, **params).fit(Xs, ys)
+    backbone = est.similarity_net_.backbone
+    widths = [m.out_features for m in backbone.modules() if isinstance(m, torch.nn.Linear)]
+    assert widths == list(FAST["hidden_dims"])
+
+
+def test_every_history_record_has_phase_epoch_and_loss_and_fs_records_their_start():
+    Xs, ys, Xt, _ = _blob_task()
+    params = dict(FAST, similarity_epochs=2, clustering_epochs=3)
+    est = CCNCluster(n_clusters=3, n_init=2, n_similarity_nets=2, **params).fit(Xs, ys)
+    est.transfer(Xt)
+    assert all({"phase", "epoch", "loss"} <= set(h) for h in est.history_)
+    assert all(isinstance(h["loss"], float) and math.isfinite(h["loss"]) for h in est.history_)
+    g_records = [h for h in est.history_ if h["phase"] == "similarity"]
+    f_records = [h for h in est.history_ if h["phase"] in ("fit", "transfer")]
+    assert [h["epoch"] for h in g_records] == [0, 1, 0, 1]
+    assert all("init" not in h for h in g_records)
+    assert [(h["phase"], h["init"], h["epoch"]) for h in f_records] == [
+        (phase, init, epoch) for phase in ("fit", "transfer") for init in range(2) for epoch in range(3)
+    ]
+
+
+@pytest.mark.parametrize("n", [41, 81])
+def test_a_one_row_tail_joins_the_previous_minibatch(n):
+    # n % batch_size == 1: batch norm cannot train on one row, and no row is dropped.
+    X, y = make_blobs(n_samples=n, centers=[[0, 0], [6, 0]], cluster_std=0.5, random_state=0)
+    est = CCNCluster(n_clusters=2, **dict(FAST, batch_size=40, similarity_epochs=2, clustering_epochs=2))
+    est.fit(X, y)
+    assert est.transfer(X + 0.5).shape == (n,)
+    batches = est._row_batches(n)
+    assert [len(b) for b in batches] == [40] * (n // 40 - 1) + [41]
+    assert torch.equal(torch.cat(batches), torch.arange(n))
+    assert [b.tolist() for b in batches] == [b.tolist() for b in minibatches(torch.arange(n), 40)]
+
+
+def test_labels_do_not_depend_on_the_chunk_size_of_the_assignment(monkeypatch):
+    Xs, ys, Xt, _ = _blob_task()
+    est = CCNCluster(n_clusters=12, **FAST).fit(Xs, ys)
+    whole = est.transfer(Xt)
+    monkeypatch.setattr(ccn_module, "chunked", lambda fn, X: chunked(fn, X, chunk_size=7))
+    np.testing.assert_array_equal(est.transfer(Xt), whole)
+
+
+@pytest.mark.parametrize("call", ["fit", "transfer"])
+def test_one_sample_raises_a_clear_error_and_leaves_the_estimator_unchanged(call):
+    Xs, ys, _, _ = _blob_task()
+    est = CCNCluster(n_clusters=1, **dict(FAST, similarity_epochs=1, clustering_epochs=1))
+    if call == "fit":
+        with pytest.raises(ValueError, match="n_samples=1"):
+            est.fit(Xs[:1], ys[:1])
+        assert not hasattr(est, "labels_")
+    else:
+        est.fit(Xs, ys)
+        before = est.labels_.copy()
+        with pytest.raises(ValueError, match="n_samples=1"):
+            est.transfer(Xs[:1])
+        np.testing.assert_array_equal(est.labels_, before)
+
+
+def test_transfer_checks_n_clusters_against_the_target_size():
+    Xs, ys, Xt, _ = _blob_task()
+    est = CCNCluster(n_clusters=3, **dict(FAST, similarity_epochs=1, clustering_epochs=1)).fit(Xs, ys)
+    with pytest.raises(ValueError, match="n_samples=2 should be >= n_clusters=3"):
+        est.transfer(Xt[:2])
+
+
+def test_transfer_rejects_fewer_than_one_epoch():
+    Xs, ys, Xt, _ = _blob_task()
+    est = CCNCluster(n_clusters=3, **dict(FAST, similarity_epochs=1, clustering_epochs=1)).fit(Xs, ys)
+    with pytest.raises(ValueError, match="epochs must be >= 1, got 0"):
+        est.transfer(Xt, epochs=0)
+
+
+def test_a_non_finite_minibatch_loss_stops_transfer_before_the_step_naming_the_phase(monkeypatch):
+    Xs, ys, Xt, _ = _blob_task()
+    est = CCNCluster(n_clusters=3, **dict(FAST, similarity_epochs=1, clustering_epochs=2)).fit(Xs, ys)
+    state_before = {k: v.clone() for k, v in est.clustering_net_.state_dict().items()}
+    history_before = list(est.history_)
+    steps = []
+    adam_step = torch.optim.Adam.step
+    counting = lambda opt, *a, **k: steps.append(1) or adam_step(opt, *a, **k)  # noqa: E731
+    monkeypatch.setattr(torch.optim.Adam, "step", counting)
+    est._batch_loss = lambda *args: torch.zeros((), dtype=torch.float64, requires_grad=True) * math.nan
+    with pytest.raises(FloatingPointError, match="the transfer loss became nan at epoch 0 of 2"):
+        est.transfer(Xt)
+    assert steps == []  # raised at the first minibatch, before any optimiser step
+    assert est.history_ == history_before  # rolled back
+    for name, value in est.clustering_net_.state_dict().items():
+        torch.testing.assert_close(value, state_before[name])
+
+
+def _interrupt_once(fn, when):
+    """``fn`` that raises KeyboardInterrupt the first time ``when()`` holds."""
+    state = {"done": False}
+
+    def wrapped(*args):
+        if not state["done"] and when():
+            state["done"] = True
+            raise KeyboardInterrupt
+        return fn(*args)
+
+    return wrapped
+
+
+def test_a_kept_interrupt_of_g_trains_no_further_similarity_net_and_no_clustering_epoch():
+    Xs, ys, _, _ = _blob_task()
+    params = dict(FAST, similarity_epochs=3, clustering_epochs=2, keep_best=True)
+    est = CCNCluster(n_clusters=3, n_similarity_nets=3, n_init=3, **params)
+    # Interrupt in the second epoch of the first G.
+    est._pair_class_weight = _interrupt_once(est._pair_class_weight, lambda: len(est.history_) == 1)
+    with pytest.warns(UserWarning, match="interrupted during similarity"):
+        est.fit(Xs, ys)
+    assert isinstance(est.similarity_net_, SimilarityNetwork)  # one G, no ensemble
+    assert [h["phase"] for h in est.history_] == ["similarity"]
+    assert est.n_iter_ == 1
+    assert est.labels_.shape == (Xs.shape[0],)
+    assert not est._training_stopped  # valid for one call only
+
+
+def test_a_kept_interrupt_of_f_starts_no_further_clustering_network():
+    Xs, ys, Xt, _ = _blob_task()
+    params = dict(FAST, similarity_epochs=1, clustering_epochs=2, keep_best=True)
+    est = CCNCluster(n_clusters=3, n_init=3, **params).fit(Xs, ys)
+    # Interrupt in the second epoch of the second start.
+    started = lambda: any(h.get("init") == 1 for h in est.history_ if h["phase"] == "transfer")  # noqa: E731
+    est._batch_loss = _interrupt_once(est._batch_loss, started)
+    with pytest.warns(UserWarning, match="interrupted during transfer"):
+        labels = est.transfer(Xt)
+    assert [h["init"] for h in est.history_ if h["phase"] == "transfer"] == [0, 0, 1]
+    assert est.n_iter_ == 3
+    assert labels.shape == (Xt.shape[0],)

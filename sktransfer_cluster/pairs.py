@@ -1,0 +1,224 @@
+"""Pair sampling and pair labels for learning from pairwise similarity.
+
+Plain numeric helpers of :class:`~sktransfer_cluster.cluster.CCNCluster` (Hsu, Lv
+& Kira, ICLR 2018): minibatches drawn from a few classes (so that similar pairs
+exist), the class weights of a same/different-pair classifier, denoised and
+neighbourhood-restricted pair labels of a minibatch, exact batch-norm statistics
+of a network on a data set, and block-wise passes over all pairs of a data set
+in bounded memory. Arrays, tensors and torch modules in, arrays and tensors out;
+nothing here imports an estimator.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "class_balanced_batch",
+    "kcl_pair_score",
+    "neighbor_pairs",
+    "pair_class_weight",
+    "pair_probabilities",
+    "reestimate_batchnorm",
+    "second_order",
+    "with_unknown_rows",
+]
+
+# Rows per side of a block of pairs: a block holds PAIR_BLOCK**2 pairs, which
+# bounds memory whatever n is.
+PAIR_BLOCK = 256
+
+
+def class_balanced_batch(class_index, batch_size, classes_per_batch, rng):
+    """Indices of a minibatch drawn from ``classes_per_batch`` random classes, equally.
+
+    Drawing from a few classes makes sure similar pairs exist in every batch.
+
+    Parameters
+    ----------
+    class_index : list of ndarray
+        The row indices of each class.
+    batch_size : int
+        Rows wanted; each chosen class gives ``max(2, batch_size // c)`` rows
+        (fewer when it has fewer).
+    classes_per_batch : int
+        Classes drawn (at most the number of classes).
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    ndarray of int
+        At least two row indices, without repeats.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> idx = class_balanced_batch([np.arange(5), np.arange(5, 10)], 4, 1, np.random.default_rng(0))
+    >>> len(idx), len(set(idx // 5))
+    (4, 1)
+    """
+    n_classes = len(class_index)
+    c = min(classes_per_batch, n_classes)
+    chosen = rng.choice(n_classes, size=c, replace=False)
+    per_class = max(2, batch_size // c)
+    parts = []
+    for k in chosen:
+        idx = class_index[k]
+        parts.append(rng.choice(idx, size=min(per_class, idx.shape[0]), replace=False))
+    batch = np.concatenate(parts)
+    if batch.shape[0] < 2:  # e.g. a single class with a single sample was drawn
+        n = sum(ix.shape[0] for ix in class_index)
+        batch = rng.choice(np.concatenate(class_index), size=min(n, max(2, batch_size)), replace=False)
+    return batch
+
+
+@torch.no_grad()
+def reestimate_batchnorm(module, batches):
+    """Reset every BatchNorm's running statistics and re-estimate them exactly.
+
+    Runs ``module`` in training mode over ``batches`` (inputs fed to it) with a
+    cumulative average, then returns the module in eval mode. Used to adapt a
+    network's normalisation to the data set it is applied to.
+    """
+    bns = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        module.eval()
+        return module
+    momenta = [bn.momentum for bn in bns]
+    for bn in bns:
+        bn.reset_running_stats()
+        bn.momentum = None  # cumulative moving average = exact mean over batches
+    module.train()
+    for xb in batches:
+        module(xb)
+    for bn, mom in zip(bns, momenta):
+        bn.momentum = mom
+    module.eval()
+    return module
+
+
+def second_order(similar, threshold):
+    """Denoise binary pair labels of a minibatch by their shared neighbours.
+
+    ``C = S S / sqrt(deg_i deg_j)`` (the cosine of the rows of the binary
+    similarity matrix ``S``, self-pairs included, so ``deg >= 1``): a pair is
+    relabelled similar when the two samples are called similar to mostly the
+    same samples of the batch, whatever was said of the pair itself.
+    O(b^2) memory per minibatch of b rows.
+
+    Parameters
+    ----------
+    similar : torch.Tensor of shape (b, b)
+        0/1 labels with ones on the diagonal.
+    threshold : float
+        Pairs with ``C > threshold`` are similar.
+
+    Returns
+    -------
+    torch.Tensor of shape (b, b), 0/1 of the dtype of ``similar``.
+    """
+    deg = similar.sum(1, keepdim=True).clamp_min(1.0)
+    cos = (similar @ similar) / torch.sqrt(deg * deg.T)
+    return (cos > threshold).to(similar.dtype)
+
+
+def neighbor_pairs(knn, idx):
+    """(b, b) boolean: ``idx[j]`` is among the neighbours of ``idx[i]`` or vice versa, or i = j.
+
+    ``knn`` (n, k) holds each row's neighbours. The batch positions of the
+    neighbours come from an (n,) lookup: O(n + b k + b^2) memory, no (b, k, b).
+    """
+    b = idx.shape[0]
+    pos = torch.full((knn.shape[0],), -1, dtype=torch.long, device=knn.device)
+    pos[idx] = torch.arange(b, device=knn.device)
+    cols = pos[knn[idx]]  # (b, k): batch position of each neighbour, -1 outside the batch
+    rows = torch.arange(b, device=knn.device).unsqueeze(1).expand_as(cols)
+    inside = cols >= 0
+    nb = torch.zeros((b, b), dtype=torch.bool, device=knn.device)
+    nb[rows[inside], cols[inside]] = True
+    nb = nb | nb.T
+    nb.fill_diagonal_(True)
+    return nb
+
+
+def with_unknown_rows(sim, known, m):
+    """Pair labels and mask of a batch ``[m other rows; b rows]`` whose ``(b, b)`` pairs are known.
+
+    ``sim`` (b, b) labels the last ``b`` rows' pairs, ``known`` (b, b) tells which
+    of them are known (None: all). Every pair that involves one of the first
+    ``m`` rows is unknown: masked out, not dissimilar.
+    """
+    n_all = m + sim.shape[0]
+    sim_all = torch.zeros(n_all, n_all, dtype=sim.dtype, device=sim.device)
+    sim_all[m:, m:] = sim
+    mask = torch.zeros(n_all, n_all, dtype=torch.bool, device=sim.device)
+    mask[m:, m:] = True if known is None else known
+    return sim_all, mask
+
+
+def pair_class_weight(target, similar_weight):
+    """Cross-entropy weights (dissimilar, similar) of a same/different-pair classifier.
+
+    ``target`` holds the 0/1 pair classes of a minibatch. A float gives the
+    similar pairs that weight (dissimilar pairs weigh 1); ``"balanced"`` gives
+    both classes the same total weight, whatever their share of the pairs.
+
+    Examples
+    --------
+    >>> pair_class_weight(torch.tensor([1, 0, 0, 0]), "balanced").tolist()
+    [0.6666666865348816, 2.0]
+    """
+    if similar_weight == "balanced":
+        n_sim = target.sum().clamp_min(1)
+        n_dis = (target.numel() - target.sum()).clamp_min(1)
+        return torch.stack([target.numel() / (2 * n_dis), target.numel() / (2 * n_sim)])
+    return torch.tensor([1.0, float(similar_weight)])
+
+
+def _blocks(n, block):
+    return [(s, min(s + block, n)) for s in range(0, n, block)]
+
+
+@torch.no_grad()
+def pair_probabilities(g, Xa, Xb=None, block=PAIR_BLOCK):
+    """Probability that the similarity network ``g`` gives each pair ``(a, b)`` of being similar.
+
+    ``g`` has ``backbone`` and ``pair_logits`` (see
+    :class:`~sktransfer_cluster.nn.SimilarityNetwork`); ``Xb`` defaults to ``Xa``.
+    Pairs are processed ``block`` rows per side at a time; the (n, m) float64
+    output is dense.
+    """
+    fa = g.backbone(Xa)
+    fb = fa if Xb is None else g.backbone(Xb)
+    out = np.empty((fa.shape[0], fb.shape[0]))
+    for i0, i1 in _blocks(fa.shape[0], block):
+        for j0, j1 in _blocks(fb.shape[0], block):
+            p = torch.softmax(g.pair_logits(fa[i0:i1], fb[j0:j1]), -1)[..., 1]
+            out[i0:i1, j0:j1] = p.cpu().numpy()
+    return out
+
+
+@torch.no_grad()
+def kcl_pair_score(g, f, X, margin, block=PAIR_BLOCK):
+    """Minus the mean KCL cost of ``f``'s clusterings of all ordered pairs of ``X`` under ``g``.
+
+    Pair labels are ``g``'s binarised predictions; a similar pair costs
+    ``KL(P_i || P_j)``, a dissimilar one ``max(0, margin - KL(P_i || P_j))``.
+    Block by block: O(block^2) memory, O(n^2) time.
+    """
+    n = X.shape[0]
+    feats = g.backbone(X)
+    log_p = F.log_softmax(f(X), dim=1)
+    log_p = torch.maximum(log_p, torch.log(log_p.new_tensor(torch.finfo(log_p.dtype).tiny)))
+    p = log_p.exp()
+    neg_ent = (p * log_p).sum(1)
+    total = 0.0
+    for i0, i1 in _blocks(n, block):
+        for j0, j1 in _blocks(n, block):
+            sim = g.pair_logits(feats[i0:i1], feats[j0:j1]).argmax(-1).to(log_p.dtype)
+            d = neg_ent[i0:i1, None] - p[i0:i1] @ log_p[j0:j1].T  # KL(P_i || P_j)
+            cost = sim * d + (1 - sim) * (margin - d).clamp_min(0.0)
+            total += cost.sum().item()
+    return -total / (n * n)
