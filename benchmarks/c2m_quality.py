@@ -18,10 +18,11 @@
 4. Time of one CEM clustering (``transfer``) of a 1,000-point set, and its
    scaling with n (bounded by ``max_cem_samples``, and unbounded per iteration).
 
-    python benchmarks/c2m_quality.py [--quick] [--sets 50] [--seed 0] [--threads 1]
+    python benchmarks/c2m_quality.py [--quick] [--sets 50] [--seed 0] [--threads 1] [--name NAME]
 
-Writes benchmarks/results/c2m_quality.json and .md (and c2m_ordering.png when
-matplotlib is installed); ``--quick`` writes the same names with ``_quick``.
+Writes benchmarks/results/c2m/c2m_quality.json and .md (and c2m_ordering.png when
+matplotlib is installed). Another ``--name``, a training ``--seed`` other than 0 (default
+name ``seed<N>``) and ``--quick`` (``_quick`` added) write into benchmarks/results/c2m/variants/.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import normalized_mutual_info_score
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, write  # noqa: E402
+from _common import CANONICAL, result_stem, write  # noqa: E402
 
 from sktransfer_cluster.cluster.c2m import C2MCluster  # noqa: E402
 from sktransfer_cluster.datasets import load_digits_transfer, make_c2m_sets  # noqa: E402
@@ -246,7 +247,15 @@ def main(argv=None):
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--name",
+        default=None,
+        help=f"results file name without extension (default {CANONICAL['c2m']} for seed 0, seed<N> "
+        "otherwise); any name but the canonical one goes to results/c2m/variants/",
+    )
     args = ap.parse_args(argv)
+    if args.name is None:
+        args.name = CANONICAL["c2m"] if args.seed == 0 else f"seed{args.seed}"
     torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
     if args.quick:
@@ -271,7 +280,10 @@ def main(argv=None):
     _, paper = _synthetic({**params, **PAPER_SETTINGS}, cluster, 20, paper_sets, args.seed)
     print("synthetic (paper settings) done", round(time.perf_counter() - t_start), "s", flush=True)
     ordering = _ordering(est, order_sets, args.seed)
-    png_path = RESULTS / ("c2m_ordering_quick.png" if args.quick else "c2m_ordering.png")
+    stem = result_stem("c2m", args.name, args.quick)
+    png_name = "c2m_ordering.png" if stem.name == CANONICAL["c2m"] else f"{stem.name}_ordering.png"
+    png_path = stem.parent / png_name
+    png_path.parent.mkdir(parents=True, exist_ok=True)
     png = _plot(ordering, png_path)
     print("ordering done", round(time.perf_counter() - t_start), "s", flush=True)
     # 64-D inputs: a CEM iteration costs ~3x a 2-D one, so fewer/smaller CEM runs here.
@@ -361,7 +373,7 @@ def main(argv=None):
         "timing": timing,
         "total_seconds": total,
     }
-    write("c2m_quality", payload, "\n".join(md), quick=args.quick)
+    write("c2m", args.name, payload, "\n".join(md), quick=args.quick)
 
 
 if __name__ == "__main__":

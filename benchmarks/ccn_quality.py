@@ -5,11 +5,14 @@ K known (5) and unknown (K=20, an upper bound). Reports ACC / NMI, the K error
 |NDC - 5|, G's pair precision/recall on the target, and time per clustering epoch
 against the batch size (each batch holds b^2 pairs).
 
-    python benchmarks/ccn_quality.py [--quick] [--seeds 0 1 2] [--threads 1]
-        [--params '{"n_similarity_nets": 5}'] [--name ccn_quality_ens5] [--ccn-plus] [--no-timing]
+    python benchmarks/ccn_quality.py [--quick] [--seeds 0 1 2 3 4 5 6 7] [--threads 1]
+        [--params '{"n_similarity_nets": 5}'] [--name ens5] [--ccn-plus] [--no-timing]
         [--source-dihedral]
 
-Writes benchmarks/results/<name>.json and .md (default name ccn_quality).
+The defaults (seeds 0-7, CCNCluster's own parameters) write the canonical
+benchmarks/results/ccn/ccn_quality.{json,md}; any other ``--name`` (required with
+``--params``, ``--source-dihedral`` or other seeds) and every ``--quick`` run write into
+benchmarks/results/ccn/variants/.
 ``--params`` sets CCNCluster parameters (JSON); G's pair statistics are those of
 ``pairwise_similarity`` (G's probabilities binarised at 0.5, before any
 ``second_order_threshold`` relabelling). ``--source-dihedral`` learns G on
@@ -33,7 +36,7 @@ from sktransfer_cluster.cluster.ccn import CCNCluster
 from sktransfer_cluster.datasets import dihedral_classes, load_digits_transfer
 from sktransfer_cluster.metrics import clustering_accuracy, n_dominant_clusters
 
-from _common import write
+from _common import CANONICAL, add_name_argument, write
 
 
 def _pair_stats(P, y):
@@ -140,7 +143,7 @@ def _markdown(summary, pairs, timing, args, params):
         f"Command: `python benchmarks/ccn_quality.py{' --quick' if args.quick else ''} "
         f"--seeds {' '.join(map(str, args.seeds))} --threads {args.threads}"
         + (f" --params '{json.dumps(args.params)}'" if args.params else "")
-        + (f" --name {args.name}" if args.name != "ccn_quality" else "")
+        + (f" --name {args.name}" if args.name != CANONICAL["ccn"] else "")
         + (" --ccn-plus" if args.ccn_plus else "")
         + (" --no-timing" if args.no_timing else "")
         + (" --source-dihedral" if args.source_dihedral else "")
@@ -176,10 +179,10 @@ def _markdown(summary, pairs, timing, args, params):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one seed, fewer batch sizes")
-    parser.add_argument("--seeds", type=int, nargs="+", default=None)
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default 0-7 (--quick: 0)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--params", type=json.loads, default={}, help="CCNCluster parameters as JSON")
-    parser.add_argument("--name", default="ccn_quality", help="results file name (without extension)")
+    add_name_argument(parser, "ccn")
     parser.add_argument("--ccn-plus", action="store_true", help="also measure CCN+ (source rows in the batch)")
     parser.add_argument("--no-timing", action="store_true", help="skip the time-per-epoch table")
     parser.add_argument(
@@ -188,7 +191,15 @@ def main(argv=None):
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.seeds is None:
-        args.seeds = [0] if args.quick else [0, 1, 2]
+        args.seeds = [0] if args.quick else list(range(8))
+    # The canonical file is the defaults over seeds 0-7: a study of anything else needs a --name.
+    if args.name == CANONICAL["ccn"] and not args.quick and (
+        args.params or args.source_dihedral or args.seeds != list(range(8))
+    ):
+        parser.error(
+            "--params, --source-dihedral and seeds other than 0-7 are variant studies: "
+            "give them a --name (written to results/ccn/variants/)"
+        )
     params = dict(args.params)
     rows, pairs = [], []
     for seed in args.seeds:
@@ -210,7 +221,7 @@ def main(argv=None):
     payload = {"rows": rows, "summary": summary, "pairs": pairs, "timing": timing, "params": params,
                "threads": args.threads, "seeds": args.seeds, "quick": args.quick,
                "source_dihedral": args.source_dihedral}
-    write(args.name, payload, _markdown(summary, pairs, timing, args, params), quick=args.quick)
+    write("ccn", args.name, payload, _markdown(summary, pairs, timing, args, params), quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """PreciseFeatureGAN on the paper's synthetic check, the bundled digits and artifact digits.
 
-    python benchmarks/precise_gan_quality.py [--seeds 5] [--quick] [--threads 1]
+    python benchmarks/precise_gan_quality.py [--seeds 5] [--quick] [--threads 1] [--name NAME]
 
 Gan et al., *Learning the Precise Feature for Cluster Assignment*, on CPU budgets:
 
@@ -37,7 +37,8 @@ Variants measured on the image sets (quick runs, 1-2 seeds, one thread, not in t
   has not yet made it precise.
 
 Every run is one thread, float32, on the CPU; wall times are reported. Results go to
-benchmarks/results/precise_gan_quality.{json,md} (``--quick``: ..._quick.{json,md}).
+benchmarks/results/precise_gan/precise_gan_quality.{json,md} (another ``--name``, or
+``--quick``, goes to ``precise_gan/variants/``).
 """
 
 import argparse
@@ -45,7 +46,7 @@ import time
 
 import numpy as np
 import torch
-from _common import summary, write
+from _common import add_name_argument, summary, write
 from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
@@ -218,6 +219,7 @@ def main():
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--sections", nargs="+", default=["ring", "digits", "artifact"],
                         choices=["ring", "digits", "artifact"])
+    add_name_argument(parser, "precise_gan")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     seeds = list(range(2 if args.quick else args.seeds))
@@ -236,7 +238,7 @@ def main():
         md += lines + [""]
     payload["total_seconds"] = time.perf_counter() - t_start
     md.append(f"Total wall time {payload['total_seconds'] / 60:.1f} min ({args.threads} thread(s)).")
-    write("precise_gan_quality", payload, "\n".join(md), quick=args.quick)
+    write("precise_gan", args.name, payload, "\n".join(md), quick=args.quick)
 
 
 if __name__ == "__main__":

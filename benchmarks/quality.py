@@ -4,8 +4,10 @@ digits cross-task, each beside its peers.
     python benchmarks/quality.py [--quick] [--only sinkhorn_kmeans tdcm ...]
 
 Runs the per-method scripts beside this file in turn (each writes its own JSON
-and markdown into ``benchmarks/results/``), then gathers their markdown into
-``benchmarks/results/quality.md``.
+and markdown into its method folder, ``benchmarks/results/<method>/``: the
+canonical file on a full run, ``variants/<name>_quick.*`` with ``--quick``), then
+gathers their markdown into ``benchmarks/results/quality.md``
+(``quality_quick.md`` with ``--quick``).
 """
 
 import argparse
@@ -15,13 +17,16 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# name -> (script, result file stem written by it)
+sys.path.insert(0, str(HERE))
+from _common import RESULTS, result_stem  # noqa: E402
+
+# method folder under results/ -> script (each writes results/<method>/<canonical name>.*)
 SCRIPTS = {
-    "sinkhorn_kmeans": ("sinkhorn_kmeans_quality.py", "sinkhorn_kmeans_digits"),
-    "tdcm": ("tdcm_quality.py", "tdcm_quality"),
-    "ccn": ("ccn_quality.py", "ccn_quality"),
-    "c2m": ("c2m_quality.py", "c2m_quality"),
-    "precise_gan": ("precise_gan_quality.py", "precise_gan_quality"),
+    "sinkhorn_kmeans": "sinkhorn_kmeans_quality.py",
+    "tdcm": "tdcm_quality.py",
+    "ccn": "ccn_quality.py",
+    "c2m": "c2m_quality.py",
+    "precise_gan": "precise_gan_quality.py",
 }
 
 
@@ -31,19 +36,21 @@ def main():
     parser.add_argument("--only", nargs="+", choices=sorted(SCRIPTS), default=None)
     args = parser.parse_args()
     sections = []
-    for name in args.only or SCRIPTS:
-        script, stem = SCRIPTS[name]
+    for method in args.only or SCRIPTS:
+        script = SCRIPTS[method]
         if not (HERE / script).exists():
-            print(f"skipping {name}: {script} is not in this checkout", file=sys.stderr)
+            print(f"skipping {method}: {script} is not in this checkout", file=sys.stderr)
             continue
         cmd = [sys.executable, script] + (["--quick"] if args.quick else [])
         print(f"== {' '.join(cmd[1:])}", flush=True)
         t0 = time.perf_counter()
         subprocess.run(cmd, cwd=HERE, check=True)
-        suffix = "_quick" if args.quick else ""  # every script writes *_quick on a smoke run
-        md = (HERE / "results" / f"{stem}{suffix}.md").read_text()
-        sections.append(f"## {name} ({time.perf_counter() - t0:.0f} s)\n\n{md}")
-    out = HERE / "results" / ("quality_quick.md" if args.quick else "quality.md")
+        stem = result_stem(method, quick=args.quick)
+        md = stem.parent.joinpath(stem.name + ".md").read_text()
+        rel = stem.relative_to(RESULTS) if stem.is_relative_to(RESULTS) else stem
+        sections.append(f"## {method} ({time.perf_counter() - t0:.0f} s; `{rel}.md`)\n\n{md}")
+    out = RESULTS / ("quality_quick.md" if args.quick else "quality.md")
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("# Quality benchmarks\n\n" + "\n\n".join(sections))
     print(f"wrote {out}")
 

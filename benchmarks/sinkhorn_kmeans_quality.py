@@ -1,16 +1,18 @@
 """SinkhornKMeans on the bundled digits (all 10 classes) beside KMeans, over seeds.
 
-    python benchmarks/sinkhorn_kmeans_quality.py [--seeds 5] [--quick]
+    python benchmarks/sinkhorn_kmeans_quality.py [--seeds 5] [--quick] [--name NAME]
 
 Reports median/min/max ACC and NMI for KMeans(n_init=10), SinkhornKMeans on raw
 pixels and SinkhornKMeans with the autoencoder embedding (Algorithm 2).
+Writes benchmarks/results/sinkhorn_kmeans/sinkhorn_kmeans_quality.{json,md}
+(another ``--name``, or ``--quick``, goes to ``sinkhorn_kmeans/variants/``).
 """
 
 import argparse
 import time
 
 import torch
-from _common import summary, write
+from _common import add_name_argument, summary, write
 from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits
 from sklearn.metrics import normalized_mutual_info_score
@@ -23,6 +25,7 @@ def main():
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="2 seeds, short training")
     parser.add_argument("--threads", type=int, default=2)
+    add_name_argument(parser, "sinkhorn_kmeans")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     seeds = range(2 if args.quick else args.seeds)
@@ -60,7 +63,8 @@ def main():
             f"{r['nmi']['median']:.3f} | {r['nmi']['min']:.3f} | {r['fit_seconds']['median']:.1f} |"
         )
     write(
-        "sinkhorn_kmeans_digits",
+        "sinkhorn_kmeans",
+        args.name,
         {"seeds": list(seeds), "epochs": epochs, "results": rows},
         f"Digits (1,797 images, 10 classes), {len(seeds)} seeds.\n\n" + "\n".join(md),
         quick=args.quick,

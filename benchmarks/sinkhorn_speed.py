@@ -1,6 +1,6 @@
 """Our Sinkhorn solver against POT in the same run.
 
-    python benchmarks/sinkhorn_speed.py [--n 20000] [--k 10] [--d 10] [--repeats 3]
+    python benchmarks/sinkhorn_speed.py [--n 20000] [--k 10] [--d 10] [--repeats 3] [--quick] [--name NAME]
 
 Problem 1: raw squared distances, reg = 1e-2 x mean cost, to L1 marginal error
 1e-6 -- ours vs ``ot.sinkhorn(..., method="sinkhorn_log")`` (POT's plain
@@ -8,6 +8,9 @@ Sinkhorn underflows there). Problem 2: the same cost divided by its max with
 reg = 1e-2, where POT's plain ``ot.sinkhorn`` converges -- ours vs that.
 POT stops on the L2 error of one marginal, so it is given ``1e-6 / sqrt(K)``
 (which bounds the L1 error by 1e-6); both plans' actual errors are reported.
+
+Writes benchmarks/results/sinkhorn/sinkhorn_speed.{json,md} (another ``--name``, or
+``--quick``: n = 2,000 and one repeat, goes to ``sinkhorn/variants/``).
 """
 
 import argparse
@@ -16,7 +19,7 @@ import time
 import numpy as np
 import ot
 import torch
-from _common import write
+from _common import add_name_argument, write
 
 from sktransfer_cluster.ot import sinkhorn
 
@@ -41,7 +44,11 @@ def main():
     parser.add_argument("--d", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: n = 2,000, one repeat")
+    add_name_argument(parser, "sinkhorn")
     args = parser.parse_args()
+    if args.quick:
+        args.n, args.repeats = min(args.n, 2000), 1
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
     X = rng.normal(size=(args.n, args.d))
@@ -82,10 +89,12 @@ def main():
             f"{r['speedup']:.1f}x | {r['ours_err']:.1e} | {r['pot_err']:.1e} | {r['max_plan_diff']:.1e} |"
         )
     write(
-        "sinkhorn_speed",
+        "sinkhorn",
+        args.name,
         {"n": args.n, "k": args.k, "d": args.d, "results": rows},
         f"Sinkhorn, n={args.n} points x K={args.k} clusters, d={args.d}, best of {args.repeats}.\n\n"
         + "\n".join(md),
+        quick=args.quick,
     )
 
 

@@ -1,12 +1,15 @@
 """Speed and memory of every estimator beside KMeans, measured in one run.
 
-    python benchmarks/speed.py [--quick] [--threads 2]
+    python benchmarks/speed.py [--quick] [--threads 2] [--name NAME]
 
 * fit time on a 2,000 x 10 blobs source and predict throughput on 10^5 rows,
   each as a ratio to ``KMeans(n_init=10)`` measured in the same run;
 * extra peak memory of ``predict`` on 10^6 x 64 float32 (the goal is < 1 GiB),
   each in a fresh subprocess reading the kernel's peak-RSS counter;
 * our Sinkhorn against POT, run from ``sinkhorn_speed.py`` (``--no-sinkhorn`` skips it).
+
+Writes benchmarks/results/speed/speed.{json,md} (another ``--name``, or ``--quick``, goes to
+``speed/variants/``). Whether ``fit`` gets the labels is read from each estimator's tags.
 """
 
 import argparse
@@ -19,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import write
+from _common import add_name_argument, fit_source, write
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 
@@ -44,16 +47,16 @@ print(status("VmHWM:") - before)
 def estimators(quick):
     scale = 0.2 if quick else 1.0
     e = max(1, int(20 * scale))
-    out = {
-        "SinkhornKMeans": (stc.SinkhornKMeans(10, random_state=0, device="cpu"), False),
-        "SinkhornKMeans-AE": (
-            stc.SinkhornKMeans(10, embedding="autoencoder", pretrain_epochs=e, max_epochs=e, random_state=0, device="cpu"),
-            False,
+    return {
+        "SinkhornKMeans": stc.SinkhornKMeans(10, random_state=0, device="cpu"),
+        "SinkhornKMeans-AE": stc.SinkhornKMeans(
+            10, embedding="autoencoder", pretrain_epochs=e, max_epochs=e, random_state=0, device="cpu"
         ),
-        "TDCMCluster": (stc.TDCMCluster(10, max_epochs=e, random_state=0, device="cpu"), False),
-        "CCNCluster": (stc.CCNCluster(10, similarity_epochs=e // 2 or 1, clustering_epochs=e, random_state=0, device="cpu"), True),
+        "TDCMCluster": stc.TDCMCluster(10, max_epochs=e, random_state=0, device="cpu"),
+        "CCNCluster": stc.CCNCluster(
+            10, similarity_epochs=e // 2 or 1, clustering_epochs=e, random_state=0, device="cpu"
+        ),
     }
-    return out
 
 
 def timed(fn):
@@ -67,9 +70,11 @@ def peak_extra_bytes(model, d):
     y = np.arange(500) % 10
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.pkl"
-        fitted = model.fit(src_X, y) if model.__sklearn_tags__().target_tags.required else model.fit(src_X)
+        fitted = fit_source(model, src_X, y)
         path.write_bytes(pickle.dumps(fitted))
-        res = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, str(path)], capture_output=True, text=True, check=True)
+        res = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, str(path)], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"the peak-memory subprocess failed (status {res.returncode}):\n{res.stderr}")
     return int(res.stdout.strip())
 
 
@@ -78,18 +83,21 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-sinkhorn", action="store_true", help="skip the Sinkhorn-vs-POT part")
+    add_name_argument(parser, "speed")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if not args.no_sinkhorn:
         here = Path(__file__).resolve().parent
-        subprocess.run([sys.executable, "sinkhorn_speed.py", "--threads", str(args.threads)], cwd=here, check=True)
+        cmd = [sys.executable, "sinkhorn_speed.py", "--threads", str(args.threads)]
+        cmd += ["--quick"] if args.quick else []
+        subprocess.run(cmd, cwd=here, check=True)
     X, y = make_blobs(n_samples=2000, centers=10, n_features=10, random_state=0)
     X_pred = np.concatenate([X] * 50)  # 10^5 rows
     t_km_fit, km = timed(lambda: KMeans(10, n_init=10, random_state=0).fit(X))
     t_km_pred, _ = timed(lambda: km.predict(X_pred))
     rows = []
-    for name, (est, needs_y) in estimators(args.quick).items():
-        t_fit, _ = timed(lambda: est.fit(X, y) if needs_y else est.fit(X))
+    for name, est in estimators(args.quick).items():
+        t_fit, _ = timed(lambda: fit_source(est, X, y))
         t_pred, _ = timed(lambda: est.predict(X_pred))
         peak = peak_extra_bytes(est.set_params(), 64)
         rows.append(
@@ -116,6 +124,7 @@ def main():
         )
     write(
         "speed",
+        args.name,
         {"kmeans_fit_s": t_km_fit, "kmeans_predict_s": t_km_pred, "results": rows},
         "\n".join(md),
         quick=args.quick,

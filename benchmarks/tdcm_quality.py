@@ -1,7 +1,7 @@
 """TDCMCluster on the paper's synthetic transfer protocol and the digits cross-task split.
 
-    python benchmarks/tdcm_quality.py [--datasets 3] [--epochs 100] [--shift 3.0] [--quick]
-                                      [--throughput-n 1000000] [--skip-throughput]
+    python benchmarks/tdcm_quality.py [--datasets 10] [--epochs 100] [--shift 3.0] [--quick]
+                                      [--throughput-n 1000000] [--skip-throughput] [--name NAME]
 
 Synthetic (Zhang & Zhao, Sec. 5.1): for K in {2, 3, 5, 10}, several data sets from
 ``make_tdcm_transfer`` (K equal-sized Gaussians with random centres and
@@ -36,7 +36,8 @@ Throughput: ``predict`` of a fitted TDCMCluster (default encoder and blocks, K=1
 10^6 points with d=10, beside ``sklearn.cluster.KMeans.predict`` (K=10) on the same
 points, as a time ratio (best of 3 repeats each).
 
-Results go to benchmarks/results/tdcm_quality.{json,md}.
+Results go to benchmarks/results/tdcm/tdcm_quality.{json,md} (another ``--name``, or
+``--quick``, goes to ``tdcm/variants/``).
 """
 
 import argparse
@@ -44,7 +45,7 @@ import time
 
 import numpy as np
 import torch
-from _common import write
+from _common import add_name_argument, write
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from sklearn.mixture import GaussianMixture
@@ -199,6 +200,7 @@ def main():
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--throughput-n", type=int, default=10**6, help="points for the predict timing")
     parser.add_argument("--skip-throughput", action="store_true")
+    add_name_argument(parser, "tdcm")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.quick:
@@ -247,7 +249,7 @@ def main():
         md += ["", *throughput_lines(payload["throughput"])]
     payload["total_seconds"] = time.perf_counter() - t_start
     md += ["", f"Total wall time {payload['total_seconds']:.0f} s."]
-    write("tdcm_quality", payload, "\n".join(md), quick=args.quick)
+    write("tdcm", args.name, payload, "\n".join(md), quick=args.quick)
 
 
 if __name__ == "__main__":
