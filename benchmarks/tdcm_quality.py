@@ -56,7 +56,7 @@ from sktransfer_cluster.metrics import clustering_accuracy
 
 # Cross-task digits: an embedding as wide as the input (64 pixels) makes the isometric linear
 # encoder lossless, so nothing that separates the unseen classes 5-9 is projected away (measured,
-# 2 seeds, embedding_norm="scalar": width 32 -> 0.40, width 64 -> 0.76 target NMI; module notes).
+# 2 seeds, embedding_norm="scalar": width 32 -> 0.40, width 64 -> 0.76 target NMI; docs/notes/tdcm.md).
 DIGITS_EMBEDDING_DIM = 64
 
 # Keys starting with "_" are not estimator parameters: "_fine_tune_epochs" goes to transfer().
