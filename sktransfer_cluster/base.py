@@ -450,10 +450,11 @@ class TransferClusterMixin(ABC):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        from sklearn.base import BaseEstimator
-
+        # A scikit-learn class before this mixin would shadow its methods (e.g. ClusterMixin's
+        # fit_predict drops y, which estimators learning from labelled sources need).
         mro = cls.__mro__
-        if BaseEstimator in mro and mro.index(TransferClusterMixin) > mro.index(BaseEstimator):
+        ours = mro.index(TransferClusterMixin)
+        if any(c.__module__.startswith("sklearn.") for c in mro[:ours]):
             raise TypeError(
                 f"{cls.__name__}: list TransferClusterMixin before BaseEstimator (and the other "
                 "scikit-learn mixins), e.g. class X(TransferClusterMixin, ClusterMixin, BaseEstimator)."

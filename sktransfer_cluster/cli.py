@@ -19,6 +19,7 @@ import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from sklearn.mixture import GaussianMixture
+from sklearn.utils import get_tags
 
 from .base import resolve_device
 from .cluster import C2MCluster, CCNCluster, PreciseFeatureGAN, SinkhornKMeans, TDCMCluster
@@ -101,14 +102,15 @@ def _precise_gan(k, seed, device, scale, n_features):
     )
 
 
-# name -> (factory(n_clusters, seed, device, budget scale, n_features), needs source labels)
+# name -> factory(n_clusters, seed, device, budget scale, n_features). Whether a method
+# needs the source labels is read from the estimator's tags (target_tags.required).
 METHODS = {
-    "SinkhornKMeans": (_sinkhorn_kmeans, False),
-    "SinkhornKMeans-AE": (_sinkhorn_kmeans_ae, False),
-    "TDCMCluster": (_tdcm, False),
-    "CCNCluster": (_ccn, True),
-    "C2MCluster": (_c2m, True),
-    "PreciseFeatureGAN": (_precise_gan, False),
+    "SinkhornKMeans": _sinkhorn_kmeans,
+    "SinkhornKMeans-AE": _sinkhorn_kmeans_ae,
+    "TDCMCluster": _tdcm,
+    "CCNCluster": _ccn,
+    "C2MCluster": _c2m,
+    "PreciseFeatureGAN": _precise_gan,
 }
 BASELINES = ("KMeans", "GaussianMixture")
 
@@ -164,10 +166,9 @@ def _scores(y, labels):
 
 
 def _run_method(name, task, k, seed, device, scale):
-    factory, needs_y = METHODS[name]
-    est = factory(k, seed, device, scale, task.X_source.shape[1])
+    est = METHODS[name](k, seed, device, scale, task.X_source.shape[1])
     t0 = time.perf_counter()
-    if needs_y:
+    if get_tags(est).target_tags.required:
         est.fit(task.X_source, task.y_source)
     else:
         est.fit(task.X_source)

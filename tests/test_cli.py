@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from sktransfer_cluster import SinkhornKMeans, cli
 from sktransfer_cluster.cli import METHODS, main
 
 
@@ -50,6 +51,44 @@ def test_compare_reads_a_user_npz_file(tmp_path, capsys):
     np.savez(path, X_source=Xs, y_source=ys, X_target=Xs + 1.0, y_target=ys)
     assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans"]) == 0
     assert "| task | SinkhornKMeans | given 2 | 1.000 |" in capsys.readouterr().out
+
+
+class _RecordsLabels(SinkhornKMeans):
+    """SinkhornKMeans that notes whether fit received y."""
+
+    received = []
+
+    def fit(self, X, y=None):
+        _RecordsLabels.received.append((type(self).__name__, y is not None))
+        return super().fit(X, y)
+
+
+class _NeedsLabels(_RecordsLabels):
+    _requires_y = True
+
+
+def test_compare_passes_source_labels_to_exactly_the_estimators_whose_tags_require_them(
+    tmp_path, monkeypatch
+):
+    rng = np.random.default_rng(0)
+    Xs = np.concatenate([rng.normal(0, 0.3, (20, 2)), rng.normal(3, 0.3, (20, 2))])
+    ys = np.repeat([0, 1], 20)
+    path = tmp_path / "task.npz"
+    np.savez(path, X_source=Xs, y_source=ys, X_target=Xs + 1.0, y_target=ys)
+    monkeypatch.setattr(_RecordsLabels, "received", [])
+
+    def factory(cls):
+        return lambda k, seed, device, scale, n_features: cls(k, n_init=1, random_state=seed, device=device)
+
+    monkeypatch.setattr(cli, "METHODS", {"free": factory(_RecordsLabels), "needs": factory(_NeedsLabels)})
+    rows, _ = cli.compare([str(path)], ["free", "needs"], progress=False)
+    assert _RecordsLabels.received == [("_RecordsLabels", False), ("_NeedsLabels", True)]
+    assert [r.method for r in rows][:2] == ["free", "needs"]
+
+
+def test_methods_registry_holds_only_factories():
+    # Whether a method needs labels is not kept here: it is read from the estimator's tags.
+    assert all(callable(factory) for factory in METHODS.values())
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,17 @@
 """The shared contract, checked over every public estimator.
 
-Add each new estimator to ``ESTIMATORS`` with a fast configuration; the whole
-suite (scikit-learn's checks included) then applies to it.
+The estimators are discovered: every class in ``sktransfer_cluster.__all__`` that
+subclasses ``TransferClusterMixin`` goes through scikit-learn's checks and every
+test below, with no list to edit. ``FAST_PARAMS`` optionally gives a class small
+training budgets (an estimator missing from it is tested with its defaults).
+Whether an estimator needs ``y``, whether it trains and which parameters are
+layer widths are read from the estimator itself (its tags, its ``TrainingRun``
+calls, its ``_width_params``).
 """
 
+import math
 import pickle
+import re
 
 import joblib
 import numpy as np
@@ -13,63 +20,94 @@ import torch
 from sklearn.base import clone
 from sklearn.datasets import make_blobs
 from sklearn.exceptions import NotFittedError
+from sklearn.utils import get_tags
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
+import sktransfer_cluster
 from sktransfer_cluster import C2MCluster, CCNCluster, PreciseFeatureGAN, SinkhornKMeans, TDCMCluster
-from sktransfer_cluster.base import TrainingRun
+from sktransfer_cluster.base import TrainingRun, TransferClusterMixin
 
-ESTIMATORS = [
-    SinkhornKMeans(n_clusters=3, n_init=2, max_iter=30, device="cpu", random_state=0),
-    SinkhornKMeans(
-        n_clusters=3,
-        embedding="autoencoder",
-        hidden_dims=(8, 3),
-        pretrain_epochs=2,
-        max_epochs=2,
-        batch_size=64,
-        n_init=1,
-        device="cpu",
-        random_state=0,
-    ),
-    TDCMCluster(
-        n_clusters=3, hidden_dims=(16,), embedding_dim=4, n_blocks=2, max_epochs=3, batch_size=64,
-        device="cpu", random_state=0,
-    ),
-    CCNCluster(
-        n_clusters=3, hidden_dims=(8,), pair_hidden=8, similarity_epochs=2, clustering_epochs=3,
-        batch_size=32, device="cpu", random_state=0,
-    ),
-    C2MCluster(
-        max_clusters=3, critic_dims=(8,), gae_dims=(8, 4), population=8, cem_iter=2, max_epochs=1,
-        sets_per_epoch=2, set_size=32, device="cpu", random_state=0,
-    ),
-    PreciseFeatureGAN(
-        n_clusters=3, noise_dim=0, hidden_dims=(16,), n_iter=20, batch_size=32, learning_rate=1e-2,
-        gp_weight=1.0, device="cpu", random_state=0,
-    ),
-]
 
-# Checks we knowingly fail, with the reason, per estimator class.
-_NO_Y = "sklearn calls fit(X) without y; this estimator learns from labelled sources and requires y"
-EXPECTED_FAILED = {
-    "CCNCluster": {
-        "check_clustering": _NO_Y,
-        "check_clustering(readonly_memmap=True)": _NO_Y,
-    },
-    "C2MCluster": {
-        "check_clustering": _NO_Y,
-        "check_clustering(readonly_memmap=True)": _NO_Y,
-    },
+def discover_estimators(module=sktransfer_cluster):
+    """The estimator classes a module exports: the names in its ``__all__`` that subclass
+    ``TransferClusterMixin``."""
+    found = (getattr(module, name) for name in module.__all__)
+    return [obj for obj in found if isinstance(obj, type) and issubclass(obj, TransferClusterMixin)]
+
+
+# Small budgets that keep the suite fast: class -> list of configurations (one estimator each).
+# Optional: a class missing here is tested once with its defaults.
+FAST_PARAMS = {
+    SinkhornKMeans: [
+        dict(n_clusters=3, n_init=2, max_iter=30),
+        dict(
+            n_clusters=3, embedding="autoencoder", hidden_dims=(8, 3), pretrain_epochs=2, max_epochs=2,
+            batch_size=64, n_init=1,
+        ),
+    ],
+    TDCMCluster: [
+        dict(n_clusters=3, hidden_dims=(16,), embedding_dim=4, n_blocks=2, max_epochs=3, batch_size=64),
+    ],
+    CCNCluster: [
+        dict(
+            n_clusters=3, hidden_dims=(8,), pair_hidden=8, similarity_epochs=2, clustering_epochs=3,
+            batch_size=32,
+        ),
+    ],
+    C2MCluster: [
+        dict(
+            max_clusters=3, critic_dims=(8,), gae_dims=(8, 4), population=8, cem_iter=2, max_epochs=1,
+            sets_per_epoch=2, set_size=32,
+        ),
+    ],
+    PreciseFeatureGAN: [
+        dict(
+            n_clusters=3, noise_dim=0, hidden_dims=(16,), n_iter=20, batch_size=32, learning_rate=1e-2,
+            gp_weight=1.0,
+        ),
+    ],
 }
 
 
+def make_estimators(classes, fast_params=None):
+    """One instance per configuration of each class, on the CPU with ``random_state=0``."""
+    fast_params = FAST_PARAMS if fast_params is None else fast_params
+    estimators = []
+    for cls in classes:
+        names = cls._get_param_names()
+        pinned = {k: v for k, v in (("device", "cpu"), ("random_state", 0)) if k in names}
+        estimators.extend(cls(**{**pinned, **params}) for params in fast_params.get(cls, [{}]))
+    return estimators
+
+
+ESTIMATORS = make_estimators(discover_estimators())
+
+
 def _ids(est):
-    params = est.get_params()
-    return type(est).__name__ + ("-autoencoder" if params.get("embedding") else "")
+    """The class name, plus any string parameter set away from its default (e.g. the embedding)."""
+    defaults = type(est)().get_params(deep=False)
+    changed = [
+        v for k, v in est.get_params(deep=False).items()
+        if isinstance(v, str) and k != "device" and v != defaults.get(k)
+    ]
+    return "-".join([type(est).__name__, *changed])
+
+
+def _requires_y(est):
+    return get_tags(est).target_tags.required
+
+
+# scikit-learn checks we knowingly fail, with the reason: class -> {check name: reason}.
+# Those that follow from a required y are added from the tags for every such estimator.
+EXPECTED_FAILED = {}
+_NO_Y = "sklearn calls fit(X) without y; this estimator learns from labelled sources and requires y"
 
 
 def _expected_failed_checks(est):
-    return EXPECTED_FAILED.get(type(est).__name__, {})
+    failed = dict(EXPECTED_FAILED.get(type(est), {}))
+    if _requires_y(est):
+        failed.update({"check_clustering": _NO_Y, "check_clustering(readonly_memmap=True)": _NO_Y})
+    return failed
 
 
 @parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failed_checks)
@@ -77,15 +115,15 @@ def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)
 
 
-def _requires_y(est):
-    return est.__sklearn_tags__().target_tags.required
+def _blobs():
+    X, y = make_blobs(n_samples=90, centers=3, n_features=4, random_state=0)
+    Xt, yt = make_blobs(n_samples=60, centers=3, n_features=4, random_state=1)
+    return X, y, Xt, yt
 
 
 @pytest.fixture(scope="module")
 def data():
-    X, y = make_blobs(n_samples=90, centers=3, n_features=4, random_state=0)
-    Xt, yt = make_blobs(n_samples=60, centers=3, n_features=4, random_state=1)
-    return X, y, Xt, yt
+    return _blobs()
 
 
 def _fit(est, X, y):
@@ -239,6 +277,38 @@ def test_invalid_device_name_is_a_clear_error(estimator, data):
         _fit(estimator.set_params(device="tpu"), X, y)
 
 
+# Parameters named like layer-width tuples: hidden_dims, critic_dims, conv_channels, ...
+_WIDTH_NAME = re.compile(r"(_dims|_channels)$")
+
+
+def _width_named_params(est):
+    return sorted(name for name in est.get_params(deep=False) if _WIDTH_NAME.search(name))
+
+
+def test_every_layer_width_parameter_is_declared_in_width_params(estimator):
+    missing = [name for name in _width_named_params(estimator) if name not in type(estimator)._width_params]
+    assert not missing, f"{type(estimator).__name__}._width_params does not list {missing}"
+
+
+@pytest.mark.parametrize("bad", [(0,), (2.5,), (-1,)], ids=["zero", "fraction", "negative"])
+def test_bad_layer_widths_name_the_parameter_and_leave_the_model_usable(estimator, data, bad):
+    names = sorted(set(_width_named_params(estimator)) | set(type(estimator)._width_params))
+    if not names:
+        pytest.skip("no layer-width parameters")
+    X, y, Xt, _ = data
+    est = _fit(estimator, X, y)
+    labels_before, before = est.labels_.copy(), est.predict(Xt)
+    for name in names:
+        good = est.get_params(deep=False)[name]
+        est.set_params(**{name: bad})
+        with pytest.raises(ValueError, match=rf"\b{re.escape(name)}\b"):
+            _fit(est, X, y)
+        est.set_params(**{name: good})
+        np.testing.assert_array_equal(est.labels_, labels_before)
+        np.testing.assert_array_equal(est.predict(Xt), before)
+    np.testing.assert_array_equal(_fit(est, X, y).predict(Xt), before)
+
+
 def test_int_and_float32_inputs_work(estimator, data):
     X, y, Xt, _ = data
     est = _fit(estimator, np.round(X * 10).astype(np.int64), y)
@@ -319,11 +389,42 @@ def test_negative_stride_views_are_accepted(estimator, data):
 
 
 # ----------------------------------------------------------- training loops
+def _training_phases(est, X, y):
+    """The phase of every ``TrainingRun.end_epoch`` call of one fit of a clone of ``est``."""
+    phases = []
+    original = TrainingRun.end_epoch
+
+    def counting(run, loss, **extras):
+        phases.append(run.phase)
+        return original(run, loss, **extras)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TrainingRun, "end_epoch", counting)
+        _fit(clone(est), X, y)
+    return phases
+
+
+_TRAINS = {}
+
+
 def _trains(est):
-    """Estimators whose fit runs training epochs (through TrainingRun)."""
-    if "keep_best" not in est.get_params() or est.get_params().get("embedding", "raw") is None:
+    """``est`` when its fit runs training epochs (through TrainingRun), else skip.
+
+    Read from a short fit on the common data, cached per configuration.
+    """
+    key = (type(est), repr(est.get_params(deep=False)))
+    if key not in _TRAINS:
+        X, y, _, _ = _blobs()
+        _TRAINS[key] = bool(_training_phases(est, X, y))
+    if not _TRAINS[key]:
         pytest.skip("fit runs no training epochs")
     return est
+
+
+def _keeps_best(est):
+    if "keep_best" not in est.get_params(deep=False):
+        pytest.skip("no keep_best parameter")
+    return _trains(est).set_params(keep_best=True)
 
 
 def _patch_end_epoch(monkeypatch, *, interrupt_at=None, before=False, losses=None, seen=None):
@@ -337,6 +438,11 @@ def _patch_end_epoch(monkeypatch, *, interrupt_at=None, before=False, losses=Non
     original = TrainingRun.end_epoch
     calls = {"n": 0}
 
+    def snapshot(obj):
+        if isinstance(obj, torch.nn.Module):
+            return {k: v.clone() for k, v in obj.state_dict().items()}
+        return obj.detach().clone()
+
     def end_epoch(run, loss, **postfix):
         i = calls["n"]
         calls["n"] += 1
@@ -346,16 +452,46 @@ def _patch_end_epoch(monkeypatch, *, interrupt_at=None, before=False, losses=Non
             loss = losses[i]
         original(run, loss, **postfix)
         if seen is not None:
-            seen.append((loss, [{k: v.clone() for k, v in m.state_dict().items()} for m in run.state]))
+            seen.append((loss, [snapshot(m) for m in run.state]))
         if i == interrupt_at:
             raise KeyboardInterrupt
 
     monkeypatch.setattr(TrainingRun, "end_epoch", end_epoch)
 
 
+def _check_records(history):
+    assert isinstance(history, list)
+    for record in history:
+        assert {"phase", "epoch", "loss"} <= set(record), record
+        assert isinstance(record["phase"], str) and record["phase"], record
+        assert isinstance(record["epoch"], int) and record["epoch"] >= 0, record
+        assert isinstance(record["loss"], float) and math.isfinite(record["loss"]), record
+
+
+def test_history_records_have_phase_epoch_and_loss(estimator, data):
+    X, y, Xt, _ = data
+    phases = _training_phases(estimator, X, y)
+    est = _fit(estimator, X, y)
+    _check_records(est.history_)
+    if phases:
+        assert est.history_, "fit trained but recorded no history"
+        assert {r["phase"] for r in est.history_} <= set(phases)
+    else:
+        assert est.history_ == []
+    est.transfer(Xt)
+    _check_records(est.history_)
+
+
+def test_a_refit_starts_a_fresh_history(estimator, data):
+    X, y, _, _ = data
+    est = _fit(estimator, X, y)
+    first = list(est.history_)
+    assert _fit(est, X, y).history_ == first
+
+
 def test_interrupt_with_keep_best_finishes_fit_with_a_usable_model(estimator, data, monkeypatch):
     X, y, Xt, _ = data
-    est = _trains(estimator).set_params(keep_best=True)
+    est = _keeps_best(estimator)
     _patch_end_epoch(monkeypatch, interrupt_at=0)
     with pytest.warns(UserWarning, match="interrupted during .* kept the"):
         _fit(est, X, y)
@@ -379,7 +515,7 @@ def test_interrupt_without_keep_best_restores_the_previous_model(estimator, data
 
 def test_interrupt_before_the_first_epoch_ends_propagates_even_with_keep_best(estimator, data, monkeypatch):
     X, y, _, _ = data
-    est = _trains(estimator).set_params(keep_best=True)
+    est = _keeps_best(estimator)
     _patch_end_epoch(monkeypatch, interrupt_at=0, before=True)
     with pytest.raises(KeyboardInterrupt):
         _fit(est, X, y)
@@ -392,7 +528,7 @@ def test_diverging_loss_names_the_epoch_and_leaves_the_estimator_unfitted(estima
     X, y, _, _ = data
     est = _trains(estimator)
     _patch_end_epoch(monkeypatch, losses=[float("nan")] * 10**6)
-    message = r"loss became nan at (epoch|generator step) 0 of \d+; lower learning_rate"
+    message = r"the .+ loss became nan at [\w ]+ 0 of \d+; .+ or standardise X"
     with pytest.raises(FloatingPointError, match=message):
         _fit(est, X, y)
     monkeypatch.undo()

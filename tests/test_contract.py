@@ -1,0 +1,240 @@
+"""The explicit contract of ``TransferClusterMixin``, on a sixth estimator that is not part
+of the package.
+
+``CentroidCluster`` is the complete example of ``docs/adding_an_estimator.md``: this file
+executes that code block (so the page and the test cannot drift) and shows that subclassing
+the mixins and implementing the hooks is all it takes to pass scikit-learn's checks and the
+package's own common tests. The rest states what the base enforces: the abstract hooks, the
+order of the bases, ``_fit``'s duties, ``_width_params``, ``_requires_y`` through the tags and
+the discovery of exported estimators.
+"""
+
+import inspect
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.base import BaseEstimator, ClusterMixin, clone
+from sklearn.datasets import make_blobs
+from sklearn.exceptions import NotFittedError
+from sklearn.utils import get_tags
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import sktransfer_cluster
+from sktransfer_cluster.base import TransferClusterMixin
+
+from . import test_common as common
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "adding_an_estimator.md"
+_MARKER = "# sktransfer_cluster/cluster/centroid.py"
+
+
+def _example_source():
+    """The complete example of the guide: its python block that starts with ``_MARKER``."""
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)
+    found = [block for block in blocks if block.startswith(_MARKER)]
+    assert len(found) == 1, f"{DOC.name} must hold one python block starting with {_MARKER!r}"
+    return found[0]
+
+
+def _load_example():
+    # Executed as if defined here, so that its classes pickle (module = this one).
+    namespace = {"__name__": __name__}
+    exec(compile(_example_source(), str(DOC), "exec"), namespace)
+    return namespace["CentroidCluster"]
+
+
+CentroidCluster = _load_example()
+
+EXAMPLES = [
+    CentroidCluster(
+        n_clusters=3, max_epochs=3, transfer_epochs=2, batch_size=32, device="cpu", random_state=0
+    ),
+]
+
+
+# ------------------------------------------------- the example passes the common suite
+@parametrize_with_checks(EXAMPLES, expected_failed_checks=common._expected_failed_checks)
+def test_example_passes_sklearn_checks(estimator, check):
+    check(estimator)
+
+
+@pytest.fixture(params=EXAMPLES, ids=common._ids)
+def estimator(request):
+    return clone(request.param)
+
+
+data = common.data
+
+# Every common test that takes an estimator runs here on the example too (same names, this
+# module's ``estimator`` fixture). test_sklearn_compatible_estimator is parametrized over the
+# package's estimators; the example's sklearn checks are the test above.
+for _name, _test in vars(common).items():
+    if (
+        _name.startswith("test_")
+        and _name != "test_sklearn_compatible_estimator"
+        and "estimator" in inspect.signature(_test).parameters
+    ):
+        globals()[_name] = _test
+del _name, _test
+
+# The example's docstring (Examples section) runs as a doctest of this module under
+# --doctest-modules (pyproject's addopts): it is defined here.
+
+
+def test_the_example_trains_through_training_run_and_records_its_epochs():
+    X, _ = make_blobs(n_samples=60, centers=3, random_state=0)
+    est = clone(EXAMPLES[0]).fit(X)
+    assert [(r["phase"], r["epoch"]) for r in est.history_] == [("fit", e) for e in range(3)]
+    est.transfer(X + 1.0)
+    assert [r["phase"] for r in est.history_[3:]] == ["transfer", "transfer"]
+
+
+# ------------------------------------------------------------------ abstract hooks
+HOOKS = ("_fit", "_transfer", "_predict", "score")
+
+
+def _class_without(hook):
+    body = {name: CentroidCluster.__dict__[name] for name in ("__init__", *HOOKS) if name != hook}
+    return type(f"No{hook.strip('_').title()}", (TransferClusterMixin, ClusterMixin, BaseEstimator), body)
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_a_class_missing_a_hook_cannot_be_instantiated(hook):
+    cls = _class_without(hook)
+    with pytest.raises(TypeError, match=rf"abstract.*\b{hook}\b"):
+        cls()
+
+
+def test_implementing_the_four_hooks_is_enough_to_instantiate():
+    body = {name: CentroidCluster.__dict__[name] for name in ("__init__", *HOOKS)}
+    cls = type("OnlyHooks", (TransferClusterMixin, ClusterMixin, BaseEstimator), body)
+    assert cls(n_clusters=2).get_params()["n_clusters"] == 2
+
+
+# -------------------------------------------------------------------- order of bases
+@pytest.mark.parametrize(
+    "bases",
+    [
+        (ClusterMixin, BaseEstimator, TransferClusterMixin),
+        (BaseEstimator, TransferClusterMixin, ClusterMixin),
+        (ClusterMixin, TransferClusterMixin, BaseEstimator),
+    ],
+    ids=lambda bases: "-".join(b.__name__ for b in bases),
+)
+def test_listing_the_mixins_in_the_wrong_order_fails_at_definition(bases):
+    # ClusterMixin before TransferClusterMixin would shadow the base's fit_predict, which
+    # passes y on (sklearn's drops it), and its tags.
+    with pytest.raises(TypeError, match="TransferClusterMixin before"):
+        type("WrongOrder", bases, {})
+
+
+def test_the_documented_order_is_accepted():
+    assert issubclass(CentroidCluster, TransferClusterMixin)
+    assert CentroidCluster.__mro__.index(TransferClusterMixin) < CentroidCluster.__mro__.index(ClusterMixin)
+
+
+# ------------------------------------------------------------------- _fit's duties
+@pytest.mark.parametrize("forgets", [("labels_",), ("n_iter_",), ("labels_", "n_iter_")], ids="+".join)
+def test_fit_that_forgets_labels_or_n_iter_is_a_clear_error(forgets):
+    class Forgetful(CentroidCluster):
+        def _fit(self, X, y, *, rng, torch_gen):
+            super()._fit(X, y, rng=rng, torch_gen=torch_gen)
+            for name in forgets:
+                delattr(self, name)
+
+    X, _ = make_blobs(n_samples=30, centers=3, random_state=0)
+    est = Forgetful(n_clusters=3, max_epochs=1, device="cpu", random_state=0)
+    with pytest.raises(NotImplementedError, match=r"_fit must set " + r" and ".join(forgets)):
+        est.fit(X)
+    with pytest.raises(NotFittedError):  # nothing half-fitted is left behind
+        est.predict(X)
+
+
+# ---------------------------------------------------------------- layer widths
+class _WideCentroidCluster(CentroidCluster):
+    """The example with a (here unused) layer-width parameter declared in ``_width_params``."""
+
+    _width_params = ("hidden_dims",)
+
+    def __init__(self, n_clusters=3, *, hidden_dims=(4,), max_epochs=1, device="cpu", random_state=0):
+        super().__init__(n_clusters, max_epochs=max_epochs, device=device, random_state=random_state)
+        self.hidden_dims = hidden_dims
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [(0,), (2.5,), (-1,), (True,), "64", 64],
+    ids=["zero", "fraction", "negative", "bool", "str", "int"],
+)
+def test_declaring_width_params_is_all_it_takes_to_validate_widths(bad):
+    X, _ = make_blobs(n_samples=30, centers=3, random_state=0)
+    with pytest.raises(ValueError, match=r"\bhidden_dims must be a tuple of positive ints"):
+        _WideCentroidCluster(hidden_dims=bad).fit(X)
+    assert _WideCentroidCluster(hidden_dims=(8, 4)).fit(X).labels_.shape == (30,)
+    assert _WideCentroidCluster(hidden_dims=None).fit(X).labels_.shape == (30,)  # None is skipped
+
+
+# --------------------------------------------------------------- required y, via tags
+class _LabelledCentroidCluster(CentroidCluster):
+    """The example declaring that fit needs source labels."""
+
+    _requires_y = True
+
+
+def test_requires_y_is_declared_once_and_read_through_the_tags():
+    assert get_tags(CentroidCluster()).target_tags.required is False
+    assert get_tags(_LabelledCentroidCluster()).target_tags.required is True
+
+
+def test_a_class_requiring_y_refuses_fit_without_it():
+    X, y = make_blobs(n_samples=30, centers=3, random_state=0)
+    est = _LabelledCentroidCluster(n_clusters=3, max_epochs=1, device="cpu", random_state=0)
+    with pytest.raises(ValueError, match="requires the source labels y"):
+        est.fit(X)
+    assert est.fit(X, y).labels_.shape == (30,)
+
+
+def test_every_package_estimator_declares_y_through_its_tags():
+    for cls in common.discover_estimators():
+        assert get_tags(cls()).target_tags.required is bool(cls._requires_y), cls.__name__
+
+
+# ------------------------------------------------------------------------ discovery
+def test_the_common_suite_covers_every_exported_estimator():
+    exported = {
+        obj for obj in map(sktransfer_cluster.__dict__.get, sktransfer_cluster.__all__)
+        if isinstance(obj, type) and issubclass(obj, TransferClusterMixin)
+    }
+    assert exported and exported == {type(est) for est in common.ESTIMATORS}
+
+
+def test_a_newly_exported_estimator_is_discovered_without_editing_a_list(monkeypatch):
+    monkeypatch.setattr(sktransfer_cluster, "CentroidCluster", CentroidCluster, raising=False)
+    monkeypatch.setattr(sktransfer_cluster, "__all__", [*sktransfer_cluster.__all__, "CentroidCluster"])
+    assert CentroidCluster in common.discover_estimators()
+    [est] = common.make_estimators([CentroidCluster], fast_params={})  # not in FAST_PARAMS: defaults
+    assert est.get_params() == CentroidCluster(device="cpu", random_state=0).get_params()
+
+
+def test_discovery_ignores_exported_functions_and_other_classes():
+    found = common.discover_estimators()
+    assert all(issubclass(cls, TransferClusterMixin) for cls in found)
+    assert sktransfer_cluster.clustering_accuracy not in found
+
+
+def test_estimators_of_a_class_are_fitted_on_the_cpu_with_a_fixed_seed():
+    for est in common.ESTIMATORS:
+        params = est.get_params(deep=False)
+        assert params.get("device", "cpu") == "cpu" and params.get("random_state", 0) == 0, est
+
+
+def test_labels_of_the_example_are_consecutive_from_zero_when_a_centroid_goes_unused():
+    # Two far-apart groups and four centroids: whatever goes unused is dropped, so labels,
+    # predict and cluster_centers_ agree.
+    X = np.concatenate([np.zeros((10, 2)), np.full((10, 2), 100.0)])
+    est = CentroidCluster(n_clusters=4, max_epochs=2, device="cpu", random_state=0).fit(X)
+    m = est.cluster_centers_.shape[0]
+    assert sorted(set(est.labels_.tolist())) == list(range(m))
+    np.testing.assert_array_equal(est.predict(X), est.labels_)
