@@ -1,19 +1,26 @@
 """SinkhornKMeans: OT-Lloyd, the size prior, transfer, and its sklearn workflows."""
 
+import inspect
+import warnings
+
 import numpy as np
 import ot
 import pandas as pd
 import pytest
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.metrics import adjusted_rand_score
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 
 from sktransfer_cluster import SinkhornKMeans
+from sktransfer_cluster.base import TrainingRun
+from sktransfer_cluster.nn import AutoEncoder
 
 FAST = dict(n_init=3, device="cpu", random_state=0)
+AE = dict(embedding="autoencoder", hidden_dims=(16, 2), batch_size=60, **FAST)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +99,7 @@ def test_epsilon_is_relative_to_the_cost_scale(blobs):
 
 def test_invalid_cluster_weights_are_a_clear_error(blobs):
     X, _ = blobs
-    for bad in ([1.0, 1.0], [1.0, -1.0, 1.0], [1.0, np.nan, 1.0]):
+    for bad in ([1.0, 1.0], [1.0, -1.0, 1.0], [1.0, np.nan, 1.0], [1.0, 0.0, 1.0], [1.0, np.inf, 1.0]):
         with pytest.raises(ValueError, match="cluster_weights must hold 3 positive"):
             SinkhornKMeans(3, cluster_weights=bad, **FAST).fit(X)
 
@@ -155,3 +162,135 @@ def test_transfer_with_fine_tuning_keeps_the_source_model_as_start(blobs):
     labels = km.transfer(X + 1.0, fine_tune_epochs=2)
     assert [h["phase"] for h in km.history_[n_before:]] == ["transfer", "transfer"]
     assert labels.shape == (X.shape[0],)
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ((0,), "hidden_dims must be a tuple of positive ints"),
+        ((2.5,), "hidden_dims must be a tuple of positive ints"),
+        ((-3,), "hidden_dims must be a tuple of positive ints"),
+        ((16, -3), "hidden_dims must be a tuple of positive ints"),
+        ((), r"hidden_dims must be a tuple of positive ints \(at least one\)"),
+        ("16", "'hidden_dims' parameter of SinkhornKMeans must be an instance of 'tuple' or"),
+    ],
+)
+def test_hidden_dims_must_be_a_non_empty_tuple_of_positive_ints(blobs, bad, message):
+    X, _ = blobs
+    km = SinkhornKMeans(3, **{**AE, "pretrain_epochs": 1, "max_epochs": 1}).fit(X)
+    before = km.predict(X)
+    with pytest.raises(ValueError, match=message):
+        km.set_params(hidden_dims=bad).fit(X + 1.0)
+    np.testing.assert_array_equal(km.predict(X), before)  # unchanged by the failed fit
+    assert km.set_params(hidden_dims=(8, 2)).fit(X).cluster_centers_.shape == (3, 2)  # usable
+
+
+def test_hidden_dims_error_leaves_an_unfitted_estimator_unfitted(blobs):
+    X, _ = blobs
+    km = SinkhornKMeans(3, **{**AE, "hidden_dims": (-3,)})
+    with pytest.raises(ValueError, match=r"hidden_dims .* got \(-3,\)"):
+        km.fit(X)
+    with pytest.raises(NotFittedError):
+        km.predict(X)
+
+
+def test_every_history_record_has_phase_epoch_and_loss(blobs):
+    X, _ = blobs
+    km = SinkhornKMeans(3, pretrain_epochs=2, max_epochs=3, **AE).fit(X)
+    km.transfer(X + 1.0, fine_tune_epochs=2)
+    phases = [(h["phase"], h["epoch"]) for h in km.history_]
+    fit_records = [("pretrain", 0), ("pretrain", 1), ("train", 0), ("train", 1), ("train", 2)]
+    assert phases == fit_records + [("transfer", 0), ("transfer", 1)]
+    for h in km.history_:
+        assert {"phase", "epoch", "loss", "reconstruction"} <= set(h)
+        assert h["loss"] == h["reconstruction"] + h.get("ot", 0.0)
+        assert ("ot" in h) == (h["phase"] != "pretrain")
+
+
+def test_a_one_row_tail_joins_the_previous_minibatch(monkeypatch):
+    X, _ = make_blobs(n_samples=61, centers=3, random_state=0)  # 61 = 3 * 20 + 1
+    sizes = []
+    forward = AutoEncoder.forward
+    monkeypatch.setattr(AutoEncoder, "forward", lambda self, x: sizes.append(x.shape[0]) or forward(self, x))
+    SinkhornKMeans(3, **{**AE, "batch_size": 20, "pretrain_epochs": 1, "max_epochs": 1}).fit(X)
+    assert sizes == [20, 20, 21] * 2
+
+
+def test_ot_lloyd_takes_no_unused_random_generator():
+    assert "rng" not in inspect.signature(SinkhornKMeans._lloyd).parameters
+
+
+def test_n_iter_counts_only_the_joint_epochs_that_ran_after_a_kept_interrupt(blobs, monkeypatch):
+    X, _ = blobs
+    params = dict(AE, pretrain_epochs=2, keep_best=True)
+    one_epoch = SinkhornKMeans(3, max_epochs=1, **params).fit(X)
+    calls = []
+    end_epoch = TrainingRun.end_epoch
+
+    def interrupt_in_second_joint_epoch(run, *args, **kwargs):
+        calls.append(run.phase)
+        if calls.count("train") == 2:
+            raise KeyboardInterrupt
+        return end_epoch(run, *args, **kwargs)
+
+    monkeypatch.setattr(TrainingRun, "end_epoch", interrupt_in_second_joint_epoch)
+    with pytest.warns(UserWarning, match="interrupted during train after 1 epoch"):
+        km = SinkhornKMeans(3, max_epochs=50, **params).fit(X)
+    # One joint epoch ran and was kept: the same model, and the same count, as max_epochs=1.
+    np.testing.assert_array_equal(km.cluster_centers_, one_epoch.cluster_centers_)
+    assert km.n_iter_ == one_epoch.n_iter_
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "2", None])
+def test_transfer_rejects_a_negative_or_non_integer_fine_tune_epochs(blobs, bad):
+    X, _ = blobs
+    km = SinkhornKMeans(3, pretrain_epochs=1, max_epochs=1, **AE).fit(X)
+    centres, n_records = km.cluster_centers_.copy(), len(km.history_)
+    with pytest.raises(ValueError, match=f"fine_tune_epochs must be a non-negative int.*got {bad!r}"):
+        km.transfer(X + 1.0, fine_tune_epochs=bad)
+    np.testing.assert_array_equal(km.cluster_centers_, centres)
+    assert len(km.history_) == n_records
+    assert km.transfer(X + 1.0, fine_tune_epochs=1).shape == (X.shape[0],)  # still usable
+
+
+@pytest.fixture(scope="module")
+def unsolvable():
+    """A tiny epsilon with a size prior far from the three equal blobs: Sinkhorn cannot converge."""
+    X, _ = make_blobs(n_samples=60, centers=3, cluster_std=0.6, random_state=3)
+    km = SinkhornKMeans(
+        3, epsilon=1e-4, cluster_weights=[0.6, 0.2, 0.2], n_init=1, device="cpu", random_state=0
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        km.fit(X)
+    return km, X, caught
+
+
+def test_fit_warns_when_its_final_plan_does_not_converge(unsolvable):
+    _, _, caught = unsolvable
+    messages = [str(w.message) for w in caught if w.category is ConvergenceWarning]
+    assert len(messages) == 1
+    assert "did not converge for the final plan of fit" in messages[0]
+    assert "Raise epsilon (now 0.0001)" in messages[0]
+
+
+def test_score_warns_when_its_plan_does_not_converge(unsolvable):
+    km, X, _ = unsolvable
+    with pytest.warns(ConvergenceWarning, match="did not converge for score.*Raise epsilon"):
+        assert np.isfinite(km.score(X))
+
+
+def test_transport_plan_warns_when_it_does_not_converge(unsolvable):
+    km, X, _ = unsolvable
+    with pytest.warns(ConvergenceWarning, match="did not converge for transport_plan.*Raise epsilon"):
+        km.transport_plan(X)
+
+
+def test_default_fit_on_easy_blobs_emits_no_convergence_warning():
+    X, _ = make_blobs(n_samples=300, centers=3, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        km = SinkhornKMeans(3, random_state=0).fit(X)
+        km.score(X)
+        km.transport_plan(X)
+        km.transfer(X + 1.0)

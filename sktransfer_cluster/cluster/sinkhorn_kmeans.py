@@ -3,21 +3,24 @@
 Genevay, Dulac-Arnold & Vert, *Differentiable Deep Clustering with Cluster Size
 Constraints*. Without an embedding this is OT-Lloyd: assign with Sinkhorn under
 the size prior, move each centre to its plan-weighted mean. With
-``embedding="autoencoder"`` it is the paper's Algorithm 2.
+``embedding="autoencoder"`` it is the paper's Algorithm 2. Measurements and the
+reasons behind the defaults: ``docs/notes/sinkhorn_kmeans.md``.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.cluster import kmeans_plusplus
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..base import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, make_generators
+from ..base import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_widths, make_generators
 from ..losses import nearest_centre, ot_clustering_loss, regularized_ot_cost, squared_distances
 from ..nn import AutoEncoder, init_module
 from ..ot import plan_from_potentials, sinkhorn_potentials
@@ -32,6 +35,10 @@ _SINKHORN_TOL = 1e-5
 _SINKHORN_MAX_ITER = 300
 _PLAN_TOL = 1e-9
 _PLAN_MAX_ITER = 20000
+# Check of OT-Lloyd's final plan (a report only): a marginal error above 1e-3
+# (0.1% of the mass off the size prior) moves the centres materially.
+_CHECK_TOL = 1e-3
+_CHECK_MAX_ITER = 10 * _SINKHORN_MAX_ITER
 
 
 def _relative_reg(C, epsilon):
@@ -76,6 +83,9 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
     ``embedding="autoencoder"`` an autoencoder is pre-trained, centres are
     initialised by OT k-means on its codes, and encoder, decoder and centres are
     trained jointly on ``reconstruction + OT loss`` (Algorithm 2 of the paper).
+    A Sinkhorn solve that defines a result (the final plan of ``fit`` or
+    ``transfer``, the plan of :meth:`score` or :meth:`transport_plan`) and does
+    not converge is reported with a :class:`~sklearn.exceptions.ConvergenceWarning`.
 
     Parameters
     ----------
@@ -92,12 +102,15 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
     embedding : {None, "autoencoder"}, default=None
         Cluster raw features, or learn a deep embedding (Algorithm 2).
     hidden_dims : tuple of int, default=(256, 128, 10)
-        Encoder widths; the last one is the embedding dimension.
+        Encoder widths, at least one, all positive; the last one is the
+        embedding dimension.
     pretrain_epochs : int, default=50
         Autoencoder pre-training epochs (reconstruction only); 0 skips it.
     max_epochs : int, default=50
         Joint training epochs on reconstruction + OT loss.
     batch_size : int, default=300
+        Rows per Adam step in the embedding phases; a last batch of one row
+        joins the previous one, as a one-row step is mostly noise.
     learning_rate : float, default=1e-3
         Adam learning rate for the embedding phases.
     n_init : int, default=10
@@ -129,14 +142,18 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
     inertia_ : float
         Sum of squared distances of those samples to their nearest centre.
     n_iter_ : int
-        OT-Lloyd iterations of the kept run (plus training epochs with an embedding).
+        OT-Lloyd iterations of the kept run; after ``fit`` with an embedding,
+        plus the joint training epochs that ran.
     reg_ : float
         Absolute entropic regularisation used last.
     weights_ : ndarray of shape (n_clusters,)
         Normalised cluster proportions.
     autoencoder_ : torch.nn.Module or None
     history_ : list of dict
-        Per-epoch losses of the embedding phases (empty without an embedding).
+        One record per epoch of the embedding phases (empty without an
+        embedding): ``phase`` ("pretrain", "train" or "transfer"), ``epoch``,
+        ``loss`` (mean reconstruction + OT loss), ``reconstruction`` and,
+        except in pre-training, ``ot``.
     device_ : torch.device
     n_features_in_ : int
     feature_names_in_ : ndarray of str
@@ -179,6 +196,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         "tol": [Interval(Real, 0, None, closed="left")],
         **COMMON_PARAMETER_CONSTRAINTS,
     }
+    _width_params = ("hidden_dims",)
 
     def __init__(
         self,
@@ -217,19 +235,51 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         self.random_state = random_state
         self.verbose = verbose
 
+    # ----------------------------------------------------------------- checks
+    def _check_params_vs_input(self, X, *, reset):
+        super()._check_params_vs_input(X, reset=reset)
+        if reset:
+            check_widths("hidden_dims", self.hidden_dims, allow_empty=False)
+            self._proportions()
+
+    @staticmethod
+    def _check_fine_tune_epochs(value):
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
+            raise ValueError(
+                f"fine_tune_epochs must be a non-negative int (0 skips fine-tuning), got {value!r}."
+            )
+        return int(value)
+
+    def _warn_not_converged(self, res, what, tol, max_iter, stacklevel):
+        """A ConvergenceWarning when the Sinkhorn solve ``res`` behind ``what`` did not converge."""
+        if bool(res.converged):
+            return
+        warnings.warn(
+            f"{type(self).__name__}: Sinkhorn did not converge for {what} (marginal error "
+            f"{res.err:.3g} > tol {tol:g} after {res.n_iter} of at most {max_iter} iterations); "
+            f"the result may be inaccurate. Raise epsilon (now {self.epsilon:g}): a small epsilon, "
+            "or a size prior far from the data's cluster sizes, needs more iterations than the "
+            "solver's cap.",
+            ConvergenceWarning,
+            stacklevel=stacklevel,
+        )
+
     # ----------------------------------------------------------------- helpers
-    def _log_weights(self):
+    def _proportions(self):
+        """The validated ``cluster_weights``, normalised to sum to one (uniform for None)."""
         if self.cluster_weights is None:
-            w = np.full(self.n_clusters, 1.0 / self.n_clusters)
-        else:
-            w = np.asarray(self.cluster_weights, dtype=np.float64).ravel()
-            if w.shape[0] != self.n_clusters or not np.all(np.isfinite(w)) or np.any(w <= 0):
-                raise ValueError(
-                    f"cluster_weights must hold {self.n_clusters} positive finite proportions "
-                    f"(one per cluster), got {self.cluster_weights!r}."
-                )
-            w = w / w.sum()
-        return w, torch.log(torch.as_tensor(w, dtype=self._dtype(), device=self.device_))
+            return np.full(self.n_clusters, 1.0 / self.n_clusters)
+        w = np.asarray(self.cluster_weights, dtype=np.float64).ravel()
+        if w.shape[0] != self.n_clusters or not np.all(np.isfinite(w)) or np.any(w <= 0):
+            raise ValueError(
+                f"cluster_weights must hold {self.n_clusters} positive finite proportions "
+                f"(one per cluster), got {self.cluster_weights!r}."
+            )
+        return w / w.sum()
+
+    def _log_weights(self):
+        """Log of the fitted cluster proportions ``weights_``, as a tensor."""
+        return torch.log(torch.as_tensor(self.weights_, dtype=self._dtype(), device=self.device_))
 
     def _embed(self, X):
         """Features the centres live with: raw X or the encoder's codes (torch)."""
@@ -241,9 +291,15 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
     def _abs_tol(self, Z):
         return float(self.tol * Z.var(0, unbiased=False).mean().item())
 
-    def _lloyd(self, Z, init_centers, rng):
-        """OT-Lloyd on ``Z`` from ``init_centers`` (B, K, d); keep the best run."""
-        _, log_w = self._log_weights()
+    def _lloyd(self, Z, init_centers, what):
+        """OT-Lloyd on ``Z`` from ``init_centers`` (B, K, d); keep the best run.
+
+        The kept run's plan at its final centres is then solved, warm-started,
+        to ``_CHECK_TOL``; a ``ConvergenceWarning`` names ``what`` if that
+        fails. The check only reports: centres, labels and ``reg_`` do not
+        depend on it.
+        """
+        log_w = self._log_weights()
         n = Z.shape[0]
         per_batch = max(1, _BATCH_ENTRIES // (n * self.n_clusters))
         best = None
@@ -257,8 +313,12 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
             costs = regularized_ot_cost(C, P, 1.0, log_a, log_w) * reg
             i = int(torch.argmin(costs))
             if best is None or costs[i] < best[0]:
-                best = (costs[i].item(), centers[i], reg[i].item(), n_iter)
-        return best
+                best = (costs[i].item(), centers[i], reg[i].item(), n_iter, (C[i], f[i], g[i]))
+        C, f, g = best[4]
+        res = sinkhorn_potentials(C, 1.0, None, log_w, init=(f, g), max_iter=_CHECK_MAX_ITER, tol=_CHECK_TOL)
+        # stacklevel 5: the user's call of fit/transfer (> _fit/_transfer > _lloyd > here).
+        self._warn_not_converged(res, what, _CHECK_TOL, _CHECK_MAX_ITER, stacklevel=5)
+        return best[:4]
 
     def _kmeanspp(self, Z, n_init, rng):
         Zn = Z.detach().cpu().numpy()
@@ -266,10 +326,11 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         inits = [kmeans_plusplus(Zn, self.n_clusters, random_state=int(s))[0] for s in seeds]
         return torch.as_tensor(np.stack(inits), dtype=Z.dtype, device=Z.device)
 
-    def _train_embedding(self, Xt, centers, epochs, torch_gen, desc):
+    def _train_embedding(self, Xt, centers, epochs, torch_gen, phase):
         """Minibatch Adam on reconstruction, plus the OT loss when ``centers`` is given.
 
-        Returns the trained centres (None when pre-training).
+        Returns the trained centres (None when pre-training) and the number of
+        epochs that ran.
         """
         recon_only = centers is None
         ae = self.autoencoder_
@@ -278,15 +339,13 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
             centers = torch.nn.Parameter(centers.detach().clone())
             params.append(centers)
         opt = torch.optim.Adam(params, lr=self.learning_rate)
-        _, log_w = self._log_weights()
+        log_w = self._log_weights()
         n = Xt.shape[0]
-        state = [ae] if recon_only else [ae, centers]
-        with self._training(desc, epochs, state=state) as run:
-            for epoch in run.epochs():
-                perm = torch.randperm(n, generator=torch_gen).to(Xt.device)
+        with self._training(phase, epochs, state=[ae] if recon_only else [ae, centers]) as run:
+            for _ in run.epochs():
                 tot_rec = tot_ot = 0.0
-                for start in range(0, n, self.batch_size):
-                    xb = Xt[perm[start : start + self.batch_size]]
+                for idx in run.batches(n, self.batch_size, torch_gen, Xt.device):
+                    xb = Xt[idx]
                     z, rec = ae(xb)
                     loss_rec = ((rec - xb) ** 2).sum(1).mean()
                     loss = loss_rec
@@ -296,16 +355,16 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
                         loss_ot, _ = ot_clustering_loss(z, centers, reg, log_w)
                         loss = loss + loss_ot
                         tot_ot += loss_ot.item() * xb.shape[0]
+                    run.check_finite(loss)
                     opt.zero_grad()
                     loss.backward()
                     opt.step()
                     tot_rec += loss_rec.item() * xb.shape[0]
-                record = {"phase": desc, "epoch": epoch, "reconstruction": tot_rec / n}
-                if not recon_only:
-                    record["ot"] = tot_ot / n
-                run.end_epoch(record["reconstruction"] + record.get("ot", 0.0))
-                self.history_.append(record)
-        return None if recon_only else centers.detach()
+                if recon_only:
+                    run.end_epoch(tot_rec / n, reconstruction=tot_rec / n)
+                else:
+                    run.end_epoch(tot_rec / n + tot_ot / n, reconstruction=tot_rec / n, ot=tot_ot / n)
+        return (None if recon_only else centers.detach()), run.completed
 
     def _finish(self, Z, centers, reg, n_iter):
         self.cluster_centers_ = centers.detach().cpu().numpy()
@@ -320,14 +379,13 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
 
     # -------------------------------------------------------------- protocol
     def _fit(self, X, y, *, rng, torch_gen):
-        self._check_n_clusters(X.shape[0], self.n_clusters)
-        self.weights_, _ = self._log_weights()
-        self.history_ = []
+        self.weights_ = self._proportions()
         self.autoencoder_ = None
         Xt = self._tensor(X)
         if self.embedding is None:
             with torch.no_grad():
-                _, centers, reg, n_iter = self._lloyd(Xt, self._kmeanspp(Xt, self.n_init, rng), rng)
+                init = self._kmeanspp(Xt, self.n_init, rng)
+                _, centers, reg, n_iter = self._lloyd(Xt, init, "the final plan of fit")
             self._finish(Xt, centers, reg, n_iter)
             return
         ae = AutoEncoder(X.shape[1], list(self.hidden_dims))
@@ -335,13 +393,15 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         self._train_embedding(Xt, None, self.pretrain_epochs, torch_gen, "pretrain")
         with torch.no_grad():
             Z = self.autoencoder_.encoder(Xt)
-            _, centers, _, n_iter = self._lloyd(Z, self._kmeanspp(Z, self.n_init, rng), rng)
-        centers = self._train_embedding(Xt, centers, self.max_epochs, torch_gen, "train")
+            _, centers, _, n_iter = self._lloyd(
+                Z, self._kmeanspp(Z, self.n_init, rng), "the final plan of fit (OT k-means on the codes)"
+            )
+        centers, n_epochs = self._train_embedding(Xt, centers, self.max_epochs, torch_gen, "train")
         with torch.no_grad():
             Z = self.autoencoder_.encoder(Xt)
             reg = _relative_reg(squared_distances(Z, centers), self.epsilon).item()
         self.autoencoder_.eval()
-        self._finish(Z, centers, reg, n_iter + self.max_epochs)
+        self._finish(Z, centers, reg, n_iter + n_epochs)
 
     def _transfer(self, X, fine_tune_epochs=0):
         """Warm-start OT k-means on the target from the source centres (and embedding).
@@ -352,19 +412,20 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
             Validated target data.
         fine_tune_epochs : int, default=0
             With an embedding: joint reconstruction + OT epochs on the target
-            before the final OT-Lloyd.
+            before the final OT-Lloyd (ignored without an embedding). A
+            negative or non-integer value raises ``ValueError``.
         """
+        fine_tune_epochs = self._check_fine_tune_epochs(fine_tune_epochs)
         Xt = self._tensor(X)
-        self._check_n_clusters(X.shape[0], self.n_clusters)
         rng, torch_gen = make_generators(self.random_state, "cpu")
         centers = self._centers
         if self.autoencoder_ is not None and fine_tune_epochs > 0:
             self.autoencoder_.train()
-            centers = self._train_embedding(Xt, centers, int(fine_tune_epochs), torch_gen, "transfer")
+            centers, _ = self._train_embedding(Xt, centers, fine_tune_epochs, torch_gen, "transfer")
             self.autoencoder_.eval()
         with torch.no_grad():
             Z = self._embed(X)
-            _, centers, reg, n_iter = self._lloyd(Z, centers.unsqueeze(0), rng)
+            _, centers, reg, n_iter = self._lloyd(Z, centers.unsqueeze(0), "the final plan of transfer")
             return self._finish(Z, centers, reg, n_iter)
 
     def _predict(self, X):
@@ -387,10 +448,11 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
             lambda xc: squared_distances(self._embed(xc), self._centers).sqrt().cpu().numpy(), X
         )
 
-    def _plan(self, C):
+    def _plan(self, C, what):
         """Optimal plan for costs C (n, K) at the fitted ``reg_`` and weights."""
-        _, log_w = self._log_weights()
+        log_w = self._log_weights()
         res = sinkhorn_potentials(C / self.reg_, 1.0, None, log_w, max_iter=_PLAN_MAX_ITER, tol=_PLAN_TOL)
+        self._warn_not_converged(res, what, _PLAN_TOL, _PLAN_MAX_ITER, stacklevel=4)  # user > score > _plan
         return plan_from_potentials(C / self.reg_, res.f, res.g, 1.0, None, log_w), log_w
 
     def transport_plan(self, X):
@@ -410,7 +472,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         """
         X = self._fitted_input(X)
         with torch.no_grad():
-            P, _ = self._plan(squared_distances(self._embed(X), self._centers))
+            P, _ = self._plan(squared_distances(self._embed(X), self._centers), "transport_plan")
         return P.cpu().numpy()
 
     def score(self, X, y=None):
@@ -432,7 +494,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         X = self._fitted_input(X)
         with torch.no_grad():
             C = squared_distances(self._embed(X), self._centers)
-            P, log_w = self._plan(C)
+            P, log_w = self._plan(C, "score")
             n = C.shape[0]
             log_a = torch.full((n,), -math.log(n), dtype=C.dtype, device=C.device)
             cost = regularized_ot_cost(C, P, self.reg_, log_a, log_w).item()
