@@ -11,6 +11,7 @@ here imports an estimator.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from sklearn.cluster import kmeans_plusplus
 
@@ -32,6 +33,8 @@ __all__ = [
     "kmeans_plusplus_starts",
     "best_adapted_centroids",
     "ScalarNorm",
+    "principal_axes",
+    "InputProjection",
 ]
 
 # Cap on n_chunk * K score entries held at once when adapting centroids on a full data set.
@@ -270,3 +273,50 @@ class ScalarNorm(torch.nn.BatchNorm1d):
         else:
             mean, var = self.running_mean, self.running_var
         return (x - mean) / torch.sqrt(var.mean() + self.eps)
+
+
+def principal_axes(X, n_components):
+    """Mean and top ``n_components`` principal axes of the rows of ``X`` (numpy, deterministic).
+
+    Eigenvectors of the ``d x d`` covariance (accumulated in float64 over row
+    chunks), largest variance first, each signed so that its largest-magnitude
+    entry is positive. No random numbers: equal data give equal axes.
+
+    Returns
+    -------
+    mean : ndarray of shape (n_features,)
+    components : ndarray of shape (n_components, n_features)
+        Orthonormal rows.
+    """
+    X = np.asarray(X)
+    n, d = X.shape
+    mean = X.mean(0, dtype=np.float64)
+    cov = np.zeros((d, d))
+    step = max(1, _ADAPT_ENTRIES // max(1, d))
+    for s in range(0, n, step):
+        xc = X[s : s + step].astype(np.float64) - mean
+        cov += xc.T @ xc
+    evals, evecs = np.linalg.eigh(cov / n)
+    comps = evecs[:, ::-1][:, :n_components].T.copy()
+    signs = np.sign(comps[np.arange(comps.shape[0]), np.abs(comps).argmax(1)])
+    comps *= np.where(signs == 0, 1.0, signs)[:, None]
+    return mean, comps
+
+
+class InputProjection(torch.nn.Module):
+    """Fixed ``x -> (x - mean) @ components.T``: the source's principal subspace (not trained).
+
+    Put in front of TDCM's linear encoder when the embedding is narrower than
+    the input (``input_projection="pca"``): the encoder, kept a (scaled)
+    isometry, then acts on the directions in which the data vary and cannot
+    spend its rows on directions in which they do not. The statistics are
+    buffers, so they pickle and move with the module.
+    """
+
+    def __init__(self, mean, components):
+        super().__init__()
+        self.register_buffer("mean", torch.as_tensor(mean))
+        self.register_buffer("components", torch.as_tensor(components))
+
+    def forward(self, x):
+        return (x - self.mean) @ self.components.T

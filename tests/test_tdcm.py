@@ -501,3 +501,71 @@ def test_score_of_an_mlp_encoder_has_no_isometry_term(blobs):
 def test_isometry_penalty_is_scale_free():
     W = torch.randn(5, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     torch.testing.assert_close(isometry_penalty(7.0 * W), isometry_penalty(W))
+
+
+# ------------------------------------------------ wide inputs (issue "Real images", item 4)
+def _pixel_blobs(n=1000, live=196, std=0.1, seed=0):
+    """10 blobs in [0, 1] on ``live`` of 784 features; the others are always 0 (like MNIST's border)."""
+    Xl, y = make_blobs(n, n_features=live, centers=10, cluster_std=std, center_box=(0, 1), random_state=seed)
+    X = np.zeros((n, 784))
+    X[:, :live] = np.clip(Xl, 0, 1)
+    return X, y
+
+
+def test_defaults_use_all_clusters_on_separated_784_feature_pixel_blobs():
+    X, y = _pixel_blobs()
+    labels = TDCMCluster(10, device="cpu", random_state=0).fit_predict(X)
+    assert np.unique(labels).size == 10
+    assert np.bincount(labels).min() >= 50  # no cluster reduced to a few stray points
+
+
+@pytest.mark.parametrize(
+    ("n_features", "n_clusters", "expected"), [(2, 3, 10), (64, 5, 32), (784, 10, 32), (20, 15, 20), (784, 40, 40)]
+)
+def test_auto_embedding_dim_follows_the_input_width_within_bounds(n_features, n_clusters, expected):
+    X = np.random.default_rng(0).normal(size=(60, n_features))
+    model = TDCMCluster(n_clusters, **{**FAST, "hidden_dims": (), "embedding_dim": "auto", "max_epochs": 1}).fit(X)
+    assert model.embedding_dim_ == expected
+    assert model.cluster_centers_.shape == (n_clusters, expected)
+    assert model.transform(X).shape == (60, expected)
+
+
+def test_a_narrow_linear_encoder_sees_the_top_principal_axes_of_the_source():
+    X, _ = _pixel_blobs(n=300)
+    model = TDCMCluster(10, **{**FAST, "hidden_dims": (), "embedding_dim": 12, "max_epochs": 1}).fit(X)
+    proj = model.encoder_[0][0]
+    assert isinstance(proj, tdcm.attention.InputProjection)
+    P = proj.components.numpy()
+    assert P.shape == (12, 784)
+    np.testing.assert_allclose(P @ P.T, np.eye(12), atol=1e-10)
+    # Same subspace as the top 12 right singular vectors of the centred source.
+    V = np.linalg.svd(X - X.mean(0), full_matrices=False)[2][:12]
+    np.testing.assert_allclose(P.T @ P, V.T @ V, atol=1e-6)
+    # The blank features get no weight, and the projection is fixed (not trained).
+    assert np.abs(P[:, 196:]).max() < 1e-10
+    assert not any(p is proj.components for p in model.encoder_.parameters())
+
+
+def test_no_input_projection_for_none_an_mlp_or_an_embedding_as_wide_as_the_input():
+    X, _ = _pixel_blobs(n=200)
+    kinds = [
+        dict(hidden_dims=(), embedding_dim=12, input_projection=None),
+        dict(hidden_dims=(16,), embedding_dim=12),
+    ]
+    for kw in kinds:
+        model = TDCMCluster(10, **{**FAST, "max_epochs": 1, **kw}).fit(X)
+        assert not any(isinstance(m, tdcm.attention.InputProjection) for m in model.encoder_.modules())
+    Xs = X[:, :20]
+    model = TDCMCluster(10, **{**FAST, "hidden_dims": (), "embedding_dim": 20, "max_epochs": 1}).fit(Xs)
+    assert not any(isinstance(m, tdcm.attention.InputProjection) for m in model.encoder_.modules())
+
+
+def test_principal_axes_are_deterministic_and_ordered_by_variance():
+    X = np.random.default_rng(1).normal(size=(500, 6)) * np.array([8.0, 4.0, 2.0, 1.0, 0.5, 0.25])
+    mean, P = tdcm.attention.principal_axes(X, 3)
+    mean2, P2 = tdcm.attention.principal_axes(X.copy(), 3)
+    np.testing.assert_array_equal(P, P2)
+    np.testing.assert_allclose(mean, X.mean(0))
+    var = ((X - mean) @ P.T).var(0)
+    assert np.all(np.diff(var) < 0)
+    np.testing.assert_allclose(np.abs(P), np.eye(3, 6), atol=0.1)

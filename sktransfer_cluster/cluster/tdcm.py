@@ -9,9 +9,10 @@ class Notes give the reading implemented here (Eq. 1 normalised per centroid as
 in soft k-means, Eq. 5 with the sign that favours balanced clusters).
 
 The defaults depart from the paper where measurements said so (a linear encoder
-kept isometric, a scalar normalisation of the embedding, k-means++ starts for
-the adaptation); the paper's settings are one call away (class docstring), the
-measurements and the variants tried and dropped are in ``docs/notes/tdcm.md``.
+kept isometric, on the source's principal axes for wide inputs, a scalar
+normalisation of the embedding, k-means++ starts for the adaptation); the
+paper's settings are one call away (class docstring), the measurements and the
+variants tried and dropped are in ``docs/notes/tdcm.md``.
 The numeric kernels live in :mod:`sktransfer_cluster.attention`, the block in
 :class:`sktransfer_cluster.nn.CentroidUpdateBlock`.
 """
@@ -38,6 +39,10 @@ from ..nn import CentroidUpdateBlock, init_module, mlp
 
 __all__ = ["TDCMCluster"]
 
+# embedding_dim="auto": as wide as the input (a lossless isometry), within these bounds.
+_AUTO_MIN_DIM = 10
+_AUTO_MAX_DIM = 32
+
 
 class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNamePrefixFeaturesOutMixin, BaseEstimator):
     """Transferable Deep Clustering Model: an encoder plus learnable centroid-updating blocks.
@@ -57,8 +62,9 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
     blocks on its embeddings (from ``c^(0)`` and, by default, from a few
     k-means++ seeds of those embeddings, keeping the best by the objective).
 
-    The paper's model is ``TDCMCluster(hidden_dims=(64, 64), embedding_norm=None,
-    isometry_weight=0, adapt_n_init=1, n_init=1, max_epochs=500)``; the defaults
+    The paper's model is ``TDCMCluster(hidden_dims=(64, 64), embedding_dim=10,
+    embedding_norm=None, isometry_weight=0, adapt_n_init=1, n_init=1,
+    max_epochs=500)``; the defaults
     are measured departures from it (``docs/notes/tdcm.md``).
 
     Parameters
@@ -71,9 +77,24 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         geometry for the blocks to adapt to, where an MLP such as the paper's
         ``(64, 64)`` learns the source partition and transfers worse on shifted
         targets.
-    embedding_dim : int, default=10
+    embedding_dim : int or "auto", default="auto"
         Embedding dimension ``b``; must be ``>= n_clusters`` (the starting
-        centroids are orthogonal unit vectors).
+        centroids are orthogonal unit vectors). ``"auto"``: as wide as the
+        input, but at least ``max(10, n_clusters)`` and at most 32 unless
+        ``n_clusters`` is larger, i.e. ``max(n_clusters, 10, min(n_features,
+        32))``, so a low-dimensional input keeps all its directions (an
+        isometric encoder loses nothing) and wide inputs are reduced (the
+        blocks hold ``b x b`` matrices).
+    input_projection : {"pca"} or None, default="pca"
+        What a *linear* encoder narrower than the input (``b < n_features``)
+        sees. ``"pca"``: the training data projected on their top ``b``
+        principal axes (fixed after ``fit``, not trained; ``transfer`` uses the
+        source's), so the isometric encoder keeps the directions in which the
+        data vary. ``None``: the raw input, as in the paper; the encoder can
+        then put its rows where the data hardly vary (e.g. MNIST's blank border
+        pixels) and the scalar normalisation inflates the one direction left,
+        so all clusters but a few collapse. Ignored for an MLP encoder and when
+        ``b >= n_features``.
     n_blocks : int, default=4
         Number of centroid-updating blocks ``L`` (paper: 4 synthetic, 5 real).
     extra_adapt_steps : int, default=0
@@ -141,7 +162,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
 
     Attributes
     ----------
-    cluster_centers_ : ndarray of shape (n_clusters, embedding_dim)
+    cluster_centers_ : ndarray of shape (n_clusters, embedding_dim_)
         Centroids adapted to the last data set seen by ``fit`` (the source) or
         ``transfer`` (the target), in the embedding space. Row ``j`` is the
         centroid of label ``j`` for the ``m`` clusters that received samples of
@@ -151,12 +172,16 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         consecutive from 0.
     n_iter_ : int
         Training epochs run by ``fit``.
+    embedding_dim_ : int
+        The embedding dimension used (``embedding_dim`` with ``"auto"`` resolved).
     history_ : list of dict
         One record per training epoch: ``phase`` (``"fit"`` or
         ``"transfer"``), ``epoch``, ``loss`` (its mean over the epoch's rows)
         and the mean terms ``clustering``, ``entropy``, ``orthogonality`` and
         ``isometry``; with ``n_init > 1``, those of the kept run.
     encoder_ : torch.nn.Module
+        The encoder: the fixed input projection when one is used
+        (``input_projection``), the linear map or MLP, the normalisation.
     blocks_ : torch.nn.ModuleList of CentroidUpdateBlock
     device_ : torch.device
     n_features_in_ : int
@@ -214,7 +239,8 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
     _parameter_constraints = {
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
         "hidden_dims": [tuple, list],
-        "embedding_dim": [Interval(Integral, 1, None, closed="left")],
+        "embedding_dim": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
+        "input_projection": [StrOptions({"pca"}), None],
         "n_blocks": [Interval(Integral, 1, None, closed="left")],
         "extra_adapt_steps": [Interval(Integral, 0, None, closed="left")],
         "adapt_n_init": [Interval(Integral, 1, None, closed="left")],
@@ -238,7 +264,8 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         n_clusters=8,
         *,
         hidden_dims=(),
-        embedding_dim=10,
+        embedding_dim="auto",
+        input_projection="pca",
         n_blocks=4,
         extra_adapt_steps=0,
         adapt_n_init=8,
@@ -262,6 +289,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         self.n_clusters = n_clusters
         self.hidden_dims = hidden_dims
         self.embedding_dim = embedding_dim
+        self.input_projection = input_projection
         self.n_blocks = n_blocks
         self.extra_adapt_steps = extra_adapt_steps
         self.adapt_n_init = adapt_n_init
@@ -287,13 +315,20 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         super()._check_params_vs_input(X, reset=reset)
         if not reset:
             return
-        if self.embedding_dim < self.n_clusters:
+        self.embedding_dim_ = self._resolve_embedding_dim(X.shape[1])
+        if self.embedding_dim_ < self.n_clusters:
             raise ValueError(
-                f"embedding_dim={self.embedding_dim} must be >= n_clusters={self.n_clusters}: "
+                f"embedding_dim={self.embedding_dim_} must be >= n_clusters={self.n_clusters}: "
                 "the initial centroids are orthogonal unit vectors of the embedding space; "
                 "raise embedding_dim."
             )
         self._check_norm_samples(X.shape[0], "training")
+
+    def _resolve_embedding_dim(self, n_features):
+        """``embedding_dim``, with ``"auto"`` resolved (see the parameter's docstring)."""
+        if self.embedding_dim != "auto":
+            return int(self.embedding_dim)
+        return max(self.n_clusters, _AUTO_MIN_DIM, min(n_features, _AUTO_MAX_DIM))
 
     def _check_norm_samples(self, n_samples, what):
         if self.embedding_norm is not None and n_samples < 2:
@@ -305,7 +340,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
 
     # ----------------------------------------------------------------- helpers
     def _c0(self):
-        return attention.initial_centroids(self.n_clusters, self.embedding_dim, self._dtype(), self.device_)
+        return attention.initial_centroids(self.n_clusters, self.embedding_dim_, self._dtype(), self.device_)
 
     def _embed(self, X):
         return self.encoder_(self._tensor(X))
@@ -358,7 +393,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         """
         if self.embedding_norm is None:
             return
-        body, bn = self.encoder_[0], self.encoder_[1]
+        body, bn = self.encoder_[:-1], self.encoder_[-1]
 
         def moments(xc):
             h = body(self._tensor(xc))
@@ -407,16 +442,35 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         _, self.encoder_, self.blocks_, self.history_, self.n_iter_ = best
         self.labels_ = self._adapt(X)
 
+    def _input_projection(self, X):
+        """The fixed principal-subspace projection in front of a narrow linear encoder, or None.
+
+        Only for ``input_projection="pca"``, a linear encoder and an embedding
+        narrower than the input: ``r = min(embedding_dim_, n_samples)`` axes of
+        the training data, so that the encoder (``embedding_dim_ x r``, kept a
+        scaled isometry) loses nothing of the projected data.
+        """
+        d = X.shape[1]
+        if self.input_projection is None or len(self.hidden_dims) > 0 or self.embedding_dim_ >= d:
+            return None
+        mean, comps = attention.principal_axes(X, min(self.embedding_dim_, X.shape[0]))
+        return attention.InputProjection(mean, comps)
+
     def _new_networks(self, X, torch_gen):
         """A freshly initialised encoder and ``n_blocks`` blocks on the working device."""
-        dims = [X.shape[1], *(int(h) for h in self.hidden_dims), self.embedding_dim]  # checked in fit
+        b = self.embedding_dim_
+        projection = self._input_projection(X)
+        d_in = X.shape[1] if projection is None else projection.components.shape[0]
+        dims = [d_in, *(int(h) for h in self.hidden_dims), b]  # checked in fit
         encoder = init_module(mlp(dims), torch_gen)
+        if projection is not None:
+            encoder = torch.nn.Sequential(projection, encoder)
         if self.embedding_norm == "batch":
-            encoder = torch.nn.Sequential(encoder, torch.nn.BatchNorm1d(self.embedding_dim, affine=False))
+            encoder = torch.nn.Sequential(encoder, torch.nn.BatchNorm1d(b, affine=False))
         elif self.embedding_norm == "scalar":
-            encoder = torch.nn.Sequential(encoder, attention.ScalarNorm(self.embedding_dim))
+            encoder = torch.nn.Sequential(encoder, attention.ScalarNorm(b))
         blocks = torch.nn.ModuleList(
-            CentroidUpdateBlock(self.embedding_dim, symmetric=self.symmetric, activation=self.activation)
+            CentroidUpdateBlock(b, symmetric=self.symmetric, activation=self.activation)
             .reset_parameters(torch_gen)
             for _ in range(self.n_blocks)
         )
@@ -457,7 +511,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
 
         Returns
         -------
-        Z : ndarray of shape (n_samples, embedding_dim)
+        Z : ndarray of shape (n_samples, embedding_dim_)
         """
         X = self._fitted_input(X)
         return self._chunked(lambda xc: self._embed(xc).cpu().numpy(), X)
@@ -494,7 +548,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
 
     @property
     def _n_features_out(self):
-        return int(self.embedding_dim)
+        return int(self.embedding_dim_)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
