@@ -28,7 +28,7 @@ CURVES = [
 
 
 def print_table(history):
-    keys = ["iteration", *[k for k, _ in CURVES]]
+    keys = ["epoch", *[k for k, _ in CURVES]]
     print(" ".join(f"{k:>14}" for k in keys))
     step = max(1, len(history) // 20)
     for h in history[::step] + ([history[-1]] if (len(history) - 1) % step else []):
@@ -69,7 +69,7 @@ def main():
         print_table(model.history_)
         return
 
-    it = [h["iteration"] for h in model.history_]
+    it = [h["epoch"] for h in model.history_]  # generator steps done
     fig, axes = plt.subplots(1, len(CURVES) + 1, figsize=(4 * (len(CURVES) + 1), 3.6))
     for ax, (key, title) in zip(axes, CURVES):
         ax.plot(it, [h[key] for h in model.history_])

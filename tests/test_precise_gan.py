@@ -1,12 +1,15 @@
 """PreciseFeatureGAN: the behaviours specific to the cluster-conditioned WGAN-GP."""
 
 import copy
+import re
 
 import numpy as np
 import pytest
 import torch
 from sklearn.datasets import load_digits, make_blobs
 
+from sktransfer_cluster import base
+from sktransfer_cluster.cluster import precise_gan
 from sktransfer_cluster.cluster.precise_gan import PreciseFeatureGAN, eta_schedule
 from sktransfer_cluster.datasets import make_gaussian_ring
 from sktransfer_cluster.losses import gradient_penalty
@@ -93,6 +96,88 @@ def test_default_stair_length_gives_thirty_stairs_over_the_run(blobs):
     assert model.history_[-1]["eta"] == pytest.approx(10.0 * 1.2**29)
 
 
+# ------------------------------------------------------------------ validation
+
+
+def _fitted_state(model):
+    return model.labels_.copy(), copy.deepcopy(model.classifier_.state_dict()), list(model.history_)
+
+
+def _assert_unchanged(model, state, X):
+    labels, classifier, history = state
+    np.testing.assert_array_equal(model.labels_, labels)
+    for key, value in classifier.items():
+        assert torch.equal(model.classifier_.state_dict()[key], value)
+    assert model.history_ == history
+    np.testing.assert_array_equal(model.predict(X), labels)
+
+
+@pytest.mark.parametrize("name", ["hidden_dims", "conv_channels"])
+@pytest.mark.parametrize("bad", [(0,), (2.5,), (-3,), "64", (8, True)])
+def test_bad_layer_widths_raise_a_clear_error_and_leave_the_estimator_usable(tiny_model, blobs, name, bad):
+    model = copy.deepcopy(tiny_model)
+    state = _fitted_state(model)
+    # A string is refused by the parameter constraints, the rest by the width check.
+    with pytest.raises(ValueError, match=rf"{name}.* must be .*tuple.*[gG]ot {re.escape(repr(bad))}"):
+        model.set_params(**{name: bad}).fit(blobs[0])
+    _assert_unchanged(model, state, blobs[0])
+    model.set_params(hidden_dims=(8,), conv_channels=(4,)).fit(blobs[0])
+    assert model.labels_.shape == (blobs[0].shape[0],)
+
+
+def test_conv_architecture_needs_at_least_one_channel(blobs):
+    X = load_digits().data[:40] / 16.0
+    with pytest.raises(ValueError, match="conv_channels must hold at least one width"):
+        PreciseFeatureGAN(n_clusters=2, architecture="conv", image_shape=(8, 8), conv_channels=(),
+                          **{k: v for k, v in TINY.items() if k != "hidden_dims"}).fit(X)
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        (dict(cluster_weights=[0.5, 0.5]), "cluster_weights"),
+        (dict(betas=(0.5, 1.0)), "betas"),
+        (dict(architecture="conv", image_shape=(3, 3)), "image_shape"),
+        (dict(n_clusters=91), "n_samples=90 should be >= n_clusters=91"),
+    ],
+)
+def test_data_dependent_checks_run_before_training_and_leave_a_fitted_model_unchanged(
+    tiny_model, blobs, params, match
+):
+    model = copy.deepcopy(tiny_model)
+    state = _fitted_state(model)
+    trained = []
+    model._train = lambda *args: trained.append(args)
+    with pytest.raises(ValueError, match=match):
+        model.set_params(**params).fit(blobs[0])
+    assert trained == []
+    _assert_unchanged(model, state, blobs[0])
+
+
+def test_transfer_rejects_fewer_rows_than_clusters(tiny_model, blobs):
+    model = copy.deepcopy(tiny_model)
+    with pytest.raises(ValueError, match="n_samples=2 should be >= n_clusters=3"):
+        model.transfer(blobs[0][:2])
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "3"])
+def test_transfer_iter_must_be_a_positive_int(tiny_model, blobs, bad):
+    model = copy.deepcopy(tiny_model)
+    state = _fitted_state(model)
+    with pytest.raises(ValueError, match=r"transfer_iter must be an int >= 1, got"):
+        model.transfer(blobs[0], transfer_iter=bad)
+    _assert_unchanged(model, state, blobs[0])
+
+
+def test_equal_random_state_gives_bit_identical_fits_in_one_process(blobs):
+    fits = [PreciseFeatureGAN(n_clusters=3, random_state=5, log_every=1, **TINY).fit(blobs[0])
+            for _ in range(2)]
+    np.testing.assert_array_equal(fits[0].labels_, fits[1].labels_)
+    assert fits[0].history_ == fits[1].history_
+    for a, b in zip(fits[0].generator_.parameters(), fits[1].generator_.parameters()):
+        assert torch.equal(a, b)
+
+
 # ------------------------------------------------------------------ prior and sampling
 
 
@@ -150,6 +235,23 @@ def test_predict_proba_rows_sum_to_one_and_argmax_is_predict(tiny_model, blobs):
     np.testing.assert_array_equal(proba.argmax(axis=1), tiny_model.predict(blobs[0]))
 
 
+def test_labels_map_to_the_classifier_ids_in_increasing_order(tiny_model, blobs):
+    X = blobs[0]
+    ids = tiny_model.classifier_(tiny_model._prep(X)).argmax(1).numpy()
+    assert list(tiny_model.cluster_ids_) == sorted(set(ids))
+    np.testing.assert_array_equal(tiny_model.cluster_ids_[tiny_model.labels_], ids)
+
+
+def test_labels_and_samples_do_not_depend_on_the_chunk_size(tiny_model, blobs, monkeypatch):
+    model = copy.deepcopy(tiny_model)
+    labels, (X_new, ids) = model._assign(model._prep(blobs[0])), model.sample(50, random_state=4)
+    monkeypatch.setattr(precise_gan, "chunked", lambda fn, X: base.chunked(fn, X, chunk_size=7))
+    np.testing.assert_array_equal(model._assign(model._prep(blobs[0])), labels)
+    X_chunked, ids_chunked = model.sample(50, random_state=4)
+    np.testing.assert_array_equal(X_chunked, X_new)
+    np.testing.assert_array_equal(ids_chunked, ids)
+
+
 def test_labels_are_consecutive_when_some_ids_are_never_predicted(tiny_model, blobs):
     model = copy.deepcopy(tiny_model)
     X = blobs[0]
@@ -178,13 +280,42 @@ def test_score_is_the_mean_log_max_posterior(tiny_model, blobs):
 def test_history_holds_the_training_curves(blobs):
     model = PreciseFeatureGAN(n_clusters=3, random_state=0, log_every=2, **{**TINY, "n_iter": 5})
     model.fit(blobs[0])
-    assert [h["iteration"] for h in model.history_] == [2, 4, 5]
+    assert [h["epoch"] for h in model.history_] == [2, 4, 5]
     keys = {"wasserstein", "critic_loss", "gradient_penalty", "classifier_loss", "fake_accuracy",
-            "generator_loss", "eta", "real_entropy"}
+            "loss", "eta", "real_entropy"}
     for h in model.history_:
         assert keys <= set(h) and h["phase"] == "fit"
         assert 0.0 <= h["fake_accuracy"] <= 1.0
     assert model.n_iter_ == 5
+
+
+def test_every_history_record_has_phase_epoch_and_loss(blobs):
+    model = PreciseFeatureGAN(n_clusters=3, random_state=0, log_every=2, **{**TINY, "n_iter": 5})
+    model.fit(blobs[0]).transfer(blobs[0] + 1.0, transfer_iter=3)
+    assert [h["phase"] for h in model.history_] == ["fit"] * 3 + ["transfer"] * 2
+    for h in model.history_:
+        assert {"phase", "epoch", "loss"} <= set(h)
+        assert isinstance(h["epoch"], int) and isinstance(h["loss"], float)
+
+
+def test_history_epoch_counts_generator_steps_and_loss_is_their_mean_generator_loss(blobs):
+    # log_every changes only the logging, not the training: the same steps are averaged.
+    per_step = PreciseFeatureGAN(n_clusters=3, random_state=0, log_every=1, **{**TINY, "n_iter": 7})
+    grouped = PreciseFeatureGAN(n_clusters=3, random_state=0, log_every=3, **{**TINY, "n_iter": 7})
+    steps, groups = per_step.fit(blobs[0]).history_, grouped.fit(blobs[0]).history_
+    assert [h["epoch"] for h in steps] == list(range(1, 8))
+    assert [h["epoch"] for h in groups] == [3, 6, 7]
+    for h, (lo, hi) in zip(groups, [(0, 3), (3, 6), (6, 7)]):
+        for key in ("loss", "critic_loss", "wasserstein", "classifier_loss", "fake_accuracy"):
+            assert h[key] == pytest.approx(np.mean([s[key] for s in steps[lo:hi]]), rel=1e-6)
+        assert h["eta"] == steps[hi - 1]["eta"]
+
+
+def test_history_marks_the_critic_curves_missing_without_critic_steps(blobs):
+    model = PreciseFeatureGAN(n_clusters=3, random_state=0, log_every=2, **{**TINY, "n_critic": 0})
+    for h in model.fit(blobs[0]).history_:
+        assert np.isnan([h["critic_loss"], h["wasserstein"], h["gradient_penalty"]]).all()
+        assert np.isfinite([h["loss"], h["classifier_loss"], h["real_entropy"]]).all()
 
 
 def test_diverging_training_raises_floating_point_error_naming_the_step(blobs):

@@ -1,0 +1,205 @@
+"""The plain pieces of the cluster-conditioned WGAN-GP of Gan et al.
+
+*Learning the Precise Feature for Cluster Assignment*: the staircase trade-off
+``eta_t``, the three networks (generator ``G``, critic ``D``, classifier ``C``),
+the generator's input ``[one_hot(y), z]`` and one update of each network as in
+Algorithm 1. Functions of tensors and modules only; the estimator
+:class:`~sktransfer_cluster.cluster.precise_gan.PreciseFeatureGAN` drives them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .losses import gradient_penalty
+from .nn import ConvGenerator, ConvNet, init_module, mlp
+
+__all__ = [
+    "eta_schedule",
+    "default_eta_step",
+    "build_networks",
+    "draw_ids",
+    "latent",
+    "critic_step",
+    "classifier_step",
+    "generator_step",
+    "mean_entropy",
+    "set_requires_grad",
+    "standardization",
+    "check_image_shape",
+]
+
+
+def eta_schedule(t, eta=10.0, gamma=1.2, step=30000):
+    """The staircase trade-off ``eta_t = eta * gamma ** floor(t / step)``.
+
+    Parameters
+    ----------
+    t : int or ndarray of int
+        Generator step, counted from 0.
+    eta : float, default=10.0
+        Initial value.
+    gamma : float, default=1.2
+        Factor applied every ``step`` steps.
+    step : int, default=30000
+        Length of a stair.
+
+    Returns
+    -------
+    float or ndarray
+
+    Examples
+    --------
+    >>> from sktransfer_cluster.gan import eta_schedule
+    >>> [round(eta_schedule(t, 10.0, 1.2, 3), 2) for t in range(7)]
+    [10.0, 10.0, 10.0, 12.0, 12.0, 12.0, 14.4]
+    """
+    out = eta * gamma ** (np.asarray(t) // int(step))
+    return float(out) if out.ndim == 0 else out
+
+
+def default_eta_step(n_steps):
+    """The paper's ratio ``tau / N = 30,000 / 900,000``: at most 30 stairs over a run.
+
+    Examples
+    --------
+    >>> default_eta_step(900_000), default_eta_step(1000), default_eta_step(5)
+    (30000, 34, 1)
+    """
+    return max(1, -(-int(n_steps) // 30))
+
+
+def build_networks(n_features, n_clusters, noise_dim, *, architecture="mlp", hidden_dims=(),
+                   image_shape=None, conv_channels=(), generator=None):
+    """Initialised ``(G, D, C)``: generator, critic and classifier.
+
+    ``G`` maps ``n_clusters + noise_dim`` inputs to a sample, ``D`` a sample to
+    one value and ``C`` a sample to ``n_clusters`` logits. ``"mlp"``: ReLU
+    MLPs with ``hidden_dims``; ``"conv"``: 5x5 stride-2 convolutions with
+    ``conv_channels`` on images of ``image_shape`` (the paper's Fig. 2, scaled
+    down), mirrored by ``G``'s transposed convolutions. Weights are drawn from
+    ``generator`` in the order G, D, C.
+    """
+    d_in = n_clusters + noise_dim
+    if architecture == "mlp":
+        hidden = list(hidden_dims)
+        nets = (mlp([d_in, *hidden, n_features]), mlp([n_features, *hidden, 1]),
+                mlp([n_features, *hidden, n_clusters]))
+    else:
+        ch = list(conv_channels)
+        nets = (ConvGenerator(d_in, image_shape, ch), ConvNet(image_shape, ch, 1),
+                ConvNet(image_shape, ch, n_clusters))
+    return tuple(init_module(m, generator) for m in nets)
+
+
+def standardization(X):
+    """Per-feature centre and one global scale of ``X`` (2-D ndarray).
+
+    The scale is the root mean square of the centred entries (1 when they are
+    all 0): one scale for every feature keeps the geometry of the data.
+    """
+    shift = X.mean(axis=0)
+    scale = float(np.sqrt(((X - shift) ** 2).mean()))
+    return shift, scale if scale > 0 else 1.0
+
+
+def check_image_shape(image_shape, n_features):
+    """``image_shape`` as a tuple of ints, after checking that it holds ``n_features`` values."""
+    if image_shape is None:
+        raise ValueError("architecture='conv' needs image_shape=(h, w) or (c, h, w).")
+    shape = tuple(int(s) for s in image_shape)
+    if len(shape) not in (2, 3) or min(shape) < 1:
+        raise ValueError(f"image_shape must be (h, w) or (c, h, w), got {image_shape!r}.")
+    if int(np.prod(shape)) != n_features:
+        raise ValueError(
+            f"image_shape={image_shape!r} holds {int(np.prod(shape))} values but X has "
+            f"{n_features} features; rows of X must be the flattened images."
+        )
+    return shape
+
+
+def draw_ids(n, n_clusters, prior=None, generator=None, device=None):
+    """``n`` cluster ids from ``prior`` (uniform when None), drawn on the CPU ``generator``."""
+    if prior is None:
+        ids = torch.randint(n_clusters, (n,), generator=generator)
+    else:
+        ids = torch.multinomial(torch.as_tensor(prior, dtype=torch.float64), n, replacement=True,
+                                generator=generator)
+    return ids.to(device)
+
+
+def latent(ids, n_clusters, noise_dim, generator=None, *, dtype, zero_noise=False):
+    """``G``'s input ``[one_hot(ids), z]``, ``z ~ N(0, I)`` (or 0) of width ``noise_dim``.
+
+    The noise is drawn on the CPU ``generator`` and moved to the device of ``ids``.
+    """
+    onehot = F.one_hot(ids, n_clusters).to(dtype)
+    if noise_dim == 0:
+        return onehot
+    shape = (ids.shape[0], noise_dim)
+    if zero_noise:
+        z = torch.zeros(shape, dtype=dtype, device=ids.device)
+    else:
+        z = torch.randn(shape, generator=generator, dtype=dtype).to(ids.device)
+    return torch.cat([onehot, z], dim=1)
+
+
+def _update(optimizer, loss):
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
+def critic_step(critic, optimizer, real, fake, gp_weight, generator=None):
+    """One WGAN-GP update of the critic (Alg. 1, lines 2-11).
+
+    Minimises ``E[D(fake)] - E[D(real)] + gp_weight * E[(||grad D(x_hat)|| - 1)^2]``.
+
+    Returns
+    -------
+    loss, wasserstein, penalty : torch.Tensor (detached scalars)
+        The loss, the estimate ``E[D(real)] - E[D(fake)]`` of the Wasserstein
+        distance and the penalty, before the update.
+    """
+    wasserstein = critic(real).mean() - critic(fake).mean()
+    penalty = gradient_penalty(critic, real, fake, weight=gp_weight, generator=generator)
+    loss = penalty - wasserstein
+    _update(optimizer, loss)
+    return loss.detach(), wasserstein.detach(), penalty.detach()
+
+
+def classifier_step(classifier, optimizer, fake, ids):
+    """One cross-entropy update of ``C`` on generated samples labelled by their ids (lines 12-20).
+
+    Returns the detached loss and the accuracy of ``C`` on ``fake``, before the update.
+    """
+    logits = classifier(fake)
+    loss = F.cross_entropy(logits, ids)
+    _update(optimizer, loss)
+    return loss.detach(), (logits.detach().argmax(1) == ids).to(fake.dtype).mean()
+
+
+def generator_step(critic, classifier, optimizer, fake, ids, eta):
+    """One update of ``G`` on ``-E[D(G(y, z))] + eta * CE(C(G(y, z)), y)`` (lines 21-29).
+
+    ``fake = G(y, z)`` must carry the generator's graph; ``D`` and ``C`` should
+    not require gradients. Returns the detached loss, before the update.
+    """
+    loss = -critic(fake).mean() + eta * F.cross_entropy(classifier(fake), ids)
+    _update(optimizer, loss)
+    return loss.detach()
+
+
+@torch.no_grad()
+def mean_entropy(classifier, X):
+    """Mean entropy of the posterior ``softmax(C(x))`` over the rows of ``X``."""
+    log_p = F.log_softmax(classifier(X), dim=1)
+    return float(-(log_p.exp() * log_p).sum(1).mean())
+
+
+def set_requires_grad(module, flag):
+    """Switch gradients of every parameter of ``module`` on or off."""
+    for p in module.parameters():
+        p.requires_grad_(flag)
