@@ -10,7 +10,7 @@ from sklearn.datasets import make_blobs
 
 import sktransfer_cluster.cluster.ccn as ccn_module
 from sktransfer_cluster.base import chunked, minibatches
-from sktransfer_cluster.cluster.ccn import CCNCluster
+from sktransfer_cluster.cluster.ccn import PAPER_PARAMS, CCNCluster
 from sktransfer_cluster.datasets import load_digits_transfer
 from sktransfer_cluster.losses import kcl_loss, mcl_loss, pairwise_kl_detached
 from sktransfer_cluster.metrics import clustering_accuracy, n_dominant_clusters
@@ -25,6 +25,7 @@ FAST = dict(
     pair_hidden=16,
     similarity_epochs=20,
     clustering_epochs=40,
+    n_similarity_nets=1,  # one G keeps the tests fast (the default is 3)
     batch_size=40,
     device="cpu",
     random_state=0,
@@ -292,15 +293,66 @@ def test_transfer_to_unseen_digit_classes_beats_chance():
 
 def test_n_clusters_is_estimated_with_an_over_large_upper_bound():
     Xs, ys, Xt, yt = _blob_task()
-    est = CCNCluster(n_clusters=12, **FAST).fit(Xs, ys)
+    est = CCNCluster(n_clusters=12, estimate_n_clusters=True, **FAST).fit(Xs, ys)
     labels = est.transfer(Xt)
     assert est.n_clusters_ == 3
     assert clustering_accuracy(yt, labels) > 0.9
 
 
+def test_with_the_number_of_clusters_known_every_cluster_is_used():
+    Xs, ys, Xt, yt = _blob_task()
+    est = CCNCluster(n_clusters=3, **FAST).fit(Xs, ys)
+    labels = est.transfer(Xt)
+    assert np.unique(labels).tolist() == [0, 1, 2]
+    assert est.n_clusters_ == 3
+    assert clustering_accuracy(yt, labels) > 0.9
+
+
+@pytest.mark.parametrize(
+    "estimate, neighbors, balance", [(False, 10, 1.0), (True, 120, 0.0)]  # 150 rows: ceil(150 / 15)
+)
+def test_auto_settings_follow_whether_n_clusters_is_exact_or_an_upper_bound(estimate, neighbors, balance):
+    Xs, ys, Xt, _ = _blob_task()
+    params = dict(FAST, similarity_epochs=1, clustering_epochs=1)
+    est = CCNCluster(n_clusters=4, estimate_n_clusters=estimate, **params).fit(Xs, ys)
+    assert est.get_params()["similar_neighbors"] == "auto"
+    assert (est.similar_neighbors_, est.balance_weight_) == (neighbors, balance)
+    # transfer resolves them again from the current parameters.
+    est.set_params(estimate_n_clusters=not estimate).transfer(Xt)
+    assert est.similar_neighbors_ != neighbors and est.balance_weight_ != balance
+
+
+def test_auto_neighbours_of_a_known_number_of_clusters_grow_with_the_rows_clustered():
+    Xs, ys, Xt, _ = _blob_task()
+    est = CCNCluster(n_clusters=3, **dict(FAST, similarity_epochs=1, clustering_epochs=1)).fit(Xs, ys)
+    est.transfer(Xt[:91])
+    assert est.similar_neighbors_ == 7  # ceil(91 / 15)
+
+
+@pytest.mark.parametrize("estimate", [False, True])
+def test_explicit_neighbours_and_balance_weight_are_used_as_given(estimate):
+    Xs, ys, _, _ = _blob_task()
+    params = dict(FAST, similarity_epochs=1, clustering_epochs=1)
+    est = CCNCluster(4, estimate_n_clusters=estimate, similar_neighbors=None, balance_weight=0.5, **params)
+    est.fit(Xs, ys)
+    assert (est.similar_neighbors_, est.balance_weight_) == (None, 0.5)
+
+
+def test_paper_params_give_the_papers_kcl_path_with_one_g():
+    Xs, ys, Xt, _ = _blob_task()
+    est = CCNCluster(3, **{**FAST, **PAPER_PARAMS, "similarity_epochs": 1}).fit(Xs, ys)
+    est.transfer(Xt)
+    assert est.criterion == "kcl" and isinstance(est.similarity_net_, SimilarityNetwork)
+    assert (est.similar_neighbors_, est.balance_weight_) == (None, 0.0)
+    assert est.n_iter_ == PAPER_PARAMS["clustering_epochs"] == 40
+    # The defaults depart from exactly these parameters.
+    defaults = CCNCluster().get_params()
+    assert all(defaults[name] != value for name, value in PAPER_PARAMS.items())
+
+
 def test_labels_are_consecutive_in_output_order_and_predict_reuses_the_map():
     Xs, ys, Xt, _ = _blob_task()
-    est = CCNCluster(n_clusters=12, **FAST).fit(Xs, ys)
+    est = CCNCluster(n_clusters=12, estimate_n_clusters=True, **FAST).fit(Xs, ys)
     labels = est.transfer(Xt)
     counts = np.bincount(labels)
     np.testing.assert_array_equal(np.unique(labels), np.arange(counts.shape[0]))
@@ -319,7 +371,7 @@ def test_labels_are_consecutive_in_output_order_and_predict_reuses_the_map():
 
 def test_n_clusters_found_counts_the_dominant_clusters_whatever_the_label_order():
     Xs, ys, Xt, _ = _blob_task()
-    est = CCNCluster(n_clusters=12, **FAST).fit(Xs, ys)
+    est = CCNCluster(n_clusters=12, estimate_n_clusters=True, **FAST).fit(Xs, ys)
     labels = est.transfer(Xt)
     assert est.n_clusters_ == n_dominant_clusters(labels, n_clusters=12)
     sizes = np.bincount(labels)
@@ -364,7 +416,7 @@ def test_nan_loss_raises_floating_point_error_naming_the_epoch():
 # ------------------------------------------------ G ensemble and second-order pair labels
 def test_similarity_ensemble_averages_the_members_probabilities():
     Xs, ys, Xt, _ = _blob_task()
-    est = CCNCluster(n_clusters=3, **{**FAST, "clustering_epochs": 2, "similarity_epochs": 3}, n_similarity_nets=3)
+    est = CCNCluster(n_clusters=3, **{**FAST, "clustering_epochs": 2, "similarity_epochs": 3, "n_similarity_nets": 3})
     est.fit(Xs, ys)
     g = est.similarity_net_
     assert len(g.members) == 3
@@ -397,11 +449,11 @@ def test_second_order_labels_join_pairs_with_the_same_neighbours():
 
 def test_second_order_threshold_trains_and_defaults_keep_the_paper_labels():
     Xs, ys, Xt, yt = _blob_task()
-    base = CCNCluster(n_clusters=12, **FAST).fit(Xs, ys)
+    base = CCNCluster(n_clusters=12, estimate_n_clusters=True, **FAST).fit(Xs, ys)
     ref = base.transfer(Xt)
-    same = CCNCluster(n_clusters=12, second_order_threshold=None, n_similarity_nets=1, **FAST).fit(Xs, ys)
+    same = CCNCluster(n_clusters=12, estimate_n_clusters=True, second_order_threshold=None, **FAST).fit(Xs, ys)
     np.testing.assert_array_equal(same.transfer(Xt), ref)
-    est = CCNCluster(n_clusters=12, second_order_threshold=0.5, **FAST).fit(Xs, ys)
+    est = CCNCluster(n_clusters=12, estimate_n_clusters=True, second_order_threshold=0.5, **FAST).fit(Xs, ys)
     labels = est.transfer(Xt)
     assert est.n_clusters_ == 3
     assert clustering_accuracy(yt, labels) > 0.9
@@ -469,7 +521,7 @@ def test_mcl_mean_averages_over_known_pairs_and_matches_the_per_pair_definition(
 
 def test_criterion_mcl_clusters_unseen_blobs_and_finds_their_number():
     Xs, ys, Xt, yt = _blob_task()
-    est = CCNCluster(n_clusters=12, criterion="mcl", **FAST).fit(Xs, ys)
+    est = CCNCluster(n_clusters=12, estimate_n_clusters=True, criterion="mcl", **FAST).fit(Xs, ys)
     labels = est.transfer(Xt)
     assert est.n_clusters_ == 3
     assert clustering_accuracy(yt, labels) > 0.9
@@ -496,6 +548,9 @@ def test_similar_neighbors_clusters_unseen_blobs():
         ({"similar_neighbors": 0}, "similar_neighbors"),
         ({"balance_weight": -1.0}, "balance_weight"),
         ({"n_init": 0}, "n_init"),
+        ({"balance_weight": "on"}, "balance_weight"),
+        ({"similar_neighbors": "all"}, "similar_neighbors"),
+        ({"estimate_n_clusters": "yes"}, "estimate_n_clusters"),
     ],
 )
 def test_new_parameters_are_validated(params, name):
@@ -506,7 +561,7 @@ def test_new_parameters_are_validated(params, name):
 
 def test_balance_weight_spreads_samples_that_g_calls_all_similar_over_the_outputs():
     Xs, ys, Xt, _ = _blob_task()
-    est = CCNCluster(n_clusters=3, **FAST).fit(Xs, ys)
+    est = CCNCluster(n_clusters=3, balance_weight=0.0, similar_neighbors=None, **FAST).fit(Xs, ys)
     # A G that calls every pair similar: the pair loss alone puts everything in one cluster.
     est._pair_targets = lambda g, xb: torch.ones(xb.shape[0], xb.shape[0], dtype=torch.long)
     est.set_params(criterion="mcl")
@@ -573,7 +628,7 @@ def test_similarity_hidden_dims_none_uses_hidden_dims():
 def test_every_history_record_has_phase_epoch_and_loss_and_fs_records_their_start():
     Xs, ys, Xt, _ = _blob_task()
     params = dict(FAST, similarity_epochs=2, clustering_epochs=3)
-    est = CCNCluster(n_clusters=3, n_init=2, n_similarity_nets=2, **params).fit(Xs, ys)
+    est = CCNCluster(n_clusters=3, n_init=2, **dict(params, n_similarity_nets=2)).fit(Xs, ys)
     est.transfer(Xt)
     assert all({"phase", "epoch", "loss"} <= set(h) for h in est.history_)
     assert all(isinstance(h["loss"], float) and math.isfinite(h["loss"]) for h in est.history_)
@@ -671,7 +726,7 @@ def _interrupt_once(fn, when):
 def test_a_kept_interrupt_of_g_trains_no_further_similarity_net_and_no_clustering_epoch():
     Xs, ys, _, _ = _blob_task()
     params = dict(FAST, similarity_epochs=3, clustering_epochs=2, keep_best=True)
-    est = CCNCluster(n_clusters=3, n_similarity_nets=3, n_init=3, **params)
+    est = CCNCluster(n_clusters=3, n_init=3, **dict(params, n_similarity_nets=3))
     # Interrupt in the second epoch of the first G.
     est._pair_class_weight = _interrupt_once(est._pair_class_weight, lambda: len(est.history_) == 1)
     with pytest.warns(UserWarning, match="interrupted during similarity"):
