@@ -31,6 +31,7 @@ __all__ = [
     "ClusteringCritic",
     "ConvNet",
     "ConvGenerator",
+    "ConvAutoEncoder",
 ]
 
 
@@ -446,6 +447,51 @@ class ConvGenerator(nn.Module):
     def forward(self, z):
         x = self.project(z).reshape(z.shape[0], *self.start)
         return self.deconv(x).flatten(1)
+
+
+class ConvAutoEncoder(nn.Module):
+    """Convolutional autoencoder for flat image rows: :class:`ConvNet` in, :class:`ConvGenerator` out.
+
+    The encoder maps a row of ``c * h * w`` pixels through 5x5 stride-2
+    convolutions (``channels``) and a linear layer to a code of ``code_dim``;
+    the decoder mirrors it back to a flat row. Same interface as
+    :class:`AutoEncoder`: ``forward(x)`` returns ``(code, reconstruction)``.
+
+    Parameters
+    ----------
+    n_features : int
+        Row width; must equal ``c * h * w``.
+    image_shape : tuple of int
+        ``(h, w)`` or ``(c, h, w)``; rows are read channel-major.
+    channels : sequence of int, default=(16, 32)
+        Channels of each convolution, image side first.
+    code_dim : int, default=10
+
+    Raises
+    ------
+    ValueError
+        If ``image_shape`` is malformed or does not hold ``n_features`` pixels,
+        or ``channels`` is empty.
+    """
+
+    def __init__(self, n_features, image_shape, channels=(16, 32), code_dim=10):
+        super().__init__()
+        shape = _image_shape(image_shape)
+        if math.prod(shape) != int(n_features):
+            raise ValueError(
+                f"image_shape {tuple(image_shape)!r} holds {math.prod(shape)} pixels but X has "
+                f"{int(n_features)} features; pass the shape of one image, e.g. (28, 28) for 784 features."
+            )
+        channels = [int(ch) for ch in channels]
+        if not channels:
+            raise ValueError("channels must name at least one convolution.")
+        self.image_shape = shape
+        self.encoder = ConvNet(shape, channels, int(code_dim))
+        self.decoder = ConvGenerator(int(code_dim), shape, channels)
+
+    def forward(self, x):
+        z = self.encoder(x)
+        return z, self.decoder(z)
 
 
 # ------------------------------------------------- clique-graph GAE and set critic (C2M)

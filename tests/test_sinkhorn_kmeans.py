@@ -17,7 +17,7 @@ from sklearn.preprocessing import StandardScaler
 
 from sktransfer_cluster import SinkhornKMeans
 from sktransfer_cluster.base import TrainingRun
-from sktransfer_cluster.nn import AutoEncoder
+from sktransfer_cluster.nn import AutoEncoder, ConvAutoEncoder
 
 FAST = dict(n_init=3, device="cpu", random_state=0)
 AE = dict(embedding="autoencoder", hidden_dims=(16, 2), batch_size=60, **FAST)
@@ -172,7 +172,7 @@ def test_transfer_with_fine_tuning_keeps_the_source_model_as_start(blobs):
         ((-3,), "hidden_dims must be a tuple of positive ints"),
         ((16, -3), "hidden_dims must be a tuple of positive ints"),
         ((), r"hidden_dims must be a tuple of positive ints \(at least one\)"),
-        ("16", "'hidden_dims' parameter of SinkhornKMeans must be an instance of 'tuple' or"),
+        ("16", r"'hidden_dims' parameter of SinkhornKMeans must be .*a str among \{'auto'\}"),
     ],
 )
 def test_hidden_dims_must_be_a_non_empty_tuple_of_positive_ints(blobs, bad, message):
@@ -294,3 +294,75 @@ def test_default_fit_on_easy_blobs_emits_no_convergence_warning():
         km.score(X)
         km.transport_plan(X)
         km.transfer(X + 1.0)
+
+
+# ------------------------------------------------------- autoencoder defaults and image_shape
+
+
+def test_autoencoder_defaults_separate_well_separated_high_dimensional_blobs_into_all_clusters():
+    X, y = make_blobs(n_samples=300, n_features=60, centers=4, cluster_std=1.0, random_state=0)
+    km = SinkhornKMeans(4, embedding="autoencoder", device="cpu", random_state=0).fit(X)
+    assert np.bincount(km.labels_, minlength=4).min() > 0
+    assert adjusted_rand_score(y, km.labels_) > 0.95
+
+
+def test_auto_hidden_dims_is_256_128_10_for_the_mlp(blobs):
+    X, _ = blobs
+    km = SinkhornKMeans(3, **{**AE, "hidden_dims": "auto", "pretrain_epochs": 1, "max_epochs": 1}).fit(X)
+    widths = [m.out_features for m in km.autoencoder_.encoder if hasattr(m, "out_features")]
+    assert widths == [256, 128, 10]
+    assert km.cluster_centers_.shape == (3, 10)
+
+
+@pytest.fixture(scope="module")
+def tiny_images():
+    rng = np.random.default_rng(0)
+    X = rng.random((90, 36)) * 0.1
+    X[:30, :6] += 1.0  # three "images" of 6 x 6 with a bright top row, left column or centre
+    X[30:60, ::6] += 1.0
+    X[60:, [14, 15, 20, 21]] += 1.0
+    return X
+
+
+def test_image_shape_makes_a_conv_autoencoder_with_codes_of_the_last_width(tiny_images):
+    km = SinkhornKMeans(
+        3, **{**AE, "hidden_dims": (4, 8, 5), "image_shape": (6, 6), "pretrain_epochs": 2, "max_epochs": 2}
+    ).fit(tiny_images)
+    assert isinstance(km.autoencoder_, ConvAutoEncoder)
+    assert km.cluster_centers_.shape == (3, 5)
+    assert km.transform(tiny_images[:7]).shape == (7, 3)
+    assert km.predict(tiny_images).shape == (90,)
+
+
+def test_auto_hidden_dims_with_image_shape_is_16_32_channels_and_a_10_wide_code(tiny_images):
+    km = SinkhornKMeans(
+        3, **{**AE, "hidden_dims": "auto", "image_shape": (1, 6, 6), "pretrain_epochs": 1, "max_epochs": 1}
+    ).fit(tiny_images)
+    convs = [m.out_channels for m in km.autoencoder_.encoder.features if hasattr(m, "out_channels")]
+    assert convs == [16, 32]
+    assert km.cluster_centers_.shape == (3, 10)
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        (dict(image_shape=(28, 28)), r"image_shape=\(28, 28\) holds 784 pixels but X has 36 features"),
+        (dict(image_shape=(6,)), r"image_shape must be \(h, w\) or \(c, h, w\)"),
+        (dict(image_shape=(6, 0)), r"image_shape must be \(h, w\) or \(c, h, w\)"),
+        (dict(image_shape=(6, 6.0)), r"image_shape must be \(h, w\) or \(c, h, w\)"),
+        (dict(image_shape=(6, 6), hidden_dims=(10,)), "at least one convolution's channels and the code width"),
+        (dict(image_shape=(6, 6), embedding=None), "image_shape=.* needs embedding='autoencoder'"),
+    ],
+)
+def test_bad_image_shape_is_refused_with_what_to_pass(tiny_images, params, message):
+    km = SinkhornKMeans(3, **{**AE, "pretrain_epochs": 1, "max_epochs": 1, **params})
+    with pytest.raises(ValueError, match=message):
+        km.fit(tiny_images)
+    with pytest.raises(NotFittedError):
+        km.predict(tiny_images)
+
+
+def test_image_shape_is_never_guessed_from_the_data():
+    X = np.random.default_rng(0).random((60, 64))  # 8 x 8 would fit, but nobody said so
+    km = SinkhornKMeans(2, **{**AE, "hidden_dims": "auto", "pretrain_epochs": 1, "max_epochs": 1}).fit(X)
+    assert isinstance(km.autoencoder_, AutoEncoder)

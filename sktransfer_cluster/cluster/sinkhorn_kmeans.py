@@ -22,7 +22,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..base import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_widths, make_generators
 from ..losses import nearest_centre, ot_clustering_loss, regularized_ot_cost, squared_distances
-from ..nn import AutoEncoder, init_module
+from ..nn import AutoEncoder, ConvAutoEncoder, _image_shape, init_module
 from ..ot import plan_from_potentials, sinkhorn_potentials
 
 __all__ = ["SinkhornKMeans"]
@@ -35,6 +35,9 @@ _SINKHORN_TOL = 1e-5
 _SINKHORN_MAX_ITER = 300
 _PLAN_TOL = 1e-9
 _PLAN_MAX_ITER = 20000
+# hidden_dims="auto": MLP encoder widths, and (conv channels..., code) with image_shape.
+_AUTO_MLP_DIMS = (256, 128, 10)
+_AUTO_CONV_DIMS = (16, 32, 10)
 # Check of OT-Lloyd's final plan (a report only): a marginal error above 1e-3
 # (0.1% of the mass off the size prior) moves the centres materially.
 _CHECK_TOL = 1e-3
@@ -101,9 +104,17 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         uniform.
     embedding : {None, "autoencoder"}, default=None
         Cluster raw features, or learn a deep embedding (Algorithm 2).
-    hidden_dims : tuple of int, default=(256, 128, 10)
+    hidden_dims : "auto" or tuple of int, default="auto"
         Encoder widths, at least one, all positive; the last one is the
-        embedding dimension.
+        embedding dimension. With ``image_shape`` the leading entries are the
+        channels of the 5x5 stride-2 convolutions and the last one the code.
+        ``"auto"``: ``(256, 128, 10)`` for the MLP, ``(16, 32, 10)`` with
+        ``image_shape``.
+    image_shape : tuple of int, default=None
+        ``(h, w)`` or ``(c, h, w)`` of one image, rows of X read channel-major
+        (``h * w * c`` must equal the number of features): the autoencoder
+        becomes convolutional (:class:`~sktransfer_cluster.nn.ConvAutoEncoder`).
+        Never inferred from the data; only with ``embedding="autoencoder"``.
     pretrain_epochs : int, default=50
         Autoencoder pre-training epochs (reconstruction only); 0 skips it.
     max_epochs : int, default=50
@@ -186,7 +197,8 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         "epsilon": [Interval(Real, 0, None, closed="neither")],
         "cluster_weights": ["array-like", None],
         "embedding": [StrOptions({"autoencoder"}), None],
-        "hidden_dims": [tuple, list],
+        "hidden_dims": [tuple, list, StrOptions({"auto"})],
+        "image_shape": [tuple, list, None],
         "pretrain_epochs": [Interval(Integral, 0, None, closed="left")],
         "max_epochs": [Interval(Integral, 0, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
@@ -196,7 +208,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         "tol": [Interval(Real, 0, None, closed="left")],
         **COMMON_PARAMETER_CONSTRAINTS,
     }
-    _width_params = ("hidden_dims",)
+    _width_params = ()  # hidden_dims (may be "auto") is checked in _check_params_vs_input
 
     def __init__(
         self,
@@ -205,7 +217,8 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         epsilon=0.01,
         cluster_weights=None,
         embedding=None,
-        hidden_dims=(256, 128, 10),
+        hidden_dims="auto",
+        image_shape=None,
         pretrain_epochs=50,
         max_epochs=50,
         batch_size=300,
@@ -223,6 +236,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         self.cluster_weights = cluster_weights
         self.embedding = embedding
         self.hidden_dims = hidden_dims
+        self.image_shape = image_shape
         self.pretrain_epochs = pretrain_epochs
         self.max_epochs = max_epochs
         self.batch_size = batch_size
@@ -239,8 +253,48 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
     def _check_params_vs_input(self, X, *, reset):
         super()._check_params_vs_input(X, reset=reset)
         if reset:
-            check_widths("hidden_dims", self.hidden_dims, allow_empty=False)
+            if not (isinstance(self.hidden_dims, str) and self.hidden_dims == "auto"):
+                check_widths("hidden_dims", self.hidden_dims, allow_empty=False)
+            if self._check_image_shape(X.shape[1]) is not None and len(self._hidden_dims()) < 2:
+                raise ValueError(
+                    "with image_shape, hidden_dims must hold at least one convolution's channels and the "
+                    f"code width, e.g. (16, 32, 10); got {self.hidden_dims!r}."
+                )
             self._proportions()
+
+    def _check_image_shape(self, n_features):
+        """The validated ``image_shape`` as ``(c, h, w)``, or None; ValueError with what to pass."""
+        if self.image_shape is None:
+            return None
+        if self.embedding != "autoencoder":
+            raise ValueError(
+                f"image_shape={self.image_shape!r} needs embedding='autoencoder' (it shapes the "
+                "convolutional autoencoder); drop it or set embedding='autoencoder'."
+            )
+        shape = tuple(self.image_shape)
+        if len(shape) not in (2, 3) or any(isinstance(v, bool) or not isinstance(v, Integral) or v < 1 for v in shape):
+            raise ValueError(
+                f"image_shape must be (h, w) or (c, h, w) with positive ints, e.g. (28, 28); got {self.image_shape!r}."
+            )
+        shape = _image_shape(shape)
+        if math.prod(shape) != n_features:
+            raise ValueError(
+                f"image_shape={self.image_shape!r} holds {math.prod(shape)} pixels but X has {n_features} "
+                "features; pass the shape of one image (e.g. (28, 28) for 784 features)."
+            )
+        return shape
+
+    def _hidden_dims(self):
+        """Encoder widths, with the ``"auto"`` rule resolved."""
+        if isinstance(self.hidden_dims, str):
+            return _AUTO_CONV_DIMS if self.image_shape is not None else _AUTO_MLP_DIMS
+        return tuple(int(h) for h in self.hidden_dims)
+
+    def _make_autoencoder(self, n_features):
+        dims = self._hidden_dims()
+        if self.image_shape is None:
+            return AutoEncoder(n_features, list(dims))
+        return ConvAutoEncoder(n_features, self._check_image_shape(n_features), dims[:-1], dims[-1])
 
     @staticmethod
     def _check_fine_tune_epochs(value):
@@ -388,7 +442,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
                 _, centers, reg, n_iter = self._lloyd(Xt, init, "the final plan of fit")
             self._finish(Xt, centers, reg, n_iter)
             return
-        ae = AutoEncoder(X.shape[1], list(self.hidden_dims))
+        ae = self._make_autoencoder(X.shape[1])
         self.autoencoder_ = init_module(ae, torch_gen).to(device=self.device_, dtype=self._dtype())
         self._train_embedding(Xt, None, self.pretrain_epochs, torch_gen, "pretrain")
         with torch.no_grad():
