@@ -44,6 +44,7 @@ __all__ = [
     "chunked",
     "compact_labels",
     "check_widths",
+    "check_image_shape",
 ]
 
 # Parameter constraints every estimator shares (sklearn's _parameter_constraints).
@@ -141,6 +142,34 @@ def check_widths(name, widths, *, allow_empty=True):
     if bad or (not widths and not allow_empty):
         raise ValueError(f"{name} must be {what}, layer widths such as (128, 64); got {widths!r}.")
     return tuple(int(w) for w in widths)
+
+
+def check_image_shape(image_shape, n_features):
+    """Validate the shape of one image against the width of X; return it as a tuple of ints.
+
+    Raises
+    ------
+    ValueError
+        If ``image_shape`` is not ``(h, w)`` or ``(c, h, w)`` with positive ints,
+        or does not hold ``n_features`` values; the message says what to pass.
+
+    Examples
+    --------
+    >>> check_image_shape((28, 28), 784)
+    (28, 28)
+    """
+    shape = tuple(image_shape) if hasattr(image_shape, "__iter__") else (image_shape,)
+    if len(shape) not in (2, 3) or any(isinstance(v, bool) or not isinstance(v, Integral) or v < 1 for v in shape):
+        raise ValueError(
+            f"image_shape must be (h, w) or (c, h, w) with positive ints, e.g. (28, 28); got {image_shape!r}."
+        )
+    size = math.prod(int(v) for v in shape)
+    if size != n_features:
+        raise ValueError(
+            f"image_shape={image_shape!r} holds {size} pixels but X has {n_features} features; pass the "
+            "shape of one image, whose flattened pixels are the rows of X (e.g. (28, 28) for 784 features)."
+        )
+    return tuple(int(v) for v in shape)
 
 
 def resolve_device(device):

@@ -28,7 +28,6 @@ __all__ = [
     "mean_entropy",
     "set_requires_grad",
     "standardization",
-    "check_image_shape",
 ]
 
 
@@ -103,21 +102,6 @@ def standardization(X):
     shift = X.mean(axis=0)
     scale = float(np.sqrt(((X - shift) ** 2).mean()))
     return shift, scale if scale > 0 else 1.0
-
-
-def check_image_shape(image_shape, n_features):
-    """``image_shape`` as a tuple of ints, after checking that it holds ``n_features`` values."""
-    if image_shape is None:
-        raise ValueError("architecture='conv' needs image_shape=(h, w) or (c, h, w).")
-    shape = tuple(int(s) for s in image_shape)
-    if len(shape) not in (2, 3) or min(shape) < 1:
-        raise ValueError(f"image_shape must be (h, w) or (c, h, w), got {image_shape!r}.")
-    if int(np.prod(shape)) != n_features:
-        raise ValueError(
-            f"image_shape={image_shape!r} holds {int(np.prod(shape))} values but X has "
-            f"{n_features} features; rows of X must be the flattened images."
-        )
-    return shape
 
 
 def draw_ids(n, n_clusters, prior=None, generator=None, device=None):

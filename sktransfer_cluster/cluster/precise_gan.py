@@ -35,9 +35,9 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
-from ..base import (COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, chunked, compact_labels,
-                    make_generators)
-from ..gan import (build_networks, check_image_shape, classifier_step, critic_step, default_eta_step,
+from ..base import (COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_image_shape, chunked,
+                    compact_labels, make_generators)
+from ..gan import (build_networks, classifier_step, critic_step, default_eta_step,
                    draw_ids, eta_schedule, generator_step, latent, mean_entropy, set_requires_grad,
                    standardization)
 
@@ -307,6 +307,8 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         if self.architecture == "conv":
             if len(self.conv_channels) == 0:
                 raise ValueError(f"conv_channels must hold at least one width, got {self.conv_channels!r}.")
+            if self.image_shape is None:
+                raise ValueError("architecture='conv' needs image_shape=(h, w) or (c, h, w).")
             check_image_shape(self.image_shape, X.shape[1])
 
     # ----------------------------------------------------------------- helpers

@@ -20,7 +20,13 @@ from sklearn.cluster import kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..base import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_widths, make_generators
+from ..base import (
+    COMMON_PARAMETER_CONSTRAINTS,
+    TransferClusterMixin,
+    check_image_shape,
+    check_widths,
+    make_generators,
+)
 from ..losses import nearest_centre, ot_clustering_loss, regularized_ot_cost, squared_distances
 from ..nn import AutoEncoder, ConvAutoEncoder, _image_shape, init_module
 from ..ot import plan_from_potentials, sinkhorn_potentials
@@ -271,18 +277,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
                 f"image_shape={self.image_shape!r} needs embedding='autoencoder' (it shapes the "
                 "convolutional autoencoder); drop it or set embedding='autoencoder'."
             )
-        shape = tuple(self.image_shape)
-        if len(shape) not in (2, 3) or any(isinstance(v, bool) or not isinstance(v, Integral) or v < 1 for v in shape):
-            raise ValueError(
-                f"image_shape must be (h, w) or (c, h, w) with positive ints, e.g. (28, 28); got {self.image_shape!r}."
-            )
-        shape = _image_shape(shape)
-        if math.prod(shape) != n_features:
-            raise ValueError(
-                f"image_shape={self.image_shape!r} holds {math.prod(shape)} pixels but X has {n_features} "
-                "features; pass the shape of one image (e.g. (28, 28) for 784 features)."
-            )
-        return shape
+        return _image_shape(check_image_shape(self.image_shape, n_features))
 
     def _hidden_dims(self):
         """Encoder widths, with the ``"auto"`` rule resolved."""
