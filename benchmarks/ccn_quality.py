@@ -1,7 +1,8 @@
 """CCNCluster quality on the digits cross-task split, beside KMeans measured in the same run.
 
 G is learned on digits 0-4; the clustering network is trained on digits 5-9 with
-K known (5) and unknown (K=20, an upper bound). Reports ACC / NMI, the K error
+K known (``n_clusters=5``) and unknown (``n_clusters=20, estimate_n_clusters=True``:
+an upper bound, whose "auto" parameters resolve accordingly). Reports ACC / NMI, the K error
 |NDC - 5|, G's pair precision/recall on the target, and time per clustering epoch
 against the batch size (each batch holds b^2 pairs).
 
@@ -9,11 +10,13 @@ against the batch size (each batch holds b^2 pairs).
         [--params '{"n_similarity_nets": 5}'] [--name ens5] [--ccn-plus] [--no-timing]
         [--source-dihedral]
 
-The defaults (seeds 0-7, CCNCluster's own parameters) write the canonical
+The defaults (seeds 0-7, CCNCluster's own defaults for every parameter the script does
+not set per run: n_clusters, estimate_n_clusters, device, random_state) write the canonical
 benchmarks/results/ccn/ccn_quality.{json,md}; any other ``--name`` (required with
 ``--params``, ``--source-dihedral`` or other seeds) and every ``--quick`` run write into
 benchmarks/results/ccn/variants/.
-``--params`` sets CCNCluster parameters (JSON); G's pair statistics are those of
+``--params`` sets CCNCluster parameters (JSON; values equal to the estimator's defaults
+are not a variant); G's pair statistics are those of
 ``pairwise_similarity`` (G's probabilities binarised at 0.5, before any
 ``second_order_threshold`` relabelling). ``--source-dihedral`` learns G on
 the source's 8 rotations/reflections, each a class of its own
@@ -37,6 +40,15 @@ from sktransfer_cluster.datasets import dihedral_classes, load_digits_transfer
 from sktransfer_cluster.metrics import clustering_accuracy, n_dominant_clusters
 
 from _common import CANONICAL, add_name_argument, write
+
+# Parameters the script sets for every run itself; --params may not set them.
+_PER_RUN = ("n_clusters", "estimate_n_clusters", "device", "random_state")
+
+
+def _departures(params):
+    """The entries of ``params`` that differ from CCNCluster's defaults (lists compare as tuples)."""
+    defaults = CCNCluster().get_params()
+    return {k: v for k, v in params.items() if json.dumps(v) != json.dumps(defaults[k])}
 
 
 def _pair_stats(P, y):
@@ -65,14 +77,16 @@ def _quality(seed, params, ccn_plus=False, dihedral=False):
     Xt, yt = task.X_target, task.y_target
     rows = []
     t0 = time.perf_counter()
-    # fit's own f (on the source) is not measured here: one start of it is enough.
+    # fit's own f (on the source) is not measured here: one start of it is enough; the
+    # transfers then use the estimator's own n_init unless --params sets it.
     est = CCNCluster(n_clusters=5, device="cpu", random_state=seed, **{**params, "n_init": 1})
-    est.fit(*_source(task, dihedral)).set_params(**params)
+    est.fit(*_source(task, dihedral)).set_params(**{"n_init": CCNCluster().n_init, **params})
     fit_s = time.perf_counter() - t0
     pair = None
     runs = [(K, False) for K in (5, 20)] + ([(K, True) for K in (5, 20)] if ccn_plus else [])
     for K, plus in runs:
-        est.set_params(n_clusters=K)
+        # K=20 is an upper bound: the number of clusters is estimated (n_clusters_).
+        est.set_params(n_clusters=K, estimate_n_clusters=K != 5)
         t0 = time.perf_counter()
         # CCN+: labelled source rows (cross-entropy) in every target batch.
         labels = est.transfer(Xt, source=(task.X_source, task.y_source) if plus else None)
@@ -148,7 +162,7 @@ def _markdown(summary, pairs, timing, args, params):
         + (" --no-timing" if args.no_timing else "")
         + (" --source-dihedral" if args.source_dihedral else "")
         + "`.",
-        f"CCN parameters: {params} (others default).",
+        f"CCN parameters: {params} (others CCNCluster's defaults; K=20 with estimate_n_clusters=True).",
         "",
         "| method | ACC (mean ± sd) | NMI | NDC | K error abs(NDC-5) | seconds |",
         "|---|---|---|---|---|---|",
@@ -192,9 +206,14 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     if args.seeds is None:
         args.seeds = [0] if args.quick else list(range(8))
+    unknown = sorted(set(args.params) - set(CCNCluster().get_params()))
+    if unknown:
+        parser.error(f"--params: {unknown} are not CCNCluster parameters")
+    if set(args.params) & set(_PER_RUN):
+        parser.error(f"--params: the script sets {_PER_RUN} for every run itself")
     # The canonical file is the defaults over seeds 0-7: a study of anything else needs a --name.
     if args.name == CANONICAL["ccn"] and not args.quick and (
-        args.params or args.source_dihedral or args.seeds != list(range(8))
+        _departures(args.params) or args.source_dihedral or args.seeds != list(range(8))
     ):
         parser.error(
             "--params, --source-dihedral and seeds other than 0-7 are variant studies: "

@@ -4,9 +4,10 @@ Zhang & Zhao, *Transferable Deep Clustering Model*: plain functions of tensors
 (and one normalisation module) used by
 :class:`~sktransfer_cluster.cluster.TDCMCluster` -- the block weights
 ``alpha_l``, the starting centroids, the one-shot and the streamed
-(bounded-memory) passes of the blocks, the loss terms and the penalties. The
-block itself is :class:`sktransfer_cluster.nn.CentroidUpdateBlock`. Nothing
-here imports an estimator.
+(bounded-memory) passes of the blocks, the loss terms and the penalties, the
+embedding width rule, and the freshly initialised encoder and blocks. The block
+itself is :class:`sktransfer_cluster.nn.CentroidUpdateBlock`. Nothing here
+imports an estimator.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 from sklearn.cluster import kmeans_plusplus
 
 from .losses import negative_size_entropy, orthogonality_penalty
-from .nn import centroids_from_stats
+from .nn import CentroidUpdateBlock, centroids_from_stats, init_module, mlp
 
 __all__ = [
     "block_weights",
@@ -35,10 +36,18 @@ __all__ = [
     "ScalarNorm",
     "principal_axes",
     "InputProjection",
+    "auto_embedding_dim",
+    "pca_projection",
+    "new_encoder",
+    "new_blocks",
 ]
 
 # Cap on n_chunk * K score entries held at once when adapting centroids on a full data set.
 _ADAPT_ENTRIES = 2**22
+
+# embedding_dim="auto": as wide as the input (a lossless isometry), within these bounds.
+_AUTO_MIN_DIM = 10
+_AUTO_MAX_DIM = 32
 
 
 def block_weights(n_blocks):
@@ -320,3 +329,60 @@ class InputProjection(torch.nn.Module):
 
     def forward(self, x):
         return (x - self.mean) @ self.components.T
+
+
+def auto_embedding_dim(n_clusters, n_features):
+    """``embedding_dim="auto"``: ``max(n_clusters, 10, min(n_features, 32))``.
+
+    As wide as the input, so an isometric encoder of a low-dimensional input
+    loses nothing; wide inputs are reduced to 32 (the blocks hold ``b x b``
+    matrices); never fewer than 10 nor than the ``n_clusters`` orthogonal
+    starting centroids.
+
+    Examples
+    --------
+    >>> auto_embedding_dim(3, 2), auto_embedding_dim(3, 64), auto_embedding_dim(40, 64)
+    (10, 32, 40)
+    """
+    return max(n_clusters, _AUTO_MIN_DIM, min(n_features, _AUTO_MAX_DIM))
+
+
+def pca_projection(X, embedding_dim):
+    """The fixed :class:`InputProjection` of ``X`` for an embedding of ``embedding_dim``, or None.
+
+    None when the embedding is at least as wide as the input; else the top
+    ``r = min(embedding_dim, n_samples)`` principal axes of ``X``, so that a
+    linear encoder (``embedding_dim x r``, kept a scaled isometry) loses
+    nothing of the projected data.
+    """
+    if embedding_dim >= X.shape[1]:
+        return None
+    mean, comps = principal_axes(X, min(embedding_dim, X.shape[0]))
+    return InputProjection(mean, comps)
+
+
+def new_encoder(n_features, hidden_dims, embedding_dim, embedding_norm, projection, generator):
+    """A freshly initialised TDCM encoder: ``[projection ->]`` MLP ``-> normalisation``.
+
+    ``hidden_dims=()`` is a linear (affine) map; ``projection`` (an
+    :class:`InputProjection` or None) comes first; ``embedding_norm``
+    ("batch", "scalar" or None) picks the normalisation of the output. The
+    weights are drawn from ``generator``.
+    """
+    d_in = n_features if projection is None else projection.components.shape[0]
+    encoder = init_module(mlp([d_in, *(int(h) for h in hidden_dims), embedding_dim]), generator)
+    if projection is not None:
+        encoder = torch.nn.Sequential(projection, encoder)
+    if embedding_norm == "batch":
+        encoder = torch.nn.Sequential(encoder, torch.nn.BatchNorm1d(embedding_dim, affine=False))
+    elif embedding_norm == "scalar":
+        encoder = torch.nn.Sequential(encoder, ScalarNorm(embedding_dim))
+    return encoder
+
+
+def new_blocks(n_blocks, dim, symmetric, activation, generator):
+    """``n_blocks`` freshly initialised centroid-updating blocks of width ``dim`` (``generator``'s draws)."""
+    return torch.nn.ModuleList(
+        CentroidUpdateBlock(dim, symmetric=symmetric, activation=activation).reset_parameters(generator)
+        for _ in range(n_blocks)
+    )

@@ -4,25 +4,38 @@ Plain numeric helpers of :class:`~sktransfer_cluster.cluster.CCNCluster` (Hsu, L
 & Kira, ICLR 2018): minibatches drawn from a few classes (so that similar pairs
 exist), the class weights of a same/different-pair classifier, denoised and
 neighbourhood-restricted pair labels of a minibatch, exact batch-norm statistics
-of a network on a data set, and block-wise passes over all pairs of a data set
-in bounded memory. Arrays, tensors and torch modules in, arrays and tensors out;
-nothing here imports an estimator.
+of a network on a data set, the pairwise (and CCN+) losses of a clustering
+network, the resolution of the "auto" parameters, and block-wise passes over all
+pairs of a data set in bounded memory. Arrays, tensors and torch modules in,
+arrays and tensors out; nothing here imports an estimator.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .losses import kcl_loss, mcl_loss, negative_size_entropy
+from .nn import SimilarityNetwork
+
 __all__ = [
+    "agree_with_neighbors",
+    "ccn_plus_loss",
     "class_balanced_batch",
+    "clustering_loss",
     "kcl_pair_score",
     "neighbor_pairs",
     "pair_class_weight",
     "pair_probabilities",
     "reestimate_batchnorm",
+    "resolve_auto",
+    "same_class_pairs",
     "second_order",
+    "similarity_labels",
+    "similarity_network",
     "with_unknown_rows",
 ]
 
@@ -175,6 +188,96 @@ def pair_class_weight(target, similar_weight):
         n_dis = (target.numel() - target.sum()).clamp_min(1)
         return torch.stack([target.numel() / (2 * n_dis), target.numel() / (2 * n_sim)])
     return torch.tensor([1.0, float(similar_weight)])
+
+
+def resolve_auto(similar_neighbors, balance_weight, upper_bound, n):
+    """``(similar_neighbors, balance_weight)`` with "auto" resolved for ``n`` clustered rows.
+
+    Number of clusters known (``upper_bound`` false): ``ceil(n / 15)``
+    neighbours and a balance weight of 1; an upper bound: 120 neighbours and
+    no balance term. Explicit values pass through (the weight as a float).
+    Measured in ``docs/notes/ccn.md``, "2026-11-23: defaults on MNIST and digits".
+
+    Examples
+    --------
+    >>> resolve_auto("auto", "auto", False, 300), resolve_auto("auto", 0.5, True, 300)
+    ((20, 1.0), (120, 0.5))
+    """
+    upper = bool(upper_bound)
+    if similar_neighbors == "auto":
+        similar_neighbors = 120 if upper else math.ceil(n / 15)
+    balance_weight = (0.0 if upper else 1.0) if balance_weight == "auto" else float(balance_weight)
+    return similar_neighbors, balance_weight
+
+
+def similarity_network(n_features, backbone_dims, pair_hidden, pair_features):
+    """An untrained pair network ``G`` whose pair features are ``pair_features``.
+
+    "symmetric": ``[|h_i - h_j|, h_i * h_j]``; "symmetric+raw": the same with
+    the inputs appended to the backbone features ``h``; "concat": ``[h_i, h_j]``.
+    """
+    return SimilarityNetwork(
+        n_features,
+        list(backbone_dims),
+        pair_hidden,
+        symmetric=pair_features != "concat",
+        raw_features=pair_features == "symmetric+raw",
+    )
+
+
+def same_class_pairs(codes):
+    """Flat 0/1 classes of all ``b^2`` ordered pairs of a minibatch: 1 where the labels ``codes`` agree."""
+    return (codes.unsqueeze(1) == codes.unsqueeze(0)).long().reshape(-1)
+
+
+def similarity_labels(g, xb, second_order_threshold=None):
+    """(b, b) pair labels of minibatch ``xb`` from network ``g``: its "similar" probability > 0.5.
+
+    With a threshold the labels are denoised by :func:`second_order`.
+    """
+    sim = g(xb).argmax(-1)
+    if second_order_threshold is not None:
+        return second_order(sim.to(xb.dtype), second_order_threshold)
+    return sim
+
+
+def agree_with_neighbors(sim, knn, idx):
+    """Pair labels kept where they agree with the input-space neighbourhoods, and their mask.
+
+    A pair of batch rows ``idx`` is similar when ``sim`` says so and the two
+    are neighbours (:func:`neighbor_pairs`), dissimilar when neither holds;
+    the mask is False (unknown) where the two disagree.
+    """
+    nb = neighbor_pairs(knn, idx)
+    return sim * nb.to(sim.dtype), (sim > 0.5) == nb
+
+
+def clustering_loss(log_p, sim, criterion, margin, mask=None, balance_weight=0.0):
+    """Pairwise loss of a clustering network's log-probabilities ``log_p`` on pair labels ``sim``.
+
+    ``criterion`` "mcl" (:func:`~sktransfer_cluster.losses.mcl_loss`) or "kcl"
+    (hinge ``margin``); a positive ``balance_weight`` adds that times minus the
+    entropy of the mean assignment, which favours equal cluster sizes.
+    """
+    if criterion == "mcl":
+        loss = mcl_loss(log_p, sim, mask=mask)
+    else:
+        loss = kcl_loss(log_p, sim, mask=mask, margin=margin)
+    if balance_weight > 0:
+        loss = loss + balance_weight * negative_size_entropy(log_p.exp())
+    return loss
+
+
+def ccn_plus_loss(log_p, codes, sim, criterion, margin, known=None):
+    """CCN+ loss of a batch ``[m source rows; b target rows]``: source cross-entropy + pair loss.
+
+    ``codes`` (m,) are the source rows' classes (their output units), ``sim``
+    and ``known`` label the target pairs; pairs that involve a source row are
+    unknown, masked out of the pair loss (not dissimilar).
+    """
+    sim_all, mask = with_unknown_rows(sim, known, codes.shape[0])
+    cluster = clustering_loss(log_p, sim_all, criterion, margin, mask=mask)
+    return F.nll_loss(log_p[: codes.shape[0]], codes) + cluster
 
 
 def _blocks(n, block):

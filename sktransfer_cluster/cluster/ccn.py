@@ -1,33 +1,11 @@
 """CCNCluster: learning to cluster in order to transfer across domains and tasks.
 
 Hsu, Lv & Kira, *Learning to cluster in order to transfer across domains and
-tasks*, ICLR 2018 (the constrained clustering network, CCN).
-
-``fit`` learns a pairwise similarity network ``G`` (backbone -> pair enumeration
--> hidden FC -> 2 classes) from labelled source data. ``transfer`` then trains a
-clustering network ``f`` (K softmax outputs, K an upper bound when the number of
-clusters is unknown) on the unlabelled target with the KL-divergence contrastive
-loss (KCL / LCO) on ``G``'s binarised dense pair predictions, and estimates the
-number of clusters by the number of dominant clusters. With ``source=(X, y)``
-``transfer`` is the paper's CCN+ (labelled source rows in every batch).
-
-The defaults are the best setting measured on real MNIST and on scikit-learn's
-digits (both 0-4 -> 5-9), not the paper's: ``G`` compares the symmetric pair
-features ``[|h_i - h_j|, h_i * h_j]``, three networks ``G`` are averaged
-(``n_similarity_nets``), ``f`` learns with the MCL loss of the same authors'
-successor paper (Hsu, Lv, Schlosser, Odom & Kira, ICLR 2019;
-``criterion="mcl"``) for 20 epochs, from pair labels kept only where ``G`` and
-the target's k-nearest-neighbour graph agree (``similar_neighbors``), and,
-when the number of clusters is known, with a cluster-size balance term
-(``balance_weight``). ``estimate_n_clusters`` says whether ``n_clusters`` is
-the number of clusters or an upper bound; the "auto" parameters follow it.
-The paper's exact settings are :data:`PAPER_PARAMS`. Other opt-in departures:
-shared-neighbour pair labels (``second_order_threshold``) and restarts of
-``f`` (``n_init``).
-
-The pair helpers live in :mod:`sktransfer_cluster.pairs`. Measurements, the
-variants tried and dropped, and the commands that produced them are in
-``docs/notes/ccn.md``.
+tasks*, ICLR 2018 (the constrained clustering network, CCN). The defaults depart
+from the paper where measurements on real MNIST and digits said so;
+:data:`PAPER_PARAMS` restores the paper's. Numeric kernels live in
+:mod:`sktransfer_cluster.pairs`; measurements and the variants tried and dropped
+in ``docs/notes/ccn.md``.
 """
 
 from __future__ import annotations
@@ -43,6 +21,7 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_consistent_length, column_or_1d
 
+from .. import pairs
 from ..base import (
     COMMON_PARAMETER_CONSTRAINTS,
     TransferClusterMixin,
@@ -51,19 +30,8 @@ from ..base import (
     make_generators,
     minibatches,
 )
-from ..losses import kcl_loss, mcl_loss, negative_size_entropy
 from ..metrics import n_dominant_clusters
-from ..nn import SimilarityEnsemble, SimilarityNetwork, init_module, knn_indices, mlp
-from ..pairs import (
-    class_balanced_batch,
-    kcl_pair_score,
-    neighbor_pairs,
-    pair_class_weight,
-    pair_probabilities,
-    reestimate_batchnorm,
-    second_order,
-    with_unknown_rows,
-)
+from ..nn import SimilarityEnsemble, init_module, knn_indices, mlp
 
 __all__ = ["CCNCluster", "PAPER_PARAMS"]
 
@@ -79,134 +47,85 @@ PAPER_PARAMS = {
     "balance_weight": 0.0,
 }
 
-# What the "auto" parameters resolve to, by whether the number of clusters is
-# known (estimate_n_clusters=False) or n_clusters is an upper bound (True):
-# neighbours as a share of the n rows clustered (known) or a fixed count (upper
-# bound), and the balance weight. Measured in docs/notes/ccn.md, "2026-11-23:
-# defaults on MNIST and digits".
-_AUTO_NEIGHBORS = {False: lambda n: math.ceil(n / 15), True: lambda n: 120}
-_AUTO_BALANCE = {False: 1.0, True: 0.0}
-
 
 class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     """Constrained clustering network driven by a transferred pairwise similarity.
 
-    ``fit(X, y)`` learns the similarity network ``G`` on labelled source data:
-    a shared MLP backbone, a pair layer over all ``b^2`` ordered pairs of a
-    minibatch, a hidden fully connected layer and a 2-way output, trained with
-    cross-entropy on same/different-class pairs of class-balanced minibatches
-    drawn from a few classes. It then trains a clustering network ``f`` on ``X``
-    itself with the KCL loss driven by ``G`` (so ``labels_`` exists).
-
-    ``transfer(X)`` trains a freshly initialised ``f`` with ``n_clusters`` softmax
-    outputs on the unlabelled target: for every minibatch, ``G`` predicts the
-    similarity of all ordered pairs (binarised at 0.5) and ``f`` minimises a
-    pairwise loss on them: MCL (``criterion="mcl"``, the default) or the
-    paper's KCL, ``KL(P*||Q) + KL(Q*||P)`` for similar pairs and
-    ``max(0, sigma - KL(P*||Q)) + max(0, sigma - KL(Q*||P))`` for dissimilar
-    ones (``*`` = held constant). ``G`` stays fixed (optionally its batch-norm
-    statistics are re-estimated on the target). With ``source=(X_s, y_s)`` it
-    is CCN+: cross-entropy on labelled source rows mixed into each batch.
-    With ``estimate_n_clusters=True``, ``n_clusters`` is an upper bound and
-    the number of clusters is estimated as the number of dominant clusters
-    (``n_clusters_``, computed in either case).
-
-    Known number of clusters or upper bound: say which with
-    ``estimate_n_clusters``; ``similar_neighbors="auto"`` and
-    ``balance_weight="auto"`` then resolve to ``ceil(n / 15)`` neighbours
-    (``n`` the rows clustered) and a balance weight of 1 (``n_clusters``
-    known), or to 120 neighbours and no balance term (upper bound). The
-    balance term keeps a known number of clusters from merging, but under an
-    upper bound it spreads samples over every output; neighbours in proportion
-    to ``n`` helped a known ``K`` on the larger data set, and hurt an upper
-    bound there. Explicit values are used as given. The paper's settings:
-    ``CCNCluster(K, **PAPER_PARAMS)``.
+    ``fit(X, y)`` learns a pair network ``G`` on labelled source data
+    (cross-entropy on the same/different-class pairs of minibatches drawn from
+    a few classes), then a clustering network ``f`` on ``X``. ``transfer(X)``
+    trains a fresh ``f`` (``n_clusters`` softmax outputs) on the target with
+    MCL or the paper's KCL on fixed ``G``'s binarised labels of all pairs of
+    each minibatch: ``KL(P*||Q) + KL(Q*||P)`` for similar pairs, ``max(0,
+    sigma - KL(P*||Q)) + max(0, sigma - KL(Q*||P))`` for dissimilar ones
+    (``*`` held constant); ``source=(X_s, y_s)`` makes it CCN+. ``n_clusters_``
+    (dominant clusters) estimates K with ``estimate_n_clusters=True``.
 
     Parameters
     ----------
     n_clusters : int, default=10
-        Number of outputs ``K`` of the clustering network: the number of
-        clusters, or an upper bound on it with ``estimate_n_clusters=True``.
+        Outputs ``K`` of ``f``: the number of clusters, or an upper bound on it.
     estimate_n_clusters : bool, default=False
-        False: ``n_clusters`` is the number of clusters. True: it is an upper
-        bound, the number of clusters is estimated (``n_clusters_``). Chooses
-        what the "auto" values of ``similar_neighbors`` and ``balance_weight``
-        resolve to (see above).
+        Whether ``n_clusters`` is an upper bound and the number of clusters is
+        estimated (``n_clusters_``); the "auto" values below follow it.
     sigma : float, default=2.0
         Hinge margin of the KCL loss for dissimilar pairs.
     hidden_dims : tuple of int, default=(128, 64)
         Hidden widths of ``f`` (batch norm + ReLU), and of ``G``'s backbone when
         ``similarity_hidden_dims`` is None.
     similarity_hidden_dims : tuple of int or None, default=(128,)
-        Backbone widths of ``G``; None means ``hidden_dims``. Small: a deeper
-        ``G`` learns to tell the few source classes apart rather than to compare.
+        Backbone widths of ``G`` (None: ``hidden_dims``). Small: a deeper ``G``
+        learns to tell the source classes apart rather than to compare.
     pair_features : {"symmetric", "symmetric+raw", "concat"}, default="symmetric"
-        How ``G`` represents a pair of backbone features ``(h_i, h_j)``:
-        ``[|h_i - h_j|, h_i * h_j]``, the same with the inputs appended to ``h``
-        ("symmetric+raw"), or the paper's concatenation ``[h_i, h_j]``. The
-        symmetric form finds far more similar pairs of unseen classes.
+        ``G``'s features of a pair ``(h_i, h_j)``: ``[|h_i - h_j|, h_i * h_j]``,
+        the same with the inputs appended to ``h``, or the paper's ``[h_i, h_j]``.
+        The symmetric form finds far more similar pairs of unseen classes.
     pair_hidden : int, default=32
         Width of ``G``'s hidden layer on the pair features.
     similarity_epochs : int, default=3
-        Training epochs of ``G``, each ``ceil(n / batch_size)`` class-balanced
-        minibatches. Few: longer training specialises ``G`` to the source classes.
+        Training epochs of ``G`` (``ceil(n / batch_size)`` minibatches each).
+        Few: longer training specialises ``G`` to the source classes.
     similar_weight : float or "balanced", default=0.5
-        Cross-entropy weight of the similar pairs in ``G``'s loss (dissimilar
-        pairs weigh 1); "balanced": both pair classes weigh the same in every
-        minibatch. Below 1 ``G`` says "similar" only when surer, as wrong
-        "similar" pairs merge clusters.
+        Weight of similar pairs in ``G``'s loss (dissimilar: 1; "balanced": equal
+        class totals per minibatch). Below 1, as wrong "similar" pairs merge clusters.
     n_similarity_nets : int, default=3
-        Number of networks ``G`` (own initialisation and minibatches) whose
-        "similar" probabilities are averaged (1 = the paper's single ``G``), to
-        even out the errors of single networks; time grows linearly.
+        Networks ``G`` whose "similar" probabilities are averaged (1 = the
+        paper's), to even out single networks' errors; time grows linearly.
     second_order_threshold : float or None, default=None
-        None: ``f`` learns from ``G``'s binarised predictions, as in the paper.
-        A float in (0, 1): in every minibatch the labels ``S`` become
-        ``[S S / sqrt(deg_i deg_j) > threshold]`` (similar to mostly the same
-        samples; ``score`` keeps ``G``'s labels). Raises similar-pair recall,
-        which keeps classes from splitting under an upper-bound ``n_clusters``.
+        A float in (0, 1) relabels ``G``'s labels ``S`` per minibatch as
+        ``[S S / sqrt(deg_i deg_j) > threshold]`` (``score`` keeps ``S``; None:
+        the paper). Raises similar-pair recall, so classes split less.
     criterion : {"kcl", "mcl"}, default="mcl"
-        Pairwise loss of ``f``: the paper's KCL (margin ``sigma``) or the meta
-        classification likelihood of its successor (Hsu et al., ICLR 2019; see
-        :func:`~sktransfer_cluster.losses.mcl_loss`), which fragments an
-        upper-bound ``n_clusters`` far less.
+        Loss of ``f``: the paper's KCL or the successor's MCL (Hsu et al., ICLR
+        2019), which fragments an upper-bound ``n_clusters`` far less.
     similar_neighbors : int, None or "auto", default="auto"
-        None: every pair of a minibatch gets ``G``'s label, as in the paper. An
-        int ``k``: a pair is similar when ``G`` says so *and* either sample is
-        among the other's ``k`` nearest neighbours in the input space
-        (:func:`~sktransfer_cluster.nn.knn_indices`, found once per run),
-        dissimilar when neither holds, and unknown (out of the loss) otherwise.
-        ``G`` brings what the source taught, the neighbours the target's geometry.
-        "auto": ``ceil(n / 15)`` for ``n`` rows, or 120 with ``estimate_n_clusters=True``.
+        ``k``: a pair is similar when ``G`` says so *and* either sample is among
+        the other's ``k`` nearest input-space neighbours, dissimilar when
+        neither, else out of the loss (None: ``G`` alone, the paper). ``G``
+        brings the source's knowledge, neighbours the target's geometry.
+        "auto": ``ceil(n / 15)`` for ``n`` rows, 120 with ``estimate_n_clusters``.
     balance_weight : float or "auto", default="auto"
-        Weight of minus the entropy of the minibatch's mean assignment in
-        ``f``'s loss (0 = the paper's; not applied to CCN+ batches). It favours
-        equal sizes, so it suits a *known* number of balanced clusters only.
-        "auto": 1.0, or 0.0 with ``estimate_n_clusters=True``.
+        Weight of minus the entropy of a minibatch's mean assignment (0: the
+        paper; not on CCN+ batches): it favours equal sizes, so it suits a
+        *known* number of balanced clusters. "auto": 1, 0 with ``estimate_n_clusters``.
     classes_per_batch : int, default=5
-        Number of source classes each minibatch of ``G`` is drawn from (fewer
-        classes = more similar pairs).
+        Source classes per minibatch of ``G`` (fewer = more similar pairs).
     clustering_epochs : int, default=20
         Training epochs of ``f`` in ``fit`` and (by default) in ``transfer``.
     n_init : int, default=1
-        Number of clustering networks ``f`` trained from different starts (as
-        KMeans' ``n_init``); the one of lowest training objective (without
-        CCN+'s source rows; eval mode, one pass in row order) is kept, since
-        starts that merge clusters end higher. Time grows linearly.
+        Starts of ``f``; the one of lowest objective (no CCN+ rows, eval mode,
+        one pass in row order) is kept, as starts that merge clusters end higher.
     batch_size : int, default=100
-        Minibatch size; each minibatch yields ``batch_size**2`` pairs, so time
-        and memory per step grow as O(batch_size^2).
+        Minibatch size; each yields ``batch_size**2`` pairs (O(b^2) time, memory).
     learning_rate : float, default=1e-3
         Adam learning rate of both networks.
     adapt_bn : bool, default=True
-        Re-estimate ``G``'s batch-norm statistics on the target in ``transfer``
-        (on a copy), so that ``G`` sees target samples under the target's statistics.
+        Re-estimate (a copy of) ``G``'s batch-norm statistics on the target in
+        ``transfer``, so ``G`` sees target samples under the target's statistics.
     keep_best : bool, default=False
-        What a ``KeyboardInterrupt`` during training leaves. False: the
-        estimator as it was before the call. True: the network being trained
-        goes back to its lowest-loss epoch, later phases are skipped (an
-        interrupted ``G`` leaves ``f`` untrained) and the call completes with
-        a warning (needs one finished epoch).
+        After a ``KeyboardInterrupt``, True keeps the network being trained at
+        its lowest-loss epoch, skips later phases and completes with a warning
+        (needs one finished epoch); False restores the estimator.
     device : str or torch.device, default="auto"
         ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``.
     random_state : int, RandomState instance or None, default=None
@@ -217,37 +136,27 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     Attributes
     ----------
     labels_ : ndarray of shape (n_samples,)
-        Cluster labels of the last data set seen by ``fit`` or ``transfer``,
-        consecutive from 0 in increasing order of ``f``'s output unit: label
-        ``l`` is output ``cluster_outputs_[l]``.
-    similar_neighbors_ : int or None
-        ``similar_neighbors`` as used by the last ``fit``/``transfer`` ("auto" resolved).
-    balance_weight_ : float
-        ``balance_weight`` as used by the last ``fit``/``transfer`` ("auto" resolved).
+        Labels of the last data set of ``fit``/``transfer``, consecutive from 0:
+        label ``l`` is output ``cluster_outputs_[l]``.
+    similar_neighbors_, balance_weight_ : int or None, float
+        The values used by the last ``fit``/``transfer`` ("auto" resolved).
     n_clusters_ : int
         Number of dominant clusters, ``sum_k [|C_k| >= n / n_clusters]`` (the
         paper's estimate of the number of clusters).
     cluster_outputs_ : ndarray of shape (n_used,)
-        The outputs of ``f`` that won a sample of the fitted data, increasing:
-        label ``l`` is output ``cluster_outputs_[l]``. ``predict`` picks the most
-        probable *used* output, so on the fitted data it equals ``labels_``.
+        The outputs of ``f`` that won a sample of the fitted data, increasing;
+        ``predict`` picks the most probable of them.
     similarity_net_ : SimilarityNetwork or SimilarityEnsemble
-        The network ``G`` learned on the source (never changed by ``transfer``);
-        its class follows ``pair_features``. With ``n_similarity_nets > 1``, a
-        :class:`~sktransfer_cluster.nn.SimilarityEnsemble` of the networks.
+        ``G`` as learned on the source (an ensemble if ``n_similarity_nets > 1``).
     target_similarity_net_ : SimilarityNetwork or None
-        ``G`` with batch-norm statistics re-estimated on the last target
-        (``adapt_bn=True``), else None.
+        ``G`` adapted to the last target's batch-norm statistics, or None.
     clustering_net_ : torch.nn.Module
         The clustering network ``f`` of the last ``fit``/``transfer``.
     n_iter_ : int
-        Epochs run by the last ``fit`` (both networks) or ``transfer``, over
-        all ``n_init`` starts of ``f``.
+        Epochs run by the last ``fit`` (both networks) or ``transfer`` (all starts).
     history_ : list of dict
-        One record per finished epoch: ``{"phase", "epoch", "loss"}`` (the
-        mean minibatch loss), phase "similarity" for ``G`` and "fit" or
-        "transfer" for ``f``, whose records also carry ``"init"``, its start
-        (``0 .. n_init - 1``).
+        Per finished epoch ``{"phase", "epoch", "loss"}``: phase "similarity"
+        (``G``), "fit" or "transfer" (``f``, with ``"init"``, its start).
     device_ : torch.device
     n_features_in_ : int
     feature_names_in_ : ndarray of str
@@ -367,11 +276,10 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         return minibatches(torch.arange(n, device=self.device_), self.batch_size)
 
     def _resolve_auto(self, n):
-        """Set ``similar_neighbors_`` and ``balance_weight_`` for ``n`` rows ("auto" follows ``estimate_n_clusters``)."""
-        upper = bool(self.estimate_n_clusters)
-        nb, bw = self.similar_neighbors, self.balance_weight
-        self.similar_neighbors_ = _AUTO_NEIGHBORS[upper](n) if nb == "auto" else nb
-        self.balance_weight_ = _AUTO_BALANCE[upper] if bw == "auto" else float(bw)
+        """Set ``similar_neighbors_`` and ``balance_weight_`` for ``n`` rows."""
+        self.similar_neighbors_, self.balance_weight_ = pairs.resolve_auto(
+            self.similar_neighbors, self.balance_weight, self.estimate_n_clusters, n
+        )
 
     def _current_g(self):
         g = getattr(self, "target_similarity_net_", None)
@@ -379,7 +287,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
     @staticmethod
     def _step(run, opt, loss):
-        """One optimiser step on a finite minibatch ``loss``; returns its value."""
+        """One optimiser step on a finite minibatch ``loss``; its value."""
         run.check_finite(loss.detach())
         opt.zero_grad()
         loss.backward()
@@ -390,27 +298,20 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         """Cross-entropy on all same/different pairs of class-balanced minibatches."""
         n, d = Xt.shape
         g_dims = self.hidden_dims if self.similarity_hidden_dims is None else self.similarity_hidden_dims
-        g = SimilarityNetwork(
-            d,
-            list(g_dims),
-            self.pair_hidden,
-            symmetric=self.pair_features != "concat",
-            raw_features=self.pair_features == "symmetric+raw",
-        )
+        g = pairs.similarity_network(d, g_dims, self.pair_hidden, self.pair_features)
         g = init_module(g, torch_gen).to(device=self.device_, dtype=self._dtype())
         opt = torch.optim.Adam(g.parameters(), lr=self.learning_rate)
         class_index = [np.flatnonzero(codes == k) for k in range(n_classes)]
         codes_t = torch.as_tensor(codes, device=self.device_)
-        iters = max(1, math.ceil(n / self.batch_size))
+        iters, per_batch = max(1, math.ceil(n / self.batch_size)), self.classes_per_batch
         g.train()
         with self._training("similarity", self.similarity_epochs, state=[g]) as run:
             for _ in run.epochs():
                 losses = []
                 for _ in range(iters):
-                    idx = class_balanced_batch(class_index, self.batch_size, self.classes_per_batch, rng)
+                    idx = pairs.class_balanced_batch(class_index, self.batch_size, per_batch, rng)
                     idx_t = torch.as_tensor(idx, device=self.device_)
-                    yb = codes_t[idx_t]
-                    target = (yb.unsqueeze(1) == yb.unsqueeze(0)).long().reshape(-1)
+                    target = pairs.same_class_pairs(codes_t[idx_t])
                     logits = g(Xt[idx_t]).reshape(-1, 2)
                     loss = F.cross_entropy(logits, target, weight=self._pair_class_weight(target))
                     losses.append(self._step(run, opt, loss))
@@ -420,14 +321,11 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
     def _pair_class_weight(self, target):
         """Cross-entropy weights (dissimilar, similar) of ``G``'s pair classes."""
-        return pair_class_weight(target, self.similar_weight).to(device=self.device_, dtype=self._dtype())
+        weight = pairs.pair_class_weight(target, self.similar_weight)
+        return weight.to(device=self.device_, dtype=self._dtype())
 
     def _cluster(self, Xt, g, epochs, torch_gen, phase, source=None, rng=None):
-        """Train ``n_init`` fresh ``f`` on ``Xt``; keep the one of lowest target loss.
-
-        The loss that ranks them (:meth:`_target_loss`) is the training
-        objective without CCN+'s source rows, on one fixed pass of minibatches.
-        """
+        """Train ``n_init`` fresh ``f`` on ``Xt``; keep the one of lowest :meth:`_target_loss`."""
         self._resolve_auto(Xt.shape[0])
         knn = None if self.similar_neighbors_ is None else knn_indices(Xt, self.similar_neighbors_)
         best, best_loss = None, math.inf
@@ -440,25 +338,16 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
                 break  # an interrupt kept by keep_best: no further start
         return best
 
-    def _batch_loss(self, f, xb, idx, g, knn):
-        """``f``'s loss on the pairs of target minibatch ``xb`` (rows ``idx`` of the target)."""
-        sim, known = self._batch_targets(g, xb, idx, knn)
-        log_p = F.log_softmax(f(xb), dim=1)
-        loss = self._pair_loss(log_p, sim, mask=known)
-        if self.balance_weight_ > 0:
-            # Minus the entropy of the batch's mean assignment: favours equal sizes.
-            loss = loss + self.balance_weight_ * negative_size_entropy(log_p.exp())
-        return loss
-
-    def _batch_targets(self, g, xb, idx, knn):
-        """Pair labels of a minibatch and the mask of pairs that have one (None: all)."""
+    def _batch_loss(self, f, xb, idx, g, knn, source=None, rng=None):
+        """``f``'s loss on target minibatch ``xb`` (rows ``idx`` of the target); CCN+ with ``source``."""
         with torch.no_grad():
             sim = self._pair_targets(g, xb)
-            if knn is None:
-                return sim, None
-            # Labels only where G and the input-space neighbourhoods agree.
-            nb = neighbor_pairs(knn, idx)
-            return sim * nb.to(sim.dtype), (sim > 0.5) == nb
+            sim, known = (sim, None) if knn is None else pairs.agree_with_neighbors(sim, knn, idx)
+        if source is not None:
+            return self._ccn_plus_loss(f, xb, sim, source, rng, known=known)
+        log_p = F.log_softmax(f(xb), dim=1)
+        bw = self.balance_weight_
+        return pairs.clustering_loss(log_p, sim, self.criterion, self.sigma, mask=known, balance_weight=bw)
 
     @torch.no_grad()
     def _target_loss(self, f, Xt, g, knn):
@@ -468,7 +357,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         return sum(self._batch_loss(f, Xt[idx], idx, g, knn).item() for idx in batches) / len(batches)
 
     def _train_clustering(self, Xt, g, knn, epochs, torch_gen, phase, init=0, source=None, rng=None):
-        """Train a fresh ``f`` on ``Xt`` with KCL driven by ``g`` (+ CE on source rows)."""
+        """Train a fresh ``f`` on ``Xt`` with the pair loss driven by ``g`` (+ CE on source rows)."""
         n, d = Xt.shape
         f = mlp([d, *self.hidden_dims, self.n_clusters], batch_norm=True)
         f = init_module(f, torch_gen).to(device=self.device_, dtype=self._dtype())
@@ -479,44 +368,23 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             for _ in run.epochs():
                 losses = []
                 for idx in run.batches(n, self.batch_size, torch_gen, self.device_):
-                    xb = Xt[idx]
-                    if source is None:
-                        loss = self._batch_loss(f, xb, idx, g, knn)
-                    else:
-                        sim, known = self._batch_targets(g, xb, idx, knn)
-                        loss = self._ccn_plus_loss(f, xb, sim, source, rng, known=known)
+                    loss = self._batch_loss(f, Xt[idx], idx, g, knn, source, rng)
                     losses.append(self._step(run, opt, loss))
                 run.end_epoch(sum(losses) / len(losses), init=init)
         # Exact batch-norm statistics of f on the data it clusters (deterministic order).
-        return reestimate_batchnorm(f, [Xt[i] for i in self._row_batches(n)])
+        return pairs.reestimate_batchnorm(f, [Xt[i] for i in self._row_batches(n)])
 
     def _pair_targets(self, g, xb):
         """Pair labels of a minibatch for ``f``: G's binarised "similar" predictions."""
-        sim = g(xb).argmax(-1)  # G's probability of "similar" > 0.5
-        if self.second_order_threshold is not None:
-            return second_order(sim.to(xb.dtype), self.second_order_threshold)
-        return sim
-
-    def _pair_loss(self, log_p, sim, mask=None):
-        """The clustering criterion of ``f`` on the pairs of a minibatch."""
-        if self.criterion == "mcl":
-            return mcl_loss(log_p, sim, mask=mask)
-        return kcl_loss(log_p, sim, mask=mask, margin=self.sigma)
+        return pairs.similarity_labels(g, xb, self.second_order_threshold)
 
     def _ccn_plus_loss(self, f, xb, sim, source, rng, known=None):
-        """CCN+: one batch of [source rows; target rows]; CE on source, KCL on target pairs.
-
-        Pairs that involve a source row have unknown similarity here and are
-        masked out of KCL (not treated as dissimilar).
-        """
+        """CCN+: ``f``'s loss on a batch of [random source rows; target rows ``xb``]."""
         Xs, codes_s = source
         m = min(Xs.shape[0], max(2, self.batch_size // 3))
         idx_s = torch.as_tensor(rng.choice(Xs.shape[0], size=m, replace=False), device=self.device_)
         log_p = F.log_softmax(f(torch.cat([Xs[idx_s], xb])), dim=1)
-        sim_all, mask = with_unknown_rows(sim, known, m)
-        cluster = self._pair_loss(log_p, sim_all, mask=mask)
-        cls = F.nll_loss(log_p[:m], codes_s[idx_s])
-        return cls + cluster
+        return pairs.ccn_plus_loss(log_p, codes_s[idx_s], sim, self.criterion, self.sigma, known=known)
 
     def _assign(self, f, Xt):
         """Labels of ``Xt`` from ``f``; sets the used outputs and ``n_clusters_``."""
@@ -530,8 +398,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
     # -------------------------------------------------------------- protocol
     def _fit(self, X, y, *, rng, torch_gen):
-        _, codes = np.unique(column_or_1d(y), return_inverse=True)
-        codes = codes.astype(np.int64)
+        codes = np.unique(column_or_1d(y), return_inverse=True)[1].astype(np.int64)
         self.target_similarity_net_ = None
         Xt = self._tensor(X)
         n_classes = int(codes.max()) + 1
@@ -546,21 +413,13 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.n_iter_ = len(self.history_)  # finished epochs of G and f (fewer after a kept interrupt)
 
     def _transfer(self, X, source=None, epochs=None, adapt_bn=None):
-        """Train the clustering network on the unlabelled target with KCL driven by ``G``.
+        """Train the clustering network on the unlabelled target (validated ``X``), driven by ``G``.
 
-        Parameters
-        ----------
-        X : ndarray
-            Validated target data.
-        source : tuple (X_source, y_source), default=None
-            CCN+ mode: labelled source rows are mixed into every minibatch with
-            a cross-entropy loss (``y_source`` is mapped to output units
-            ``0 .. n_source_classes - 1``; needs ``n_source_classes <= n_clusters``).
-        epochs : int, default=None
-            Training epochs of ``f``; defaults to ``clustering_epochs``.
-        adapt_bn : bool, default=None
-            Re-estimate ``G``'s batch-norm statistics on the target; defaults
-            to the ``adapt_bn`` parameter.
+        ``source=(X_source, y_source)``: CCN+, labelled source rows in every
+        minibatch with cross-entropy (class ``k`` of ``y_source`` on output
+        ``k``; needs at most ``n_clusters`` classes). ``epochs`` defaults to
+        ``clustering_epochs``, ``adapt_bn`` (re-estimate ``G``'s batch-norm
+        statistics on the target) to the parameter.
         """
         epochs = self.clustering_epochs if epochs is None else int(epochs)
         if epochs < 1:
@@ -568,14 +427,12 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         adapt_bn = self.adapt_bn if adapt_bn is None else bool(adapt_bn)
         rng, torch_gen = make_generators(self.random_state, "cpu")
         Xt = self._tensor(X)
-        src = None
-        if source is not None:
-            src = self._validate_source(source)
+        src = None if source is None else self._validate_source(source)
         g = self.similarity_net_
         self.target_similarity_net_ = None
         if adapt_bn:
             g = copy.deepcopy(g)
-            reestimate_batchnorm(g, [Xt[i] for i in self._row_batches(Xt.shape[0])])
+            pairs.reestimate_batchnorm(g, [Xt[i] for i in self._row_batches(Xt.shape[0])])
             self.target_similarity_net_ = g
         done = len(self.history_)
         f = self._cluster(Xt, g, epochs, torch_gen, "transfer", source=src, rng=rng)
@@ -606,10 +463,10 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         return logits[:, self._outputs].argmax(1).cpu().numpy()
 
     def pairwise_similarity(self, X, X2=None):
-        """Probability that ``G`` assigns to each pair being similar.
+        """Probability of "similar" that the current ``G`` gives each pair (``X`` x ``X2``).
 
-        Uses the current ``G`` (adapted to the last target if ``adapt_bn``).
-        Computed block by block; the output is dense, O(n m) memory.
+        ``G`` is adapted to the last target with ``adapt_bn``. Computed block by
+        block; the output is dense, O(n m) memory.
 
         Parameters
         ----------
@@ -623,16 +480,14 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         """
         X = self._fitted_input(X)
         X2 = None if X2 is None else self._tensor(self._validate_input(X2, reset=False))
-        return pair_probabilities(self._current_g(), self._tensor(X), X2)
+        return pairs.pair_probabilities(self._current_g(), self._tensor(X), X2)
 
     def score(self, X, y=None):
-        """Minus the mean KCL loss of ``f`` on all ordered pairs of ``X`` under ``G``.
+        """Minus the mean KCL loss of ``f`` on all ordered pairs of ``X`` under ``G``'s binarised labels.
 
-        Always KCL with ``G``'s binarised labels, whatever ``criterion``,
-        ``similar_neighbors`` or ``balance_weight``.
-
-        Higher is better and no labels are needed. Pairs are processed block by
-        block (bounded memory, O(n^2) time).
+        Always KCL, whatever ``criterion``, ``similar_neighbors`` or
+        ``balance_weight``. Higher is better, no labels needed; block by block
+        (bounded memory, O(n^2) time).
 
         Parameters
         ----------
@@ -644,4 +499,4 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         score : float
         """
         X = self._fitted_input(X)
-        return kcl_pair_score(self._current_g(), self.clustering_net_, self._tensor(X), self.sigma)
+        return pairs.kcl_pair_score(self._current_g(), self.clustering_net_, self._tensor(X), self.sigma)

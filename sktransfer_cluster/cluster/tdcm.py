@@ -1,19 +1,13 @@
 """TDCMCluster: transferable deep clustering with learnable centroid-updating blocks.
 
-Zhang & Zhao, *Transferable Deep Clustering Model*. An encoder ``g`` embeds the
-samples; ``K`` orthogonal centroids (rows of the identity) pass ``L`` learnable
-attention blocks that reassign the samples and move the centroids, so the
-centroids adapt to whatever data set is pushed through: that forward pass is the
-transfer to a new domain. The paper's equations are garbled in its text; the
-class Notes give the reading implemented here (Eq. 1 normalised per centroid as
-in soft k-means, Eq. 5 with the sign that favours balanced clusters).
-
-The defaults depart from the paper where measurements said so (a linear encoder
-kept isometric, on the source's principal axes for wide inputs, a scalar
-normalisation of the embedding, k-means++ starts for the adaptation); the
-paper's settings are one call away (class docstring), the measurements and the
-variants tried and dropped are in ``docs/notes/tdcm.md``.
-The numeric kernels live in :mod:`sktransfer_cluster.attention`, the block in
+Zhang & Zhao, *Transferable Deep Clustering Model*. The centroids are the output
+of a forward pass of learnable attention blocks over the embedded samples, so
+pushing a new domain through them is the transfer. The class Notes give the
+reading of the paper's garbled equations implemented here (Eq. 1 normalised per
+centroid as in soft k-means, Eq. 5 with the sign that favours balanced
+clusters); the defaults depart from the paper where measurements said so
+(``docs/notes/tdcm.md``). Numeric kernels live in
+:mod:`sktransfer_cluster.attention`, the block in
 :class:`sktransfer_cluster.nn.CentroidUpdateBlock`.
 """
 
@@ -35,22 +29,17 @@ from ..base import (
     compact_labels,
     make_generators,
 )
-from ..nn import CentroidUpdateBlock, init_module, mlp
 
 __all__ = ["TDCMCluster"]
-
-# embedding_dim="auto": as wide as the input (a lossless isometry), within these bounds.
-_AUTO_MIN_DIM = 10
-_AUTO_MAX_DIM = 32
 
 
 class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNamePrefixFeaturesOutMixin, BaseEstimator):
     """Transferable Deep Clustering Model: an encoder plus learnable centroid-updating blocks.
 
     An encoder (linear by default, an MLP with ``hidden_dims``) embeds the
-    samples in ``R^embedding_dim``. ``n_clusters``
-    centroids start as the first rows of the identity and pass ``n_blocks``
-    attention blocks; block ``l`` assigns
+    samples in ``R^embedding_dim``. ``n_clusters`` centroids start as the
+    first rows of the identity and pass ``n_blocks`` attention blocks; block
+    ``l`` assigns
     ``delta_ij = softmax_j(-sigma((W_Q (z_i - c_j)) . (W_K (z_i - c_j))) / tau)``
     and moves each centroid to the ``delta``-weighted mean of the embeddings,
     with ``W_Q``, ``W_K`` symmetric by construction. Encoder and blocks are
@@ -64,52 +53,40 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
 
     The paper's model is ``TDCMCluster(hidden_dims=(64, 64), embedding_dim=10,
     embedding_norm=None, isometry_weight=0, adapt_n_init=1, n_init=1,
-    max_epochs=500)``; the defaults
-    are measured departures from it (``docs/notes/tdcm.md``).
+    max_epochs=500)``; the defaults are measured departures from it.
 
     Parameters
     ----------
     n_clusters : int, default=8
         Number of clusters ``K``.
     hidden_dims : tuple of int, default=()
-        Hidden widths of the MLP encoder, each a positive int; ``()`` is a
-        linear (affine) encoder. A linear map keeps the target's cluster
-        geometry for the blocks to adapt to, where an MLP such as the paper's
-        ``(64, 64)`` learns the source partition and transfers worse on shifted
-        targets.
+        Hidden widths of the MLP encoder; ``()`` is a linear (affine) encoder,
+        which keeps the target's cluster geometry for the blocks to adapt to
+        (an MLP such as the paper's ``(64, 64)`` learns the source partition).
     embedding_dim : int or "auto", default="auto"
-        Embedding dimension ``b``; must be ``>= n_clusters`` (the starting
-        centroids are orthogonal unit vectors). ``"auto"``: as wide as the
-        input, but at least ``max(10, n_clusters)`` and at most 32 unless
-        ``n_clusters`` is larger, i.e. ``max(n_clusters, 10, min(n_features,
-        32))``, so a low-dimensional input keeps all its directions (an
-        isometric encoder loses nothing) and wide inputs are reduced (the
-        blocks hold ``b x b`` matrices).
+        Embedding dimension ``b``, ``>= n_clusters`` (the starting centroids are
+        orthogonal unit vectors). ``"auto"``: ``max(n_clusters, 10,
+        min(n_features, 32))`` (:func:`~sktransfer_cluster.attention.auto_embedding_dim`):
+        a narrow input keeps all its directions, a wide one is reduced.
     input_projection : {"pca"} or None, default="pca"
-        What a *linear* encoder narrower than the input (``b < n_features``)
-        sees. ``"pca"``: the training data projected on their top ``b``
-        principal axes (fixed after ``fit``, not trained; ``transfer`` uses the
-        source's), so the isometric encoder keeps the directions in which the
-        data vary. ``None``: the raw input, as in the paper; the encoder can
-        then put its rows where the data hardly vary (e.g. MNIST's blank border
-        pixels) and the scalar normalisation inflates the one direction left,
-        so all clusters but a few collapse. Ignored for an MLP encoder and when
-        ``b >= n_features``.
+        What a *linear* encoder narrower than the input sees. ``"pca"``: the
+        data on the training data's top ``b`` principal axes (fixed after
+        ``fit``; ``transfer`` uses the source's), so the isometric encoder keeps
+        the directions in which the data vary. ``None``: the raw input (the
+        paper), on which clusters can collapse. Ignored for an MLP encoder and
+        when ``b >= n_features``.
     n_blocks : int, default=4
         Number of centroid-updating blocks ``L`` (paper: 4 synthetic, 5 real).
     extra_adapt_steps : int, default=0
         Extra applications of the last block when the centroids are adapted to
-        a whole data set (training is unchanged), to let the soft k-means-like
-        updates converge further; ``0`` is the paper's forward pass.
+        a whole data set (not in training), so the soft k-means-like updates
+        converge further; ``0`` is the paper's forward pass.
     adapt_n_init : int, default=8
-        Starting centroids tried when the centroids are adapted to a whole data
-        set (the end of ``fit`` and ``transfer``): ``c^(0)`` and
-        ``adapt_n_init - 1`` k-means++ seedings of its embeddings (seeded by
-        ``random_state``), each run through the blocks; the result with the
-        lowest objective of the last block (scatter plus ``beta`` times the size
-        term; no labels) is kept, at ``adapt_n_init`` passes over the data.
-        One start (the paper's) can stop in a local optimum that merges two
-        target clusters and splits another.
+        Starting centroids tried when adapting to a whole data set (end of
+        ``fit`` and ``transfer``): ``c^(0)`` and ``adapt_n_init - 1`` k-means++
+        seedings of its embeddings (from ``random_state``); the one of lowest
+        last-block objective (scatter + ``beta`` times the size term) is kept.
+        One start (the paper's) can merge two clusters and split another.
     tau : float, default=1.0
         Softmax temperature of the assignments.
     activation : {"relu", "leaky_relu"}, default="relu"
@@ -119,29 +96,24 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         paper's variant-R ablation.
     embedding_norm : {"scalar", "batch"} or None, default="scalar"
         Normalisation of the encoder's output, with the exact statistics of the
-        training data after training (not in the paper: without one the
-        clustering loss can shrink the embedding to a point). ``"batch"``
-        standardises each dimension (re-weighting directions by the *source*
-        spread); ``"scalar"`` centres each and divides all by one scale, so an
-        isometric linear encoder keeps the input geometry, which transfers
-        better. ``None``: no normalisation (the paper).
+        training data after training; without one the clustering loss can
+        shrink the embedding to a point (``None``: the paper). ``"batch"``
+        standardises each dimension; ``"scalar"`` centres each and divides all
+        by one scale, so an isometric encoder keeps the input geometry.
     beta : float, default=1.0
         Weight of the cluster-size entropy term (``0`` is the variant-E ablation).
     ortho_weight : float, default=1.0
         Weight of the orthogonality penalty (``0`` is the variant-O ablation).
     isometry_weight : float, default=1.0
-        Weight of the penalty ``||G / mean(diag G) - I||^2`` (``G`` the smaller
-        Gram matrix of the weight) that keeps a *linear* encoder a scaled
-        partial isometry; ignored for an MLP. Without it the embedding
-        collapses onto the directions separating the source clusters and loses
-        the target's others. Not in the paper; ``0`` switches it off.
+        Weight of ``||G / mean(diag G) - I||^2`` (``G`` the smaller Gram matrix of
+        the weight), which keeps a *linear* encoder a scaled partial isometry so
+        the embedding keeps the target's directions the source did not need.
+        Not in the paper (``0``); ignored for an MLP.
     max_epochs : int, default=100
         Training epochs on the source (the paper trains 500 on synthetic data).
     n_init : int, default=1
-        Independent training runs from different initial weights, keeping the
-        lowest training objective on the whole source (like KMeans' ``n_init``;
-        the paper trains once). One suffices by default: ``adapt_n_init``
-        repairs the same local optima (two clusters merged, another split).
+        Training runs from different initial weights; the lowest training
+        objective on the whole source is kept (like KMeans' ``n_init``).
     batch_size : int, default=256
         Rows per minibatch; a last batch of one row joins the previous one.
     learning_rate : float, default=5e-3
@@ -149,10 +121,9 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
     weight_decay : float, default=5e-4
         Adam weight decay.
     keep_best : bool, default=False
-        What a ``KeyboardInterrupt`` during training leaves. False: the
-        estimator as it was before the call. True: training stops, the encoder
-        and blocks of the epoch with the lowest loss so far are kept and the
-        call completes with a warning (needs one finished epoch).
+        After a ``KeyboardInterrupt`` in training, True keeps the encoder and
+        blocks of the lowest-loss epoch so far and completes with a warning
+        (needs one finished epoch); False restores the estimator.
     device : str or torch.device, default="auto"
         ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``.
     random_state : int, RandomState instance or None, default=None
@@ -163,10 +134,9 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
     Attributes
     ----------
     cluster_centers_ : ndarray of shape (n_clusters, embedding_dim_)
-        Centroids adapted to the last data set seen by ``fit`` (the source) or
-        ``transfer`` (the target), in the embedding space. Row ``j`` is the
-        centroid of label ``j`` for the ``m`` clusters that received samples of
-        that data set; the clusters that received none follow.
+        Centroids adapted to the last data set of ``fit`` or ``transfer``, in
+        the embedding space: row ``j`` is that of label ``j`` for the clusters
+        that received samples, then those that received none.
     labels_ : ndarray of shape (n_samples,)
         Labels of that data set (argmax of the last block's assignment),
         consecutive from 0.
@@ -209,9 +179,8 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
     * ``alpha_l = 2 l / (L (L + 1))`` increases linearly and sums to one;
     * ``W W^T = I`` becomes the penalty ``ortho_weight * sum_blocks
       (||W_Q W_Q^T - I||^2 + ||W_K W_K^T - I||^2)``;
-    * the linear encoder's isometry penalty (``isometry_weight``, not in the
-      paper) keeps its weight a scaled partial isometry, so the embedding keeps
-      the target's directions the source did not need.
+    * plus, for a linear encoder, ``isometry_weight`` times its isometry
+      penalty (not in the paper).
 
     ``predict`` never adapts: it assigns to the stored centroids with the last
     block's rule, so a row's label does not depend on the other rows.
@@ -315,7 +284,8 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         super()._check_params_vs_input(X, reset=reset)
         if not reset:
             return
-        self.embedding_dim_ = self._resolve_embedding_dim(X.shape[1])
+        auto = attention.auto_embedding_dim(self.n_clusters, X.shape[1])
+        self.embedding_dim_ = auto if self.embedding_dim == "auto" else int(self.embedding_dim)
         if self.embedding_dim_ < self.n_clusters:
             raise ValueError(
                 f"embedding_dim={self.embedding_dim_} must be >= n_clusters={self.n_clusters}: "
@@ -323,12 +293,6 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
                 "raise embedding_dim."
             )
         self._check_norm_samples(X.shape[0], "training")
-
-    def _resolve_embedding_dim(self, n_features):
-        """``embedding_dim``, with ``"auto"`` resolved (see the parameter's docstring)."""
-        if self.embedding_dim != "auto":
-            return int(self.embedding_dim)
-        return max(self.n_clusters, _AUTO_MIN_DIM, min(n_features, _AUTO_MAX_DIM))
 
     def _check_norm_samples(self, n_samples, what):
         if self.embedding_norm is not None and n_samples < 2:
@@ -442,38 +406,18 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         _, self.encoder_, self.blocks_, self.history_, self.n_iter_ = best
         self.labels_ = self._adapt(X)
 
-    def _input_projection(self, X):
-        """The fixed principal-subspace projection in front of a narrow linear encoder, or None.
-
-        Only for ``input_projection="pca"``, a linear encoder and an embedding
-        narrower than the input: ``r = min(embedding_dim_, n_samples)`` axes of
-        the training data, so that the encoder (``embedding_dim_ x r``, kept a
-        scaled isometry) loses nothing of the projected data.
-        """
-        d = X.shape[1]
-        if self.input_projection is None or len(self.hidden_dims) > 0 or self.embedding_dim_ >= d:
-            return None
-        mean, comps = attention.principal_axes(X, min(self.embedding_dim_, X.shape[0]))
-        return attention.InputProjection(mean, comps)
-
     def _new_networks(self, X, torch_gen):
-        """A freshly initialised encoder and ``n_blocks`` blocks on the working device."""
+        """A freshly initialised encoder and ``n_blocks`` blocks on the working device.
+
+        A linear encoder narrower than the input gets the fixed ``"pca"``
+        projection of the training data in front (``input_projection``).
+        """
         b = self.embedding_dim_
-        projection = self._input_projection(X)
-        d_in = X.shape[1] if projection is None else projection.components.shape[0]
-        dims = [d_in, *(int(h) for h in self.hidden_dims), b]  # checked in fit
-        encoder = init_module(mlp(dims), torch_gen)
-        if projection is not None:
-            encoder = torch.nn.Sequential(projection, encoder)
-        if self.embedding_norm == "batch":
-            encoder = torch.nn.Sequential(encoder, torch.nn.BatchNorm1d(b, affine=False))
-        elif self.embedding_norm == "scalar":
-            encoder = torch.nn.Sequential(encoder, attention.ScalarNorm(b))
-        blocks = torch.nn.ModuleList(
-            CentroidUpdateBlock(b, symmetric=self.symmetric, activation=self.activation)
-            .reset_parameters(torch_gen)
-            for _ in range(self.n_blocks)
-        )
+        pca = self.input_projection == "pca" and len(self.hidden_dims) == 0
+        projection = attention.pca_projection(X, b) if pca else None
+        norm = self.embedding_norm
+        encoder = attention.new_encoder(X.shape[1], self.hidden_dims, b, norm, projection, torch_gen)
+        blocks = attention.new_blocks(self.n_blocks, b, self.symmetric, self.activation, torch_gen)
         dtype = self._dtype()
         return encoder.to(device=self.device_, dtype=dtype), blocks.to(device=self.device_, dtype=dtype)
 
