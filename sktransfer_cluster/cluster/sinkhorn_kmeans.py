@@ -20,6 +20,7 @@ from sklearn.cluster import kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from .. import lloyd
 from ..base import (
     COMMON_PARAMETER_CONSTRAINTS,
     TransferClusterMixin,
@@ -35,10 +36,7 @@ __all__ = ["SinkhornKMeans"]
 
 # Cap on n_init * n * K cost entries solved in one batched Sinkhorn call.
 _BATCH_ENTRIES = 2**24
-# Inside OT-Lloyd the potentials are warm-started across iterations, so a loose
-# per-iteration solve suffices; exposed plans and scores are solved tightly.
-_SINKHORN_TOL = 1e-5
-_SINKHORN_MAX_ITER = 300
+# Exposed plans and scores are solved tightly.
 _PLAN_TOL = 1e-9
 _PLAN_MAX_ITER = 20000
 # hidden_dims="auto": MLP encoder widths, and (conv channels..., code) with image_shape.
@@ -47,39 +45,7 @@ _AUTO_CONV_DIMS = (16, 32, 10)
 # Check of OT-Lloyd's final plan (a report only): a marginal error above 1e-3
 # (0.1% of the mass off the size prior) moves the centres materially.
 _CHECK_TOL = 1e-3
-_CHECK_MAX_ITER = 10 * _SINKHORN_MAX_ITER
-
-
-def _relative_reg(C, epsilon):
-    """``epsilon`` times the mean cost over the last two dims, kept strictly positive."""
-    return epsilon * C.mean((-1, -2)).clamp_min(torch.finfo(C.dtype).eps)
-
-
-def _ot_lloyd(X, centers, reg_rel, log_w, max_iter, tol):
-    """Batched OT-Lloyd from initial ``centers`` of shape (B, K, d).
-
-    Returns ``(centers, reg, n_iter, potentials)``; ``reg`` (shape (B,)) is
-    ``reg_rel`` times the mean cost at the initial centres, fixed for the run.
-    """
-    C = squared_distances(X, centers)  # (B, n, K)
-    reg = _relative_reg(C, reg_rel)
-    regv = reg.view(-1, 1, 1)
-    # One Sinkhorn call for the whole batch: scale each problem's cost by its reg.
-    init = None
-    for it in range(1, max_iter + 1):
-        res = sinkhorn_potentials(
-            C / regv, 1.0, None, log_w, init=init, max_iter=_SINKHORN_MAX_ITER, tol=_SINKHORN_TOL
-        )
-        init = (res.f, res.g)
-        P = plan_from_potentials(C / regv, res.f, res.g, 1.0, None, log_w)  # (B, n, K)
-        mass = P.sum(-2).unsqueeze(-1)
-        new = (P.transpose(-1, -2) @ X) / mass
-        shift = ((new - centers) ** 2).sum((-1, -2))
-        centers = new
-        C = squared_distances(X, centers)
-        if shift.max().item() <= tol:
-            break
-    return centers, reg, it, init
+_CHECK_MAX_ITER = 10 * lloyd.SINKHORN_MAX_ITER
 
 
 class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNamePrefixFeaturesOutMixin, BaseEstimator):
@@ -353,7 +319,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         per_batch = max(1, _BATCH_ENTRIES // (n * self.n_clusters))
         best = None
         for start in range(0, init_centers.shape[0], per_batch):
-            centers, reg, n_iter, (f, g) = _ot_lloyd(
+            centers, reg, n_iter, (f, g) = lloyd.ot_lloyd(
                 Z, init_centers[start : start + per_batch], self.epsilon, log_w, self.max_iter, self._abs_tol(Z)
             )
             C = squared_distances(Z, centers) / reg.view(-1, 1, 1)
@@ -400,7 +366,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
                     loss = loss_rec
                     if not recon_only:
                         with torch.no_grad():
-                            reg = _relative_reg(squared_distances(z, centers), self.epsilon).item()
+                            reg = lloyd.relative_reg(squared_distances(z, centers), self.epsilon).item()
                         loss_ot, _ = ot_clustering_loss(z, centers, reg, log_w)
                         loss = loss + loss_ot
                         tot_ot += loss_ot.item() * xb.shape[0]
@@ -448,7 +414,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         centers, n_epochs = self._train_embedding(Xt, centers, self.max_epochs, torch_gen, "train")
         with torch.no_grad():
             Z = self.autoencoder_.encoder(Xt)
-            reg = _relative_reg(squared_distances(Z, centers), self.epsilon).item()
+            reg = lloyd.relative_reg(squared_distances(Z, centers), self.epsilon).item()
         self.autoencoder_.eval()
         self._finish(Z, centers, reg, n_iter + n_epochs)
 
