@@ -466,7 +466,7 @@ class TransferClusterMixin(ABC):
         benchmarks and the tests.
     ``_width_params``
         Names of the parameters that hold layer widths; each is validated by
-        :func:`check_widths` before ``_fit`` (a value of None is skipped).
+        :func:`check_widths` before ``_fit`` (None and ``"auto"`` are skipped).
     ``_min_samples``
         Minimum samples for ``fit``.
     """
@@ -518,7 +518,8 @@ class TransferClusterMixin(ABC):
         if reset:
             for name in self._width_params:
                 value = getattr(self, name)
-                if value is not None:
+                # None and "auto" are resolved by the estimator itself.
+                if value is not None and not (isinstance(value, str) and value == "auto"):
                     check_widths(name, value)
         if hasattr(self, "n_clusters"):
             self._check_n_clusters(X.shape[0], self.n_clusters)

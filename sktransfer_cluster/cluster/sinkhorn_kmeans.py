@@ -180,7 +180,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         "tol": [Interval(Real, 0, None, closed="left")],
         **COMMON_PARAMETER_CONSTRAINTS,
     }
-    _width_params = ()  # hidden_dims (may be "auto") is checked in _check_params_vs_input
+    _width_params = ("hidden_dims",)
 
     def __init__(
         self,
