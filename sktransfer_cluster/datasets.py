@@ -173,11 +173,15 @@ def make_artifact_mnist(values=(0.1, 0.5, 0.9), random_state=None):
         Index into ``values`` of each image's planted value.
     y_digit : ndarray of shape (5000,)
     """
-    rs = check_random_state(random_state)
     X, y_digit = load_mnist_5k()
-    y_art = rs.randint(0, len(values), size=X.shape[0])
+    return (*_plant_artifact(X, values, random_state), y_digit)
+
+
+def _plant_artifact(X, values, random_state):
+    """Overwrite pixel 0 of every image (in place) with a value drawn from ``values``."""
+    y_art = check_random_state(random_state).randint(0, len(values), size=X.shape[0])
     X[:, 0] = np.asarray(values, dtype=np.float64)[y_art]
-    return X, y_art, y_digit
+    return X, y_art
 
 
 def dihedral_classes(X, y, image_shape):
@@ -422,12 +426,8 @@ def make_artifact_digits(values=(0.1, 0.5, 0.9), random_state=None):
         Index into ``values`` of each image's planted value.
     y_digit : ndarray of shape (1797,)
     """
-    rs = check_random_state(random_state)
     X, y_digit = load_digits(return_X_y=True)
-    X = X / 16.0
-    y_art = rs.randint(0, len(values), size=X.shape[0])
-    X[:, 0] = np.asarray(values)[y_art]
-    return X, y_art, y_digit
+    return (*_plant_artifact(X / 16.0, values, random_state), y_digit)
 
 
 def load_transfer_file(path):
