@@ -31,6 +31,7 @@ CANONICAL = {
     "c2m": "c2m_quality",
     "precise_gan": "precise_gan_quality",
     "speed": "speed",
+    "mnist": "mnist_tasks",
 }
 
 

