@@ -16,17 +16,23 @@ redirected to a file is not silent.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import platform
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from sklearn.mixture import GaussianMixture
 from sklearn.utils import get_tags
+
+from . import __version__
 
 from .base import resolve_device
 from .cluster import C2MCluster, CCNCluster, PreciseFeatureGAN, SinkhornKMeans, TDCMCluster
@@ -35,10 +41,10 @@ from .datasets import (
     load_digits_transfer,
     load_mnist_5k,
     load_mnist_transfer,
-    load_transfer_file,
     make_artifact_mnist,
     make_tdcm_transfer,
 )
+from .files import load_transfer_file
 from .metrics import clustering_accuracy, match_labels
 
 __all__ = ["main", "compare", "scale_budgets", "METHODS", "TASKS"]
@@ -197,10 +203,19 @@ def _say(message):
     sys.stderr.flush()
 
 
-def _n_clusters(task):
-    if task.y_target is not None:
-        return task.n_clusters_target
-    return int(np.unique(task.y_source).shape[0])
+# Upper bound on K for the methods that estimate it, when a file gives no K.
+DEFAULT_MAX_CLUSTERS = 20
+
+
+def _n_clusters(task, n_clusters=None):
+    """K of a task: ``--n-clusters`` when given, else the number of target classes.
+
+    None when neither is known (a file without target labels); then only the
+    methods that estimate K run (see :func:`compare`).
+    """
+    if n_clusters is not None:
+        return n_clusters
+    return task.n_clusters_target
 
 
 def _scores(y, labels):
@@ -215,7 +230,9 @@ def _scores(y, labels):
 
 def _skip_reason(est, task):
     """Why ``est`` does not run on ``task`` (None when it does)."""
-    if getattr(task, "protocol", "transfer") == "cluster" and get_tags(est).target_tags.required:
+    if get_tags(est).target_tags.required and (
+        getattr(task, "protocol", "transfer") == "cluster" or task.y_source is None
+    ):
         return "skipped: needs source labels, this task has none"
     if getattr(task, "max_clusters", None) is not None and _k_bound_params(est, task.max_clusters) is None:
         return "skipped: takes K, does not estimate it"
@@ -223,12 +240,16 @@ def _skip_reason(est, task):
 
 
 def _run_method(name, task, k, seed, device, scale, verbose=0):
-    est = METHODS[name](k, seed, device)
-    skip = _skip_reason(est, task)
+    est = METHODS[name](DEFAULT_MAX_CLUSTERS if k is None else k, seed, device)
+    bound = getattr(task, "max_clusters", None)
+    if k is None and bound is None:
+        bound = DEFAULT_MAX_CLUSTERS
+    skip = _skip_reason(est, task) or (
+        "skipped: needs K (pass --n-clusters)" if bound is not None and _k_bound_params(est, bound) is None else None
+    )
     if skip is not None:
         return Row(task.name, name, skip, None, None, None, 0.0, 0.0, [])
     scale_budgets(est, scale)
-    bound = getattr(task, "max_clusters", None)
     if bound is not None:
         est.set_params(**_k_bound_params(est, bound))
     if verbose and "verbose" in est.get_params():
@@ -251,22 +272,73 @@ def _run_method(name, task, k, seed, device, scale, verbose=0):
         k_text = f"at most {bound}, found {found}"
     elif "n_clusters" not in est.get_params():
         k_text = f"found {found}"
-    else:  # CCN reports its number of dominant clusters even when K is given
-        k_text = f"given {k}" if found is None else f"given {k}, NDC {found}"
+    else:  # CCN also reports how many of its K clusters are dominant (NDC)
+        k_text = f"given {k}" if found is None else f"given {k}, {found} dominant"
     return Row(task.name, name, k_text, *_scores(task.y_target, labels), t1 - t0, t2 - t1, labels.tolist())
 
 
 def _run_baseline(name, task, k, seed):
+    if k is None:
+        return Row(task.name, f"{name} (on target)", "skipped: needs K", None, None, None, 0.0, 0.0, [])
     t0 = time.perf_counter()
     if name == "KMeans":
         labels = KMeans(k, n_init=10, random_state=seed).fit_predict(task.X_target)
     else:
         labels = GaussianMixture(k, covariance_type="diag", random_state=seed).fit(task.X_target).predict(task.X_target)
     t1 = time.perf_counter()
-    return Row(task.name, f"{name} (on target)", f"true {k}", *_scores(task.y_target, labels), 0.0, t1 - t0, labels.tolist())
+    given = "true" if task.y_target is not None and k == task.n_clusters_target else "given"
+    return Row(task.name, f"{name} (on target)", f"{given} {k}", *_scores(task.y_target, labels), t1 - t0, 0.0, labels.tolist())
 
 
-def compare(data=("digits", "tdcm"), methods=None, device="cpu", seed=0, mode="default", progress=True, log=True):
+def _default_threads():
+    """``OMP_NUM_THREADS`` when set, else torch's default (the physical cores)."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def _threads(n):
+    """torch and BLAS/OpenMP limited to ``n`` threads, restored afterwards."""
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        with threadpool_limits(n):
+            yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _load_tasks(data, seed, mode, label_column, max_array_mb):
+    tasks = []
+    for item in data:
+        if item in TASKS:
+            tasks.extend(TASKS[item](seed, mode))
+        elif Path(item).suffix in (".npz", ".csv"):
+            try:
+                tasks.append(load_transfer_file(item, label_column=label_column, max_bytes=int(max_array_mb * 2**20)))
+            except ValueError as exc:
+                raise UsageError(str(exc)) from exc
+        else:
+            raise UsageError(f"unknown task {item!r}; use {', '.join(TASKS)} or a .npz/.csv file")
+    return tasks
+
+
+def compare(
+    data=("digits", "tdcm"),
+    methods=None,
+    device="cpu",
+    seed=0,
+    mode="default",
+    progress=True,
+    log=True,
+    *,
+    n_clusters=None,
+    threads=None,
+    label_column="label",
+    max_array_mb=1024,
+):
     """Run every method on every task and return the rows.
 
     Parameters
@@ -279,12 +351,24 @@ def compare(data=("digits", "tdcm"), methods=None, device="cpu", seed=0, mode="d
     device : str, default="cpu"
     seed : int, default=0
     mode : {"quick", "default", "full"}
+        The training budgets: every epoch count x0.2, x1 or x4 (:func:`scale_budgets`).
     progress : bool, default=True
         tqdm bars on stderr: one over the runs, and each estimator's own
         (``verbose=1``, which changes no result).
     log : bool, default=True
         Print one line to stderr, flushed, as each method starts and as it ends
         (with its elapsed seconds).
+    n_clusters : int, default=None
+        K for every task. By default the number of target classes; a file without
+        target labels needs it, unless only methods that estimate K are run (they
+        get the upper bound :data:`DEFAULT_MAX_CLUSTERS`).
+    threads : int, default=None
+        torch and BLAS threads for the run (restored afterwards); None:
+        ``OMP_NUM_THREADS`` when set, else torch's default.
+    label_column : str or None, default="label"
+        The label column of ``.csv`` files (None: they have none).
+    max_array_mb : float, default=1024
+        Refuse file arrays larger than this once loaded.
 
     Returns
     -------
@@ -295,42 +379,47 @@ def compare(data=("digits", "tdcm"), methods=None, device="cpu", seed=0, mode="d
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise UsageError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
+    if n_clusters is not None and n_clusters < 1:
+        raise UsageError(f"--n-clusters must be a positive integer, got {n_clusters}")
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads must be a positive integer, got {threads}")
     try:
         resolve_device(device)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    tasks = []
-    for item in data:
-        if item in TASKS:
-            tasks.extend(TASKS[item](seed, mode))
-        elif Path(item).suffix in (".npz", ".csv"):
-            try:
-                tasks.append(load_transfer_file(item))
-            except ValueError as exc:
-                raise UsageError(str(exc)) from exc
-        else:
-            raise UsageError(f"unknown task {item!r}; use {', '.join(TASKS)} or a .npz/.csv file")
+    tasks = _load_tasks(data, seed, mode, label_column, max_array_mb)
+    for task in tasks:
+        if _n_clusters(task, n_clusters) is None and getattr(task, "max_clusters", None) is None:
+            fixed = [m for m in methods if _k_bound_params(METHODS[m](2, seed, "cpu"), 2) is None]
+            if fixed:
+                raise UsageError(
+                    f"{task.name} has no target labels, so K is unknown: pass --n-clusters K "
+                    f"({', '.join(fixed)} need it; only {', '.join(m for m in METHODS if m not in fixed)} "
+                    "estimate K)"
+                )
     scale = _BUDGET[mode]
     jobs = [(t, m) for t in tasks for m in [*methods, *BASELINES]]
     rows = []
     from tqdm.auto import tqdm
 
-    for i, (task, name) in enumerate(tqdm(jobs, desc="compare", disable=not progress), 1):
-        k = _n_clusters(task)
-        where = f"compare [{i}/{len(jobs)}] {task.name}: {name}"
-        if log:
-            _say(f"{where} ...")
-        t0 = time.perf_counter()
-        if name in BASELINES:
-            rows.append(_run_baseline(name, task, k, seed))
-        else:
+    with _threads(threads or _default_threads()):
+        for i, (task, name) in enumerate(tqdm(jobs, desc="compare", disable=not progress), 1):
+            k = _n_clusters(task, n_clusters)
+            where = f"compare [{i}/{len(jobs)}] {task.name}: {name}"
+            if log:
+                _say(f"{where} ...")
+            t0 = time.perf_counter()
             try:
-                rows.append(_run_method(name, task, k, seed, device, scale, verbose=int(progress)))
-            except ValueError as exc:
+                if name in BASELINES:
+                    rows.append(_run_baseline(name, task, k, seed))
+                else:
+                    rows.append(_run_method(name, task, k, seed, device, scale, verbose=int(progress)))
+            except (ValueError, FloatingPointError) as exc:
+                # Invalid data for this method (too few rows, degenerate values): one line.
                 raise UsageError(f"{name} on {task.name}: {exc}") from exc
-        if log:
-            skipped = rows[-1].k.startswith("skipped")
-            _say(f"{where} {rows[-1].k}" if skipped else f"{where} done in {time.perf_counter() - t0:.1f} s")
+            if log:
+                skipped = rows[-1].k.startswith("skipped")
+                _say(f"{where} {rows[-1].k}" if skipped else f"{where} done in {time.perf_counter() - t0:.1f} s")
     return rows, tasks
 
 
@@ -369,16 +458,24 @@ def _figures(rows, tasks, out):
         panels = ([("true labels", task.y_target)] if task.y_target is not None else []) + [
             (f"{r.method}\nACC {_fmt(r.acc)}", np.asarray(r.labels)) for r in task_rows
         ]
+        matched = task.y_target is not None and np.issubdtype(np.asarray(task.y_target).dtype, np.integer)
         for ax, (title, labels) in zip(axes.flat, panels):
-            if task.y_target is not None and np.issubdtype(np.asarray(task.y_target).dtype, np.integer):
+            if matched:
                 labels = match_labels(task.y_target, labels)  # same colour = same matched class
-            ax.scatter(xy[:, 0], xy[:, 1], c=labels, s=4, cmap="tab20")
+            ax.scatter(xy[:, 0], xy[:, 1], c=labels, s=4, cmap="tab20", vmin=0, vmax=19)
             ax.set_title(title, fontsize=8)
             ax.set_xticks([])
             ax.set_yticks([])
+        if matched:  # the key from colour to class, once, on the true-labels panel
+            cmap = plt.get_cmap("tab20")
+            handles = [
+                plt.Line2D([], [], marker="o", linestyle="", color=cmap(int(c) % 20), label=str(c))
+                for c in np.unique(task.y_target)[:20]
+            ]
+            axes.flat[0].legend(handles=handles, title="class", fontsize=6, title_fontsize=7, loc="best", markerscale=0.8)
         for ax in list(axes.flat)[len(panels):]:
             ax.axis("off")
-        fig.suptitle(f"{task.name}: target, 2-D PCA, coloured by cluster")
+        fig.suptitle(f"{task.name}: target, 2-D PCA, coloured by cluster (matched to the classes)")
         fig.tight_layout()
         path = out / f"clusters_{task.name}.png"
         fig.savefig(path, dpi=110)
@@ -387,14 +484,19 @@ def _figures(rows, tasks, out):
 
         scored = [r for r in task_rows if r.acc is not None]
         if scored:
-            fig, ax = plt.subplots(figsize=(1.2 * len(scored) + 2, 3.2))
+            fig, ax = plt.subplots(figsize=(1.3 * len(scored) + 3, 3.4))
             x = np.arange(len(scored))
-            ax.bar(x - 0.2, [r.acc for r in scored], 0.4, label="ACC")
-            ax.bar(x + 0.2, [r.nmi for r in scored], 0.4, label="NMI")
-            ax.set_xticks(x, [r.method for r in scored], rotation=30, ha="right", fontsize=8)
+            baseline = ["(on target)" in r.method for r in scored]
+            for j, (metric, colour) in enumerate((("acc", "C0"), ("nmi", "C1"), ("ari", "C2"))):
+                bars = ax.bar(x + (j - 1) * 0.27, [getattr(r, metric) for r in scored], 0.27, color=colour, label=metric.upper())
+                for bar, is_base in zip(bars, baseline):
+                    if is_base:  # the baselines, fitted on the target with K, set apart
+                        bar.set_hatch("//")
+                        bar.set_edgecolor("white")
+            ax.set_xticks(x, [r.method.replace(" (on target)", "\n(on target)") for r in scored], rotation=30, ha="right", fontsize=8)
             ax.set_ylim(0, 1)
-            ax.set_title(f"{task.name}: target ACC / NMI")
-            ax.legend()
+            ax.set_title(f"{task.name}: target scores (hatched: baselines fitted on the target)", fontsize=9)
+            ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
             fig.tight_layout()
             path = out / f"scores_{task.name}.png"
             fig.savefig(path, dpi=110)
@@ -403,12 +505,35 @@ def _figures(rows, tasks, out):
     return written
 
 
-def write_outputs(rows, tasks, out):
-    """Write results.json, results.md and (with matplotlib) PNG figures into ``out``."""
+def run_metadata(seed, mode, threads, device):
+    """What a results table depends on beyond its rows: seed, budgets, threads, versions, date."""
+    import sklearn
+
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "seed": seed,
+        "mode": mode,
+        "threads": threads,
+        "device": device,
+        "sktransfer_cluster": __version__,
+        "torch": torch.__version__,
+        "sklearn": sklearn.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def write_outputs(rows, tasks, out, metadata=None):
+    """Write results.json, results.md and (with matplotlib) PNG figures into ``out``.
+
+    ``metadata`` (see :func:`run_metadata`) heads results.md and is kept in
+    results.json as ``{"metadata": ..., "rows": [...]}``.
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
-    (out / "results.md").write_text(format_table(rows) + "\n")
+    metadata = metadata or {}
+    (out / "results.json").write_text(json.dumps({"metadata": metadata, "rows": [asdict(r) for r in rows]}, indent=1))
+    header = ", ".join(f"{k} {v}" for k, v in metadata.items())
+    (out / "results.md").write_text((f"Run: {header}.\n\n" if header else "") + format_table(rows) + "\n")
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -421,24 +546,67 @@ def write_outputs(rows, tasks, out):
     return _figures(rows, tasks, out)
 
 
+_COMPARE_HELP = """\
+Fit every estimator on the source of each task, transfer it to the target, and
+print one table beside KMeans and GaussianMixture fitted on the target. Each
+method runs at its defaults; --quick and --full only scale the epoch counts.
+One line per method goes to stderr as it starts and ends.
+
+Files (--data FILE):
+  .npz  arrays X_source, X_target (2-D, numbers) and optional y_source, y_target
+        (one label per row). Nothing is unpickled.
+  .csv  a header row; a 'domain' column whose values are source or target (any
+        case); an optional label column ('label', or --label-column NAME); every
+        other column is a numeric feature. Labels may be strings; a blank label
+        is missing, and a side whose labels are all blank has none.
+K is the number of target classes, or --n-clusters. Without target labels pass
+--n-clusters, or run only the methods that estimate K (CCNCluster, C2MCluster;
+they need source labels), which get an upper bound of 20.
+
+Bad input prints one line and exits with status 2.
+"""
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(prog="sktransfer-cluster", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    cmp_ = sub.add_parser("compare", help="every estimator against KMeans on transfer tasks")
+    parser = argparse.ArgumentParser(
+        prog="sktransfer-cluster",
+        description="Transferable deep clustering: learn on a source data set, cluster a target.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    cmp_ = sub.add_parser(
+        "compare",
+        help="every estimator against KMeans on transfer tasks",
+        description=_COMPARE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     cmp_.add_argument(
         "--data",
         nargs="+",
         default=["digits", "tdcm"],
-        help="built-in task names (digits, tdcm, mnist) or .npz/.csv files with X_source, X_target "
-        "and optional y_source, y_target. mnist: 4 tasks on 5,000 real MNIST images (the bench "
-        "extra), tens of minutes on 2 CPU cores (the README gives a measured time)",
+        help="built-in tasks (digits, tdcm, mnist) or .npz/.csv files (default: digits tdcm). mnist: 4 "
+        "tasks on 5,000 real MNIST images (the bench extra), tens of minutes on 2 CPU cores",
     )
     cmp_.add_argument("--methods", default=None, help=f"comma-separated subset of: {', '.join(METHODS)}")
+    cmp_.add_argument("--n-clusters", type=_positive_int, default=None, help="K for every task (default: the number of target classes)")
+    cmp_.add_argument("--label-column", default="label", help="label column of .csv files; 'none' if they have none (default: label)")
     cmp_.add_argument("--device", default="cpu", help="auto, cpu, cuda, cuda:N or mps (default: cpu)")
+    cmp_.add_argument("--threads", type=_positive_int, default=None, help="torch and BLAS threads (default: OMP_NUM_THREADS, else the physical cores)")
     cmp_.add_argument("--seed", type=int, default=0)
+    cmp_.add_argument("--max-array-mb", type=float, default=1024, help="refuse file arrays larger than this once loaded (default: 1024)")
     cmp_.add_argument("--out", default=None, help="directory for results.json, results.md and figures")
     speed = cmp_.add_mutually_exclusive_group()
-    speed.add_argument("--quick", action="store_true", help="every epoch count x0.2 (the default run: each method at its defaults)")
+    speed.add_argument("--quick", action="store_true", help="every epoch count x0.2 (default: each method at its defaults)")
     speed.add_argument("--full", action="store_true", help="every epoch count x4, and every TDCM K")
     return parser
 
@@ -448,13 +616,22 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     mode = "quick" if args.quick else "full" if args.full else "default"
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
+    label_column = None if args.label_column.lower() == "none" else args.label_column
+    threads = args.threads or _default_threads()
     try:
-        rows, tasks = compare(args.data, methods, args.device, args.seed, mode, progress=sys.stderr.isatty())
+        rows, tasks = compare(
+            args.data, methods, args.device, args.seed, mode, progress=sys.stderr.isatty(),
+            n_clusters=args.n_clusters, threads=threads, label_column=label_column, max_array_mb=args.max_array_mb,
+        )
     except UsageError as exc:
         print(f"sktransfer-cluster: error: {exc}", file=sys.stderr)
         return 2
     print(format_table(rows))
     if args.out:
-        written = write_outputs(rows, tasks, args.out)
+        try:
+            written = write_outputs(rows, tasks, args.out, run_metadata(args.seed, mode, threads, args.device))
+        except OSError as exc:
+            print(f"sktransfer-cluster: error: cannot write to {args.out}: {exc}", file=sys.stderr)
+            return 2
         print(f"\nwrote {Path(args.out) / 'results.json'}, results.md and {len(written)} figure(s)")
     return 0

@@ -9,13 +9,14 @@ from __future__ import annotations
 import functools
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 from sklearn.datasets import load_digits, make_blobs, make_circles, make_moons
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC
 from sklearn.utils import check_array, check_random_state
+
+from .files import load_transfer_file  # re-exported: its home is files.py
 
 __all__ = [
     "TransferTask",
@@ -428,61 +429,3 @@ def make_artifact_digits(values=(0.1, 0.5, 0.9), random_state=None):
     """
     X, y_digit = load_digits(return_X_y=True)
     return (*_plant_artifact(X / 16.0, values, random_state), y_digit)
-
-
-def load_transfer_file(path):
-    """Load a user's transfer task from ``.npz`` or ``.csv``.
-
-    * ``.npz`` with arrays ``X_source``, ``X_target`` and optional ``y_source``,
-      ``y_target``.
-    * ``.csv`` with a header; a column ``domain`` holding ``source``/``target``,
-      an optional column ``label``, every other column a feature.
-
-    Raises
-    ------
-    ValueError
-        If a required array/column is missing, shapes disagree, or values are
-        not finite numbers.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise ValueError(f"{path}: no such file.")
-    if path.suffix == ".npz":
-        with np.load(path, allow_pickle=False) as data:
-            missing = {"X_source", "X_target"} - set(data.files)
-            if missing:
-                raise ValueError(f"{path}: missing arrays {sorted(missing)}; expected X_source, X_target.")
-            arrays = {k: data[k] for k in data.files}
-        Xs, Xt = arrays["X_source"], arrays["X_target"]
-        ys, yt = arrays.get("y_source"), arrays.get("y_target")
-    elif path.suffix == ".csv":
-        import csv
-
-        with open(path, newline="") as fh:
-            rows = list(csv.reader(fh))
-        if not rows or "domain" not in rows[0]:
-            raise ValueError(f"{path}: expected a header with a 'domain' column (source/target).")
-        header, body = rows[0], rows[1:]
-        dom_i = header.index("domain")
-        lab_i = header.index("label") if "label" in header else None
-        feat_i = [i for i in range(len(header)) if i not in (dom_i, lab_i)]
-        try:
-            feats = np.array([[float(r[i]) for i in feat_i] for r in body])
-            labels = np.array([r[lab_i] for r in body]) if lab_i is not None else None
-        except (ValueError, IndexError) as exc:
-            raise ValueError(f"{path}: non-numeric or missing feature value ({exc}).") from exc
-        dom = np.array([r[dom_i] for r in body])
-        Xs, Xt = feats[dom == "source"], feats[dom == "target"]
-        ys = labels[dom == "source"] if labels is not None else None
-        yt = labels[dom == "target"] if labels is not None else None
-    else:
-        raise ValueError(f"{path}: unsupported file type {path.suffix!r}; use .npz or .csv.")
-    for name, X in (("X_source", Xs), ("X_target", Xt)):
-        X = np.asarray(X)
-        if X.ndim != 2 or X.shape[0] == 0:
-            raise ValueError(f"{path}: {name} must be a non-empty 2-D array, got shape {X.shape}.")
-        if not np.issubdtype(X.dtype, np.number) or not np.isfinite(X).all():
-            raise ValueError(f"{path}: {name} contains NaN, infinity or non-numeric values.")
-    if Xs.shape[1] != Xt.shape[1]:
-        raise ValueError(f"{path}: source has {Xs.shape[1]} features but target has {Xt.shape[1]}.")
-    return TransferTask(np.asarray(Xs, float), ys, np.asarray(Xt, float), yt, name=path.stem)

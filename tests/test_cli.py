@@ -35,7 +35,7 @@ def test_quick_compare_prints_one_table_with_every_method_and_baseline(quick_run
 
 def test_quick_compare_writes_json_and_figures(quick_run):
     out, _ = quick_run
-    rows = json.loads((out / "results.json").read_text())
+    rows = json.loads((out / "results.json").read_text())["rows"]
     assert {r["task"] for r in rows} == {"digits", "tdcm-shift-k5"}
     assert all(0.0 <= r["acc"] <= 1.0 for r in rows)
     pytest.importorskip("matplotlib")
@@ -309,3 +309,120 @@ def test_compare_prints_a_start_and_an_end_line_per_method_on_stderr(tmp_path, c
         assert f"{where} ..." in lines
         assert any(re.fullmatch(re.escape(where) + r" done in \d+\.\d s", line) for line in lines)
     assert "compare [" not in captured.out  # the table on stdout is unchanged
+
+
+# ----------------------------------------------------------------- files without labels, CSV, surface
+
+
+def _blobs_npz(tmp_path, labels=True, name="nolabels.npz"):
+    rng = np.random.default_rng(0)
+    Xs = np.concatenate([rng.normal(0, 0.3, (20, 2)), rng.normal(3, 0.3, (20, 2))])
+    arrays = {"X_source": Xs, "X_target": Xs + 1.0}
+    if labels:
+        arrays |= {"y_source": np.repeat([0, 1], 20), "y_target": np.repeat([0, 1], 20)}
+    path = tmp_path / name
+    np.savez(path, **arrays)
+    return path
+
+
+def test_file_without_labels_asks_for_n_clusters_instead_of_using_k_1(tmp_path, capsys):
+    path = _blobs_npz(tmp_path, labels=False)
+    assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no target labels, so K is unknown: pass --n-clusters K" in err and "\n" not in err
+
+
+def test_file_without_labels_runs_with_n_clusters_and_prints_no_scores(tmp_path, capsys):
+    path = _blobs_npz(tmp_path, labels=False)
+    assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans", "--n-clusters", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "| nolabels | SinkhornKMeans | given 2 | - | - | - |" in out
+    assert "| nolabels | KMeans (on target) | given 2 | - | - | - |" in out
+
+
+def test_methods_that_need_source_labels_are_skipped_when_the_file_has_none(tmp_path, monkeypatch):
+    path = _blobs_npz(tmp_path, labels=False)
+    monkeypatch.setattr(cli, "METHODS", {"needs": lambda k, seed, device: _NeedsLabels(k, n_init=1)})
+    rows, _ = cli.compare([str(path)], ["needs"], progress=False, log=False, n_clusters=2)
+    assert rows[0].k == "skipped: needs source labels, this task has none"
+
+
+def test_csv_with_string_labels_and_any_case_domain_runs_and_draws_figures(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    lines = ["Domain,x1,x2,label"]
+    for dom in ("Source", "TARGET"):
+        for name, centre in (("cat", 0.0), ("dog", 4.0)):
+            lines += [f"{dom},{a:.4f},{b:.4f},{name}" for a, b in rng.normal(centre, 0.3, (15, 2))]
+    path = tmp_path / "pets.csv"
+    path.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans", "--out", str(out)]) == 0
+    assert "| pets | SinkhornKMeans | given 2 | 1.000 |" in capsys.readouterr().out
+    pytest.importorskip("matplotlib")
+    assert (out / "clusters_pets.png").exists() and (out / "scores_pets.png").exists()
+
+
+def test_csv_label_column_option_selects_the_labels(tmp_path, capsys):
+    lines = ["domain,x,class"] + [f"{d},{v},{c}" for d in ("source", "target") for v, c in ((0, "a"), (0.1, "a"), (5, "b"), (5.1, "b"))]
+    path = tmp_path / "cls.csv"
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans"]) == 2
+    assert "--label-column class" in capsys.readouterr().err
+    assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans", "--label-column", "class"]) == 0
+    assert "| cls | SinkhornKMeans | given 2 | 1.000 |" in capsys.readouterr().out
+
+
+def test_one_row_file_gives_one_line_and_exit_2(tmp_path, capsys):
+    path = tmp_path / "one.npz"
+    np.savez(path, X_source=np.zeros((1, 2)), X_target=np.zeros((1, 2)), y_source=[0], y_target=[0])
+    assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after the per-method progress lines
+    assert last.startswith("sktransfer-cluster: error: GaussianMixture on one: Found array with 1 sample(s)")
+
+
+def test_baseline_time_is_reported_as_fit_time(tmp_path):
+    rows, _ = cli.compare([str(_blobs_npz(tmp_path))], ["SinkhornKMeans"], mode="quick", progress=False, log=False)
+    baselines = [r for r in rows if "(on target)" in r.method]
+    assert len(baselines) == 2 and all(r.fit_s > 0 and r.transfer_s == 0 for r in baselines)
+
+
+def test_results_md_records_seed_mode_threads_and_versions(tmp_path):
+    import torch
+
+    out = tmp_path / "out"
+    assert main(["compare", "--quick", "--data", str(_blobs_npz(tmp_path)), "--methods", "SinkhornKMeans",
+                 "--threads", "1", "--seed", "3", "--out", str(out)]) == 0
+    first = (out / "results.md").read_text().splitlines()[0]
+    for part in ("seed 3", "mode quick", "threads 1", f"torch {torch.__version__}", "sktransfer_cluster 0."):
+        assert part in first
+    assert json.loads((out / "results.json").read_text())["metadata"]["threads"] == 1
+
+
+def test_threads_option_is_applied_during_the_run_and_restored(tmp_path, monkeypatch):
+    import torch
+
+    seen = []
+    monkeypatch.setattr(cli, "METHODS", {"spy": lambda k, seed, device: (seen.append(torch.get_num_threads()), SinkhornKMeans(k, n_init=1))[1]})
+    before = torch.get_num_threads()
+    cli.compare([str(_blobs_npz(tmp_path))], ["spy"], progress=False, log=False, threads=1)
+    assert seen == [1] and torch.get_num_threads() == before
+
+
+def test_version_prints_the_package_version(capsys):
+    from sktransfer_cluster import __version__
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"sktransfer-cluster {__version__}"
+
+
+def test_help_is_plain_text_and_compare_help_describes_the_file_formats(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    top = capsys.readouterr().out
+    assert "``" not in top and "compare" in top
+    with pytest.raises(SystemExit):
+        main(["compare", "--help"])
+    text = capsys.readouterr().out
+    for phrase in ("X_source, X_target", "'domain' column", "--label-column", "--n-clusters", "status 2"):
+        assert phrase in text
