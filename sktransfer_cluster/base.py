@@ -226,6 +226,13 @@ def resolve_device(device):
     return dev
 
 
+def _own_torch_rng(device):
+    """Leave torch's global RNG as it was: building a layer draws from it before
+    our seeded initialisation overwrites the weights."""
+    devices = [device.index or 0] if device.type == "cuda" else []
+    return torch.random.fork_rng(devices=devices)
+
+
 def make_generators(random_state, device):
     """Local numpy and torch generators seeded from ``random_state``.
 
@@ -585,14 +592,26 @@ class TransferClusterMixin(ABC):
             if self._requires_y:
                 self._require_y(y)
                 X, y = self._validate_input(X, reset=True, y=y)
+                if np.unique(y).shape[0] < 2:
+                    warnings.warn(
+                        f"{type(self).__name__}.fit got source labels with a single class; it learns "
+                        "what separates clusters from labelled sources and needs at least two.",
+                        UserWarning,
+                        stacklevel=2,
+                    )
             else:
                 X = self._validate_input(X, reset=True)
+                n_labels = None if y is None else (np.shape(y)[0] if np.ndim(y) else 1)
+                if n_labels is not None and n_labels != X.shape[0]:
+                    # y is unused here, but a mismatch means the caller mixed up arrays.
+                    raise ValueError(f"y has {n_labels} labels but X has {X.shape[0]} rows; pass matching arrays.")
             self._check_params_vs_input(X, reset=True)
             self.device_ = resolve_device(self.device)
             self.history_ = []
             # Generators are passed down, not stored: fitted state stays picklable.
             rng, torch_gen = make_generators(self.random_state, "cpu")
-            self._fit(X, y, rng=rng, torch_gen=torch_gen, **fit_params)
+            with _own_torch_rng(self.device_):
+                self._fit(X, y, rng=rng, torch_gen=torch_gen, **fit_params)
             missing = [a for a in ("labels_", "n_iter_") if not hasattr(self, a)]
             if missing:
                 raise NotImplementedError(f"{type(self).__name__}._fit must set {' and '.join(missing)}.")
@@ -706,7 +725,8 @@ class TransferClusterMixin(ABC):
         X = self._fitted_input(X)
         with self._rollback_on_error():
             self._check_params_vs_input(X, reset=False)
-            labels = self._transfer(X, **kwargs)
+            with _own_torch_rng(self.device_):
+                labels = self._transfer(X, **kwargs)
             self.labels_ = labels
         return labels
 

@@ -552,3 +552,27 @@ def test_keep_best_goes_back_to_the_epoch_of_lowest_loss(data, monkeypatch):
     best = seen[1][1][0]
     for name, value in est.autoencoder_.state_dict().items():
         torch.testing.assert_close(value, best[name], rtol=0, atol=0)
+
+
+def test_fit_and_transfer_leave_torch_global_rng_unchanged(estimator, data):
+    X, y, Xt, _ = data
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    est = _fit(estimator, X, y)
+    est.transfer(Xt)
+    assert torch.equal(torch.get_rng_state(), state) and torch.initial_seed() == 123
+
+
+def test_labels_of_the_wrong_length_are_refused(estimator, data):
+    X, y, _, _ = data
+    with pytest.raises(ValueError, match="inconsistent numbers of samples|90 rows"):
+        estimator.fit(X, y[:-1])
+    _fit(estimator, X, y)  # still usable
+
+
+def test_single_class_source_labels_warn_where_labels_are_required(estimator, data):
+    if not _requires_y(estimator):
+        pytest.skip("ignores y")
+    X, y, _, _ = data
+    with pytest.warns(UserWarning, match="single class"):
+        estimator.fit(X[y == 0], y[y == 0])
