@@ -1,19 +1,33 @@
 """sktransfer_cluster: scikit-learn-compatible transferable deep clustering on PyTorch."""
 
-from . import cluster
-from .base import pipeline_transfer
-from .cluster import *  # noqa: F403 -- every estimator, as listed in cluster.__all__
-from .metrics import clustering_accuracy, match_labels, n_dominant_clusters
+import importlib
+
+from .cluster import __all__ as _ESTIMATORS
 
 __version__ = "0.1.0"
 
-# The estimators are exported where they are defined (sktransfer_cluster/cluster/__init__.py),
-# so adding one touches its module and that export only.
-__all__ = [
-    *cluster.__all__,
-    "clustering_accuracy",
-    "match_labels",
-    "n_dominant_clusters",
-    "pipeline_transfer",
-    "__version__",
-]
+# Public names and the module that defines each, imported on first use (torch and
+# scikit-learn load only when needed). The estimators are listed where they are
+# defined (sktransfer_cluster/cluster/__init__.py), so adding one touches that
+# module only.
+_LAZY = {
+    **dict.fromkeys(_ESTIMATORS, ".cluster"),
+    "clustering_accuracy": ".metrics",
+    "match_labels": ".metrics",
+    "n_dominant_clusters": ".metrics",
+    "pipeline_transfer": ".base",
+}
+
+__all__ = [*_LAZY, "__version__"]
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *__all__})

@@ -426,3 +426,26 @@ def test_help_is_plain_text_and_compare_help_describes_the_file_formats(capsys):
     text = capsys.readouterr().out
     for phrase in ("X_source, X_target", "'domain' column", "--label-column", "--n-clusters", "status 2"):
         assert phrase in text
+
+
+def test_help_and_version_do_not_import_torch():
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "from sktransfer_cluster._entry import main\n"
+        "for argv in (['--version'], ['--help'], ['compare', '--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print('torch' in sys.modules, 'sklearn' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "False False"
+
+
+def test_the_parser_lists_exactly_the_compare_methods():
+    from sktransfer_cluster._entry import METHOD_NAMES
+
+    assert METHOD_NAMES == tuple(METHODS)

@@ -204,7 +204,7 @@ def test_every_package_estimator_declares_y_through_its_tags():
 # ------------------------------------------------------------------------ discovery
 def test_the_common_suite_covers_every_exported_estimator():
     exported = {
-        obj for obj in map(sktransfer_cluster.__dict__.get, sktransfer_cluster.__all__)
+        obj for obj in (getattr(sktransfer_cluster, name) for name in sktransfer_cluster.__all__)
         if isinstance(obj, type) and issubclass(obj, TransferClusterMixin)
     }
     assert exported and exported == {type(est) for est in common.ESTIMATORS}
