@@ -32,6 +32,7 @@ CANONICAL = {
     "precise_gan": "precise_gan_quality",
     "speed": "speed",
     "mnist": "mnist_tasks",
+    "pipeline": "pipeline_transfer",
 }
 
 

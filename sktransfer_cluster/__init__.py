@@ -15,7 +15,9 @@ _LAZY = {
     "clustering_accuracy": ".metrics",
     "match_labels": ".metrics",
     "n_dominant_clusters": ".metrics",
-    "pipeline_transfer": ".base",
+    "pipeline_transfer": ".pipeline",
+    "TransferPipeline": ".pipeline",
+    "make_transfer_pipeline": ".pipeline",
 }
 
 __all__ = [*_LAZY, "__version__"]

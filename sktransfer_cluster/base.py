@@ -40,7 +40,6 @@ __all__ = [
     "TrainingRun",
     "resolve_device",
     "make_generators",
-    "pipeline_transfer",
     "chunked",
     "compact_labels",
     "check_widths",
@@ -250,44 +249,6 @@ def make_generators(random_state, device):
     torch_gen = torch.Generator(device=device)
     torch_gen.manual_seed(seed)
     return rng, torch_gen
-
-
-def pipeline_transfer(pipeline, X, **kwargs):
-    """``transfer`` through a fitted :class:`~sklearn.pipeline.Pipeline`.
-
-    scikit-learn's Pipeline routes ``fit``/``predict`` but not ``transfer``.
-    This applies the fitted pre-processing steps (fitted on the source, as a
-    deployed model would) and calls ``transfer`` on the final estimator.
-
-    Parameters
-    ----------
-    pipeline : Pipeline
-        Fitted, ending with one of this package's estimators.
-    X : array-like of shape (n_samples, n_features)
-        Target data.
-    **kwargs : dict
-        Passed to the final estimator's ``transfer``.
-
-    Returns
-    -------
-    labels : ndarray of shape (n_samples,)
-
-    Examples
-    --------
-    >>> from sklearn.datasets import make_blobs
-    >>> from sklearn.pipeline import make_pipeline
-    >>> from sklearn.preprocessing import StandardScaler
-    >>> from sktransfer_cluster import SinkhornKMeans, pipeline_transfer
-    >>> X, _ = make_blobs(n_samples=120, centers=3, random_state=0)
-    >>> pipe = make_pipeline(StandardScaler(), SinkhornKMeans(3, random_state=0)).fit(X)
-    >>> pipeline_transfer(pipe, X + 0.5).shape
-    (120,)
-    """
-    final = pipeline[-1]
-    if not hasattr(final, "transfer"):
-        raise TypeError(f"the last step of the pipeline ({type(final).__name__}) has no transfer method.")
-    Xt = pipeline[:-1].transform(X) if len(pipeline) > 1 else X
-    return final.transfer(Xt, **kwargs)
 
 
 def _move_torch(obj, device):

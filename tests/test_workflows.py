@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from sklearn.base import clone
 from sklearn.datasets import make_blobs
+from sklearn.metrics import adjusted_rand_score
 from sklearn.model_selection import GridSearchCV, RandomizedSearchCV
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
@@ -158,3 +159,61 @@ def test_fuzzed_inputs_never_crash_or_produce_nan(template, params):
     for out in (est.labels_, est.predict(X), est.transfer(X)):
         assert out.shape == (X.shape[0],) and out.min() >= 0
     assert np.isfinite(est.score(X))
+
+
+# ----------------------------------------------------------------- TransferPipeline
+
+
+def test_transfer_pipeline_transfers_with_the_source_fitted_preprocessing(data):
+    from sktransfer_cluster import make_transfer_pipeline
+
+    X, _, Xt = data
+    pipe = make_transfer_pipeline(StandardScaler(), SinkhornKMeans(3, n_init=1, random_state=0)).fit(X)
+    mean = pipe[0].mean_.copy()
+    labels = pipe.transfer(Xt)
+    np.testing.assert_array_equal(pipe[0].mean_, mean)  # the scaler still holds the source fit
+    np.testing.assert_array_equal(labels, pipe[-1].labels_)
+    np.testing.assert_array_equal(pipe.predict(Xt), labels)
+
+
+def test_transfer_pipeline_can_refit_the_preprocessing_on_the_target(data):
+    from sktransfer_cluster import make_transfer_pipeline
+
+    X, _, _ = data
+    Xt = X * 10.0 + 100.0  # the same clusters, another scale and offset
+    pipe = make_transfer_pipeline(StandardScaler(), SinkhornKMeans(3, n_init=1, random_state=0)).fit(X)
+    source_labels = pipe[-1].labels_.copy()
+    labels = pipe.transfer(Xt, preprocessing="target")
+    np.testing.assert_allclose(pipe[0].mean_, Xt.mean(axis=0))  # refitted on the target
+    assert adjusted_rand_score(source_labels, labels) == 1.0
+    np.testing.assert_array_equal(pipe.predict(Xt), labels)  # predict serves the target
+
+
+def test_failed_transfer_puts_back_the_source_fitted_preprocessing(data, monkeypatch):
+    from sktransfer_cluster import make_transfer_pipeline
+
+    X, _, Xt = data
+    pipe = make_transfer_pipeline(StandardScaler(), SinkhornKMeans(3, n_init=1, random_state=0)).fit(X)
+    scaler = pipe[0]
+    monkeypatch.setattr(SinkhornKMeans, "_transfer", lambda self, X, **kw: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        pipe.transfer(Xt + 5.0, preprocessing="target")
+    assert pipe[0] is scaler
+
+
+def test_transfer_pipeline_rejects_an_unknown_preprocessing_mode(data):
+    from sktransfer_cluster import make_transfer_pipeline
+
+    X, _, Xt = data
+    pipe = make_transfer_pipeline(StandardScaler(), SinkhornKMeans(3, n_init=1, random_state=0)).fit(X)
+    with pytest.raises(ValueError, match=r"preprocessing must be one of \('source', 'target'\)"):
+        pipe.transfer(Xt, preprocessing="refit")
+
+
+def test_transfer_pipeline_works_in_a_grid_search(data):
+    from sktransfer_cluster import make_transfer_pipeline
+
+    X, _, Xt = data
+    pipe = make_transfer_pipeline(StandardScaler(), SinkhornKMeans(3, n_init=1, random_state=0))
+    search = GridSearchCV(pipe, {"sinkhornkmeans__epsilon": [0.01, 0.1]}, cv=2).fit(X)
+    assert search.best_estimator_.transfer(Xt).shape == (Xt.shape[0],)

@@ -1,0 +1,145 @@
+"""Transfer through a scikit-learn pipeline.
+
+scikit-learn's :class:`~sklearn.pipeline.Pipeline` routes ``fit`` and ``predict``
+but knows nothing of ``transfer``. :class:`TransferPipeline` is a ``Pipeline``
+that also has ``transfer``; :func:`pipeline_transfer` does the same for a plain
+fitted ``Pipeline``.
+
+The preprocessing steps (scalers, PCA, ...) either keep what they learned on the
+source (``preprocessing="source"``) or are refitted, unsupervised, on the target
+before the final estimator transfers (``preprocessing="target"``), so that the
+target reaches the model centred and scaled as the source was.
+"""
+
+from __future__ import annotations
+
+from sklearn.base import clone
+from sklearn.pipeline import Pipeline
+
+__all__ = ["TransferPipeline", "make_transfer_pipeline", "pipeline_transfer"]
+
+_PREPROCESSING = ("source", "target")
+
+
+def pipeline_transfer(pipeline, X, *, preprocessing="source", **kwargs):
+    """``transfer`` through a fitted :class:`~sklearn.pipeline.Pipeline`.
+
+    Parameters
+    ----------
+    pipeline : Pipeline
+        Fitted, ending with one of this package's estimators.
+    X : array-like of shape (n_samples, n_features)
+        Target data.
+    preprocessing : {"source", "target"}, default="source"
+        ``"source"``: the preprocessing steps transform ``X`` as fitted on the
+        source, as a deployed model would. ``"target"``: each step is refitted
+        on ``X`` (no labels), replacing the source fit, so that ``predict``
+        afterwards serves the target through the same steps; if the transfer
+        fails the source-fitted steps are put back.
+    **kwargs : dict
+        Passed to the final estimator's ``transfer`` (see its docstring).
+
+    Returns
+    -------
+    labels : ndarray of shape (n_samples,)
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_blobs
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from sktransfer_cluster import SinkhornKMeans, pipeline_transfer
+    >>> X, _ = make_blobs(n_samples=120, centers=3, random_state=0)
+    >>> pipe = make_pipeline(StandardScaler(), SinkhornKMeans(3, random_state=0)).fit(X)
+    >>> pipeline_transfer(pipe, X * 2 + 5, preprocessing="target").shape
+    (120,)
+    """
+    if preprocessing not in _PREPROCESSING:
+        raise ValueError(f"preprocessing must be one of {_PREPROCESSING}, got {preprocessing!r}.")
+    final = pipeline[-1]
+    if not hasattr(final, "transfer"):
+        raise TypeError(f"the last step of the pipeline ({type(final).__name__}) has no transfer method.")
+    if len(pipeline) == 1:
+        return final.transfer(X, **kwargs)
+    if preprocessing == "source":
+        return final.transfer(pipeline[:-1].transform(X), **kwargs)
+    saved = list(pipeline.steps)
+    Xt = X
+    try:
+        for i, (name, step) in enumerate(saved[:-1]):
+            if step is None or step == "passthrough":
+                continue
+            refit = clone(step)
+            Xt = refit.fit_transform(Xt)
+            pipeline.steps[i] = (name, refit)
+        return final.transfer(Xt, **kwargs)
+    except BaseException:
+        pipeline.steps[:] = saved
+        raise
+
+
+class TransferPipeline(Pipeline):
+    """A :class:`~sklearn.pipeline.Pipeline` with ``transfer``.
+
+    Everything else is scikit-learn's ``Pipeline``: ``fit`` on the source
+    (labels are passed to the final step), ``predict``, ``fit_predict``,
+    ``score``, ``set_params``, grid search over ``step__param``.
+
+    Examples
+    --------
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from sktransfer_cluster import SinkhornKMeans
+    >>> from sktransfer_cluster.datasets import load_digits_transfer
+    >>> from sktransfer_cluster.pipeline import make_transfer_pipeline
+    >>> task = load_digits_transfer()
+    >>> pipe = make_transfer_pipeline(StandardScaler(), SinkhornKMeans(5, random_state=0))
+    >>> labels = pipe.fit(task.X_source).transfer(task.X_target)
+    >>> labels.shape
+    (896,)
+    """
+
+    def transfer(self, X, *, preprocessing="source", **kwargs):
+        """Adapt the fitted pipeline to an unlabelled target ``X``; return its labels.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Target data.
+        preprocessing : {"source", "target"}, default="source"
+            Keep the preprocessing fitted on the source, or refit it on ``X``
+            (see :func:`pipeline_transfer`).
+        **kwargs : dict
+            Passed to the final estimator's ``transfer``.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        return pipeline_transfer(self, X, preprocessing=preprocessing, **kwargs)
+
+
+def make_transfer_pipeline(*steps, memory=None, verbose=False):
+    """:func:`sklearn.pipeline.make_pipeline` for a :class:`TransferPipeline`.
+
+    Parameters
+    ----------
+    *steps : estimators
+        Preprocessing steps, then one of this package's estimators.
+    memory, verbose
+        As for :func:`sklearn.pipeline.make_pipeline`.
+
+    Returns
+    -------
+    TransferPipeline
+
+    Examples
+    --------
+    >>> from sklearn.decomposition import PCA
+    >>> from sktransfer_cluster import TDCMCluster
+    >>> from sktransfer_cluster.pipeline import make_transfer_pipeline
+    >>> make_transfer_pipeline(PCA(10), TDCMCluster(5)).steps[0][0]
+    'pca'
+    """
+    from sklearn.pipeline import make_pipeline
+
+    return TransferPipeline(make_pipeline(*steps).steps, memory=memory, verbose=verbose)
