@@ -13,8 +13,10 @@ imports an estimator.
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse
 import torch
 from sklearn.cluster import kmeans_plusplus
+from sklearn.neighbors import NearestNeighbors
 
 from .losses import negative_size_entropy, orthogonality_penalty
 from .nn import CentroidUpdateBlock, centroids_from_stats, init_module, mlp
@@ -38,8 +40,11 @@ __all__ = [
     "InputProjection",
     "auto_embedding_dim",
     "pca_projection",
+    "project_rows",
     "new_encoder",
     "new_blocks",
+    "neighbor_mean_operator",
+    "smooth_rows",
 ]
 
 # Cap on n_chunk * K score entries held at once when adapting centroids on a full data set.
@@ -361,6 +366,13 @@ def pca_projection(X, embedding_dim):
     return InputProjection(mean, comps)
 
 
+def project_rows(X, projection):
+    """``X`` on an :class:`InputProjection`'s axes, as float64 numpy (for neighbour search)."""
+    mean = projection.mean.detach().cpu().double().numpy()
+    comps = projection.components.detach().cpu().double().numpy()
+    return (np.asarray(X, dtype=np.float64) - mean) @ comps.T
+
+
 def new_encoder(n_features, hidden_dims, embedding_dim, embedding_norm, projection, generator):
     """A freshly initialised TDCM encoder: ``[projection ->]`` MLP ``-> normalisation``.
 
@@ -386,3 +398,37 @@ def new_blocks(n_blocks, dim, symmetric, activation, generator):
         CentroidUpdateBlock(dim, symmetric=symmetric, activation=activation).reset_parameters(generator)
         for _ in range(n_blocks)
     )
+
+
+def neighbor_mean_operator(G, n_neighbors):
+    """Row-stochastic sparse ``A`` (n x n): row ``i`` averages ``i``'s ``n_neighbors`` nearest rows of ``G``.
+
+    The neighbours are found by Euclidean distance in ``G`` (a row is its own
+    nearest neighbour, so it is included); ``n_neighbors`` is capped at the
+    number of rows. ``A @ X`` replaces each row by the mean of its
+    neighbourhood: a low-pass filter on the data set's k-nearest-neighbour
+    graph, which shrinks each cluster towards its centre along the data
+    manifold while keeping the cluster means.
+    """
+    G = np.asarray(G, dtype=np.float64)
+    n = G.shape[0]
+    k = max(1, min(int(n_neighbors), n))
+    idx = NearestNeighbors(n_neighbors=k).fit(G).kneighbors(G, return_distance=False)
+    rows = np.repeat(np.arange(n), k)
+    return scipy.sparse.csr_matrix((np.full(n * k, 1.0 / k), (rows, idx.ravel())), shape=(n, n))
+
+
+def smooth_rows(X, G, n_neighbors, steps):
+    """``A^steps X`` with ``A`` = :func:`neighbor_mean_operator` of ``G`` (``X`` itself when ``steps == 0``).
+
+    ``G`` holds the rows of ``X`` in the space where neighbours are searched
+    (e.g. their principal-axis coordinates); the result has ``X``'s shape and
+    dtype. Deterministic (exact neighbour search, ties broken by row order).
+    """
+    if steps == 0:
+        return X
+    A = neighbor_mean_operator(G, n_neighbors)
+    out = np.asarray(X, dtype=np.float64)
+    for _ in range(int(steps)):
+        out = A @ out
+    return out.astype(np.asarray(X).dtype, copy=False)

@@ -234,7 +234,8 @@ def test_extra_adapt_steps_repeat_the_last_block_without_changing_training(blobs
     extra = TDCMCluster(n_clusters=3, extra_adapt_steps=3, adapt_n_init=1, random_state=0, **FAST).fit(X)
     for a, b in zip(base.blocks_.parameters(), extra.blocks_.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
-    Z = extra._embed_all(X + 1.0)
+    # transfer adapts on the target smoothed over its own neighbours (smoothing_steps).
+    Z = extra._embed_all(extra._smoothed(X + 1.0, extra._input_projection()))
     blocks = list(extra.blocks_) + [extra.blocks_[-1]] * 3
     expected = adapt_centroids(Z, blocks, extra._c0(), extra.tau)[-1]
     extra.transfer(X + 1.0)
@@ -269,6 +270,7 @@ def test_scalar_embedding_norm_centres_and_scales_all_dimensions_by_one_number(b
     X, _ = blobs
     kw = {**FAST, "hidden_dims": (), "embedding_norm": "scalar"}
     model = TDCMCluster(n_clusters=3, random_state=0, **kw).fit(X)
+    X = model._smoothed(X, model._input_projection())  # the rows as fit clusters them
     with torch.no_grad():
         raw = model.encoder_[0](torch.as_tensor(X))
     Z = model.transform(X)
@@ -384,8 +386,8 @@ def _batch_sizes(monkeypatch):
     sizes = []
     new_networks = TDCMCluster._new_networks
 
-    def recording(self, X, torch_gen):
-        encoder, blocks = new_networks(self, X, torch_gen)
+    def recording(self, X, torch_gen, projection):
+        encoder, blocks = new_networks(self, X, torch_gen, projection)
         encoder.register_forward_pre_hook(lambda m, a: sizes.append(a[0].shape[0]) if m.training else None)
         return encoder, blocks
 
@@ -456,6 +458,7 @@ def test_a_kept_interrupt_stops_the_remaining_n_init_runs(blobs, monkeypatch):
 def test_norm_statistics_and_embeddings_are_exact_whatever_the_chunk_size(blobs, monkeypatch):
     X, _ = blobs
     model = TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "hidden_dims": ()}).fit(X)
+    X = model._smoothed(X, model._input_projection())  # the rows as fit clusters them
     norm = model.encoder_[1]
     mean, var, Z = norm.running_mean.clone(), norm.running_var.clone(), model.transform(X)
     with torch.no_grad():
@@ -473,7 +476,7 @@ def test_labels_are_compacted_in_output_order_and_centroids_follow_them(blobs, m
     X, _ = blobs
     model = TDCMCluster(n_clusters=4, adapt_n_init=1, random_state=0, **FAST).fit(X)
     target = X + 1.0
-    Z = model._embed_all(target)
+    Z = model._embed_all(model._smoothed(target, model._input_projection()))
     C = adapt_centroids(Z, list(model.blocks_), model._c0(), model.tau)[-1].numpy()
     outputs = np.where(np.arange(X.shape[0]) % 3 == 0, 3, 1)  # clusters 0 and 2 get no sample
     monkeypatch.setattr(TDCMCluster, "_assign", lambda self, Z, C: outputs)
@@ -569,3 +572,68 @@ def test_principal_axes_are_deterministic_and_ordered_by_variance():
     var = ((X - mean) @ P.T).var(0)
     assert np.all(np.diff(var) < 0)
     np.testing.assert_allclose(np.abs(P), np.eye(3, 6), atol=0.1)
+
+
+# ------------------------------------------------ neighbour smoothing and the paper's settings
+def test_neighbor_mean_operator_averages_each_row_with_its_nearest_rows():
+    G = np.array([[0.0], [1.0], [10.0], [11.5], [30.0]])
+    A = tdcm.attention.neighbor_mean_operator(G, 2).toarray()
+    expected = np.zeros((5, 5))
+    for i, j in [(0, 1), (1, 0), (2, 3), (3, 2), (4, 3)]:
+        expected[i, [i, j]] = 0.5
+    np.testing.assert_allclose(A, expected)
+    # Capped at the number of rows: every row then averages all rows.
+    np.testing.assert_allclose(tdcm.attention.neighbor_mean_operator(G, 50).toarray(), np.full((5, 5), 0.2))
+
+
+def test_smoothing_shrinks_each_separated_cluster_towards_its_mean():
+    X, y = make_blobs(n_samples=300, centers=3, n_features=5, cluster_std=1.0, random_state=0)
+    Xs = tdcm.attention.smooth_rows(X, X, 10, 8)
+    assert Xs.shape == X.shape and Xs.dtype == X.dtype
+    for c in range(3):
+        # Rows average within their own cluster: its mean barely moves (< 0.3 of its std).
+        np.testing.assert_allclose(Xs[y == c].mean(0), X[y == c].mean(0), atol=0.3)
+        assert Xs[y == c].std(0).max() < 0.5 * X[y == c].std(0).min()
+    assert tdcm.attention.smooth_rows(X, X, 10, 0) is X
+
+
+def test_fit_and_transfer_smooth_each_data_set_on_its_own_neighbours(blobs, monkeypatch):
+    X, _ = blobs
+    Xt = X[:90] + 5.0
+    seen = []
+    real = tdcm.attention.smooth_rows
+
+    def spy(X_, G, k, steps):
+        seen.append((X_.shape[0], G.shape, k, steps))
+        return real(X_, G, k, steps)
+
+    monkeypatch.setattr(tdcm.attention, "smooth_rows", spy)
+    kw = {**FAST, "hidden_dims": (), "embedding_dim": 3, "n_neighbors": 7, "smoothing_steps": 3}
+    model = TDCMCluster(3, **kw).fit(X)
+    model.transfer(Xt)
+    model.predict(Xt)  # one row's label must not depend on the others: no smoothing
+    # Neighbours searched on the PCA coordinates (3 axes of the 4 features) of each data set.
+    assert seen == [(120, (120, 3), 7, 3), (90, (90, 3), 7, 3)]
+
+
+def test_smoothing_steps_zero_searches_no_neighbours(blobs, monkeypatch):
+    X, _ = blobs
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("neighbour search with smoothing_steps=0")
+
+    monkeypatch.setattr(tdcm.attention, "neighbor_mean_operator", refuse)
+    model = TDCMCluster(3, **{**FAST, "smoothing_steps": 0}).fit(X)
+    assert model.transfer(X).shape == (120,)
+    assert np.isfinite(model.score(X))
+
+
+def test_paper_params_build_the_papers_model_and_fit_on_tiny_data(blobs):
+    X, _ = blobs
+    defaults = TDCMCluster().get_params()
+    assert all(defaults[name] != value for name, value in tdcm.PAPER_PARAMS.items())
+    model = TDCMCluster(3, **{**tdcm.PAPER_PARAMS, "max_epochs": 2, "device": "cpu", "random_state": 0}).fit(X)
+    assert model.embedding_dim_ == 10 and model.n_iter_ == 2
+    assert not any(isinstance(m, tdcm.attention.InputProjection) for m in model.encoder_.modules())
+    assert sum(isinstance(m, torch.nn.Linear) for m in model.encoder_.modules()) == 3
+    assert model.transfer(X + 1.0).shape == (120,)
