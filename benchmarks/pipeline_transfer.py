@@ -1,7 +1,7 @@
 """Transfer through a pipeline: keep the preprocessing fitted on the source, or refit it
 on the target? Measured on the bundled digits (0-4 -> 5-9) and the TDCM shifted-Gaussians
 task (K = 5, shift 3), for SinkhornKMeans and TDCMCluster at their defaults behind
-``StandardScaler`` and ``StandardScaler + PCA(20)``, beside the bare estimator and KMeans
+``StandardScaler`` and ``StandardScaler + PCA(min(20, d))``, beside the bare estimator and KMeans
 refitted on the target, in the same run.
 
     python benchmarks/pipeline_transfer.py [--seeds 0 1 2] [--threads 1] [--name NAME]
@@ -27,10 +27,11 @@ from sktransfer_cluster import SinkhornKMeans, TDCMCluster
 from sktransfer_cluster.datasets import load_digits_transfer, make_tdcm_transfer
 from sktransfer_cluster.pipeline import make_transfer_pipeline
 
+# name -> steps for data with d features (PCA keeps min(20, d) components).
 PREPROCESSING = {
-    "none": lambda: [],
-    "StandardScaler": lambda: [StandardScaler()],
-    "StandardScaler+PCA(20)": lambda: [StandardScaler(), PCA(20, random_state=0)],
+    "none": lambda d: [],
+    "StandardScaler": lambda d: [StandardScaler()],
+    "StandardScaler+PCA(20)": lambda d: [StandardScaler(), PCA(min(20, d), random_state=0)],
 }
 
 
@@ -63,7 +64,7 @@ def main(argv=None):
                 for method in ("SinkhornKMeans", "TDCMCluster"):
                     for pre_name, pre in PREPROCESSING.items():
                         for mode in ("source", "target") if pre_name != "none" else ("-",):
-                            pipe = make_transfer_pipeline(*pre(), _estimator(method, k, seed)).fit(task.X_source)
+                            pipe = make_transfer_pipeline(*pre(task.X_source.shape[1]), _estimator(method, k, seed)).fit(task.X_source)
                             labels = pipe.transfer(task.X_target, **({} if mode == "-" else {"preprocessing": mode}))
                             row = {"task": task_name, "method": method, "pre": pre_name, "mode": mode, "seed": seed,
                                    "ari": adjusted_rand_score(task.y_target, labels)}

@@ -31,6 +31,10 @@ Schemes, one function each at a fixed ``reg``:
 * ``method="auto"`` runs the stabilised scheme and continues in the log domain if it
   overflows, so no input gives NaN.
 
+Inputs are validated (shapes, non-negative finite marginals with mass, finite costs,
+positive reg and max_iter) with a clear ValueError; every plan returned is finite, the
+best one reached, with a ConvergenceWarning when tol was not met.
+
 :func:`_epsilon_scaling` drives them, annealing ``reg`` geometrically from a hundredth of
 the cost's range down to its target and warm-starting the potentials.
 
@@ -113,6 +117,19 @@ def _uniform_or(log_w, shape, like):
     if log_w is None:
         return torch.full(shape, -math.log(shape[-1]), dtype=like.dtype, device=like.device)
     return log_w.to(dtype=like.dtype, device=like.device).expand(shape)
+
+
+def _check_log_marginal(name, log_w, shape):
+    """A marginal (given as its log) must fit M and be non-negative with positive mass."""
+    if log_w is None:
+        return
+    if log_w.shape != shape and torch.Size(shape[-1:]) != log_w.shape:
+        shared = f" (or {tuple(shape[-1:])}, shared by the batch)" if len(shape) > 1 else ""
+        raise ValueError(f"{name} has shape {tuple(log_w.shape)}, but M needs {tuple(shape)}{shared}.")
+    if torch.isnan(log_w).any() or (log_w == math.inf).any():
+        raise ValueError(f"{name} must hold non-negative finite weights; it has negative, NaN or infinite entries.")
+    if not (log_w > -math.inf).any(dim=-1).all():
+        raise ValueError(f"{name} must have positive total mass; it is all zeros.")
 
 
 def _log_marginals(M, log_a, log_b):
@@ -298,9 +315,11 @@ def _epsilon_scaling(M, f, g, log_a, log_b, schedule, reg_m, max_iter, tol, chec
     for stage, eps in enumerate(schedule):
         fi = 1.0 if reg_m is None else reg_m / (reg_m + eps)
         last = stage == len(schedule) - 1
-        budget = max_iter - total if last else min(check_every, max_iter - total)
+        # The target stage always runs: a plan is only consistent with potentials
+        # updated at its own reg, so intermediate stages leave it at least one iteration.
+        budget = max_iter - total if last else min(check_every, max_iter - total - 1)
         if budget <= 0:
-            break
+            continue
         f, g, done, err, scheme = _run_stage(
             scheme, method == "auto", M, f, g, log_a, log_b, eps, fi, budget,
             tol if last else None, check_every, lambda it, e: trace(total + it, e),
@@ -366,12 +385,22 @@ def sinkhorn_potentials(
         With ``method="stabilized"`` when its scalings stop being finite.
     """
     method = _scheme(method)
-    if not reg > 0:
-        raise ValueError(f"reg must be positive, got {reg!r}.")
+    if not (reg > 0 and reg < math.inf):
+        raise ValueError(f"reg must be positive and finite, got {reg!r}.")
     if reg_m is not None and not reg_m > 0:
         raise ValueError(f"reg_m must be positive or None, got {reg_m!r}.")
+    if reg_m is not None and math.isinf(reg_m):
+        reg_m = None  # an infinitely strong marginal penalty is the balanced problem (as in POT)
+    if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
+        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}.")
+    if not tol >= 0:
+        raise ValueError(f"tol must be non-negative, got {tol!r}.")
+    if M.ndim < 2 or M.shape[-1] == 0 or M.shape[-2] == 0:
+        raise ValueError(f"M must be a non-empty cost matrix of shape (..., n, m), got shape {tuple(M.shape)}.")
     if not torch.isfinite(M).all():
         raise ValueError("The cost matrix M contains NaN or infinity.")
+    _check_log_marginal("a", log_a, (*M.shape[:-2], M.shape[-2]))
+    _check_log_marginal("b", log_b, (*M.shape[:-2], M.shape[-1]))
     log_a, log_b = _log_marginals(M, log_a, log_b)
     if init is not None:
         f, g = (t.to(dtype=M.dtype, device=M.device).expand(w.shape) for t, w in zip(init, (log_a, log_b)))
@@ -395,10 +424,21 @@ def sinkhorn_potentials(
     )
 
 
-def plan_from_potentials(M, f, g, reg, log_a=None, log_b=None):
-    """``P_ij = a_i b_j exp((f_i + g_j - M_ij)/reg)`` computed in the log domain."""
+def plan_from_potentials(M, f, g, reg, log_a=None, log_b=None, *, balanced=True):
+    """``P_ij = a_i b_j exp((f_i + g_j - M_ij)/reg)`` computed in the log domain, always finite.
+
+    Potentials that have not converged, or costs so large that float64 cannot resolve
+    ``reg`` beside them, can put entries above what a plan may hold; they are capped at
+    ``min(a_i, b_j)`` (balanced), or so that the total mass stays finite (unbalanced).
+    The marginal error of the result tells how far it is from a solution.
+    """
     log_a, log_b = _log_marginals(M, log_a, log_b)
-    return (log_a.unsqueeze(-1) + log_b.unsqueeze(-2) + (f.unsqueeze(-1) + g.unsqueeze(-2) - M) / reg).exp()
+    log_p = log_a.unsqueeze(-1) + log_b.unsqueeze(-2) + (f.unsqueeze(-1) + g.unsqueeze(-2) - M) / reg
+    if balanced:
+        cap = torch.minimum(log_a.unsqueeze(-1), log_b.unsqueeze(-2))
+    else:
+        cap = torch.tensor(math.log(torch.finfo(M.dtype).max / (4 * M.shape[-1] * M.shape[-2])), dtype=M.dtype)
+    return torch.minimum(log_p, cap).exp()
 
 
 def _one_of(name, value, pot_name, pot_value, default):
@@ -616,7 +656,8 @@ def sinkhorn(
     Mt = M_in.to(work_dtype)
     log_a, log_b = _log_marginal(a, Mt), _log_marginal(b, Mt)
     if warmstart is not None:
-        init = _from_warmstart(warmstart, method, reg_m is not None, Mt, log_a, log_b, reg)
+        unbalanced = reg_m is not None and not math.isinf(reg_m)
+        init = _from_warmstart(warmstart, method, unbalanced, Mt, log_a, log_b, reg)
     elif init is not None:
         init = tuple(_tensor(t) for t in init)
     res = sinkhorn_potentials(
@@ -631,5 +672,13 @@ def sinkhorn(
             stacklevel=2,
         )
     out = (lambda t: t.to(out_dtype)) if torch.is_tensor(M) else (lambda t: t.to(out_dtype).numpy())
-    plan = out(plan_from_potentials(Mt, res.f, res.g, reg, log_a, log_b))
-    return (plan, _log_dict(res, Mt, log_a, log_b, reg, reg_m is not None, out)) if log else plan
+    balanced = reg_m is None or math.isinf(reg_m)
+    # NaN potentials (never expected from validated input) must not leak out as a plan.
+    P = torch.nan_to_num(plan_from_potentials(Mt, res.f, res.g, reg, log_a, log_b, balanced=balanced), nan=0.0)
+    if not log:
+        return out(P)
+    log_dict = _log_dict(res, Mt, log_a, log_b, reg, not balanced, out)
+    if balanced:  # L1 error of both marginals of the returned plan
+        wa, wb = (w.exp() for w in _log_marginals(Mt, log_a, log_b))
+        log_dict["marginal_error"] = float(((P.sum(-1) - wa).abs().sum(-1) + (P.sum(-2) - wb).abs().sum(-1)).max())
+    return out(P), log_dict

@@ -1,5 +1,7 @@
 """Our Sinkhorn solver, cross-checked against POT and by its defining properties."""
 
+import warnings
+
 import numpy as np
 import ot
 import pytest
@@ -290,3 +292,100 @@ def test_verbose_prints_the_error_at_each_check(capsys):
     printed = capsys.readouterr().out
     assert "Err" in printed
     assert len([line for line in printed.splitlines() if line.endswith("|")]) == len(log["err"])
+
+
+# ----------------------------------------------------------------- inputs it must refuse or handle
+
+
+def _small_problem(n=5, m=4, seed=0):
+    rng = np.random.default_rng(seed)
+    return np.full(n, 1 / n), np.full(m, 1 / m), rng.random((n, m))
+
+
+@pytest.mark.parametrize(
+    "a_fix, message",
+    [
+        (lambda a: -a, "non-negative finite weights"),
+        (lambda a: np.r_[np.nan, a[1:]], "non-negative finite weights"),
+        (lambda a: np.r_[np.inf, a[1:]], "non-negative finite weights"),
+        (lambda a: np.zeros_like(a), "positive total mass"),
+        (lambda a: a[:3], r"a has shape \(3,\), but M needs \(5,\)"),
+    ],
+    ids=["negative", "nan", "inf", "zeros", "wrong-length"],
+)
+def test_bad_marginal_is_a_clear_value_error(a_fix, message):
+    a, b, M = _small_problem()
+    with pytest.raises(ValueError, match=message):
+        sinkhorn(a_fix(a), b, M, 0.1)
+
+
+@pytest.mark.parametrize("M", [np.zeros(4), np.zeros((0, 0)), np.zeros((3, 0))], ids=["1-d", "empty", "no-columns"])
+def test_malformed_cost_matrix_is_a_clear_value_error(M):
+    with pytest.raises(ValueError, match="non-empty cost matrix"):
+        sinkhorn(None, None, M, 0.1)
+
+
+def test_infinite_reg_m_is_the_balanced_small_problem():
+    a, b, M = _small_problem()
+    np.testing.assert_allclose(sinkhorn(a, b, M, 0.1, reg_m=float("inf")), sinkhorn(a, b, M, 0.1))
+
+
+def test_huge_costs_give_a_finite_plan_and_report_its_marginal_error():
+    a, b, M = _small_problem()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        P, log = sinkhorn(a, b, M * 1e300, 1.0, log=True)
+    assert np.isfinite(P).all() and (P <= np.minimum.outer(a, b) + 1e-15).all()
+    assert np.isfinite(log["marginal_error"])
+
+
+def test_budget_ending_inside_epsilon_scaling_still_gives_a_plan_at_the_target_reg():
+    a, b, M = _small_problem()
+    with pytest.warns(ConvergenceWarning):
+        P, log = sinkhorn(a, b, M * 100, 0.01, max_iter=3, log=True)
+    # Not the 1e21 entries of a larger epsilon's potentials: no entry above what a plan may hold.
+    assert np.isfinite(P).all() and (P <= np.minimum.outer(a, b) + 1e-15).all()
+    assert log["n_iter"] == 3 and 0 < log["marginal_error"] <= 2
+
+
+@pytest.mark.parametrize("max_iter", [0, -1, 2.5])
+def test_non_positive_or_fractional_max_iter_is_refused(max_iter):
+    a, b, M = _small_problem()
+    with pytest.raises(ValueError, match="max_iter must be a positive integer"):
+        sinkhorn(a, b, M, 0.1, max_iter=max_iter)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    n=st.integers(1, 6),
+    m=st.integers(1, 6),
+    log_scale=st.floats(-300, 300),
+    reg=st.floats(1e-12, 1e3),
+    max_iter=st.integers(1, 300),
+    sign=st.sampled_from([1.0, -1.0]),
+    poison=st.sampled_from([None, "nan", "negative-a", "inf"]),
+    unbalanced=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_fuzzed_problems_give_a_clear_error_or_a_finite_plan(n, m, log_scale, reg, max_iter, sign, poison, unbalanced, seed):
+    rng = np.random.default_rng(seed)
+    M = sign * rng.random((n, m)) * 10.0**log_scale
+    a, b = rng.random(n) + 0.01, rng.random(m) + 0.01
+    a, b = a / a.sum(), b / b.sum()
+    if poison == "nan":
+        M[0, 0] = np.nan
+    elif poison == "inf":
+        M[0, 0] = np.inf
+    elif poison == "negative-a":
+        a[0] = -0.1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        try:
+            P, log = sinkhorn(a, b, M, reg, max_iter=max_iter, reg_m=1.0 if unbalanced else None, log=True)
+        except ValueError:
+            assert poison is not None
+            return
+    assert poison is None
+    assert np.isfinite(P).all() and (P >= 0).all()
+    if not unbalanced:
+        assert np.isfinite(log["marginal_error"]) and log["marginal_error"] <= 2 + 1e-9
