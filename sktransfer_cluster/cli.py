@@ -403,10 +403,11 @@ def compare(
     rows = []
     from tqdm.auto import tqdm
 
-    with _threads(threads or _default_threads()):
-        for i, (task, name) in enumerate(tqdm(jobs, desc="compare", disable=not progress), 1):
+    with _threads(threads or _default_threads()), tqdm(jobs, desc="compare", disable=not progress) as bar:
+        for i, (task, name) in enumerate(bar, 1):
             k = _n_clusters(task, n_clusters)
             where = f"compare [{i}/{len(jobs)}] {task.name}: {name}"
+            bar.set_postfix_str(f"{task.name}: {name}")  # the bar names what is running
             if log:
                 _say(f"{where} ...")
             t0 = time.perf_counter()
