@@ -8,7 +8,7 @@ import ot
 import pandas as pd
 import pytest
 from sklearn.cluster import KMeans
-from sklearn.datasets import make_blobs
+from sklearn.datasets import load_digits, make_blobs
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.metrics import adjusted_rand_score
 from sklearn.model_selection import GridSearchCV
@@ -16,6 +16,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 
 from sktransfer_cluster import SinkhornKMeans
+from sktransfer_cluster.cluster.sinkhorn_kmeans import PAPER_PARAMS
 from sktransfer_cluster.base import TrainingRun
 from sktransfer_cluster.nn import AutoEncoder, ConvAutoEncoder
 
@@ -304,6 +305,31 @@ def test_autoencoder_defaults_separate_well_separated_high_dimensional_blobs_int
     km = SinkhornKMeans(4, embedding="autoencoder", device="cpu", random_state=0).fit(X)
     assert np.bincount(km.labels_, minlength=4).min() > 0
     assert adjusted_rand_score(y, km.labels_) > 0.95
+
+
+def test_default_pretraining_learns_to_reconstruct_a_few_hundred_rows():
+    # 300 rows: the default batch gives several Adam steps per epoch, so the pre-trained
+    # autoencoder reconstructs most of the variance (at batch 300, one step per epoch,
+    # it left 93% of it).
+    X = load_digits().data[:300] / 16.0
+    km = SinkhornKMeans(10, embedding="autoencoder", max_epochs=0, device="cpu", random_state=0).fit(X)
+    pretrain = [h for h in km.history_ if h["phase"] == "pretrain"]
+    assert len(pretrain) == km.get_params()["pretrain_epochs"]
+    assert pretrain[-1]["reconstruction"] < 0.5 * X.var(0).sum()
+    assert np.bincount(km.labels_, minlength=10).min() > 0
+
+
+def test_paper_params_give_the_papers_autoencoder_and_fit_on_tiny_data(blobs):
+    X, _ = blobs
+    params = {**PAPER_PARAMS, "pretrain_epochs": 1, "max_epochs": 1}
+    km = SinkhornKMeans(3, **params, n_init=2, device="cpu", random_state=0).fit(X)
+    widths = [m.out_features for m in km.autoencoder_.encoder if hasattr(m, "out_features")]
+    assert widths == [500, 250, 10]
+    assert np.isfinite(km.cluster_centers_).all() and km.labels_.shape == (X.shape[0],)
+    defaults = SinkhornKMeans().get_params()
+    assert {k: v for k, v in PAPER_PARAMS.items() if defaults[k] != v}.keys() >= {
+        "embedding", "hidden_dims", "pretrain_epochs", "max_epochs", "batch_size"
+    }
 
 
 def test_auto_hidden_dims_is_256_128_10_for_the_mlp(blobs):
