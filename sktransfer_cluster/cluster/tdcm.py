@@ -517,8 +517,10 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
     def score(self, X, y=None):
         """Minus the training objective on ``X`` (higher is better, no labels needed).
 
-        The ``L`` trained blocks run on all of ``X`` from ``c^(0)`` (streamed;
-        neither ``adapt_n_init`` nor ``extra_adapt_steps`` apply) and
+        ``X`` is smoothed over its own neighbours as in ``fit``
+        (``smoothing_steps``), then the ``L`` trained blocks run on all of it
+        from ``c^(0)`` (streamed; neither ``adapt_n_init`` nor
+        ``extra_adapt_steps`` apply) and
 
         ``-(L_clust + beta * L_ent
         + ortho_weight * sum_blocks (||W_Q W_Q^T - I||^2 + ||W_K W_K^T - I||^2)
