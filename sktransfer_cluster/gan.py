@@ -13,7 +13,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .losses import gradient_penalty
 from .nn import ConvGenerator, ConvNet, init_module, mlp
 
 __all__ = [
@@ -136,10 +135,14 @@ def _update(optimizer, loss):
     optimizer.step()
 
 
-def critic_step(critic, optimizer, real, fake, gp_weight, generator=None):
+def critic_step(critic, optimizer, real, fake, gp_weight, generator=None, eps=None):
     """One WGAN-GP update of the critic (Alg. 1, lines 2-11).
 
-    Minimises ``E[D(fake)] - E[D(real)] + gp_weight * E[(||grad D(x_hat)|| - 1)^2]``.
+    Minimises ``E[D(fake)] - E[D(real)] + gp_weight * E[(||grad D(x_hat)|| - 1)^2]``
+    with ``x_hat = eps * real + (1 - eps) * fake``, ``eps ~ U[0, 1]`` per row
+    (drawn from ``generator`` unless given). The critic sees the real, the
+    generated and the interpolated rows in one forward pass (it has no
+    cross-row layers), which saves two passes of a latency-bound step.
 
     Returns
     -------
@@ -147,8 +150,16 @@ def critic_step(critic, optimizer, real, fake, gp_weight, generator=None):
         The loss, the estimate ``E[D(real)] - E[D(fake)]`` of the Wasserstein
         distance and the penalty, before the update.
     """
-    wasserstein = critic(real).mean() - critic(fake).mean()
-    penalty = gradient_penalty(critic, real, fake, weight=gp_weight, generator=generator)
+    n = real.shape[0]
+    if eps is None:
+        eps = torch.rand(n, generator=generator, dtype=real.dtype, device="cpu").to(real.device)
+    eps = eps.to(dtype=real.dtype, device=real.device).reshape(n, *([1] * (real.dim() - 1)))
+    real, fake = real.detach(), fake.detach()
+    x_hat = (eps * real + (1.0 - eps) * fake).requires_grad_(True)
+    out = critic(torch.cat([real, fake, x_hat])).reshape(-1)
+    wasserstein = out[:n].mean() - out[n:2 * n].mean()
+    (grad,) = torch.autograd.grad(out[2 * n:].sum(), x_hat, create_graph=True)
+    penalty = gp_weight * ((grad.reshape(n, -1).norm(2, dim=1) - 1.0) ** 2).mean()
     loss = penalty - wasserstein
     _update(optimizer, loss)
     return loss.detach(), wasserstein.detach(), penalty.detach()
