@@ -32,7 +32,7 @@ from numbers import Integral
 
 import numpy as np
 import torch
-from sklearn.utils import check_random_state
+from sklearn.utils import check_consistent_length, check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 __all__ = [
@@ -562,10 +562,12 @@ class TransferClusterMixin(ABC):
                     )
             else:
                 X = self._validate_input(X, reset=True)
-                n_labels = None if y is None else (np.shape(y)[0] if np.ndim(y) else 1)
-                if n_labels is not None and n_labels != X.shape[0]:
+                if y is not None:
                     # y is unused here, but a mismatch means the caller mixed up arrays.
-                    raise ValueError(f"y has {n_labels} labels but X has {X.shape[0]} rows; pass matching arrays.")
+                    try:
+                        check_consistent_length(X, y)
+                    except ValueError as exc:
+                        raise ValueError(f"y does not match X ({exc}); pass one label per row of X.") from None
             self._check_params_vs_input(X, reset=True)
             self.device_ = resolve_device(self.device)
             self.history_ = []

@@ -164,26 +164,26 @@ def test_fuzzed_inputs_never_crash_or_produce_nan(template, params):
 # ----------------------------------------------------------------- TransferPipeline
 
 
-def test_transfer_pipeline_transfers_with_the_source_fitted_preprocessing(data):
+def test_transfer_pipeline_can_keep_the_source_fitted_preprocessing(data):
     from sktransfer_cluster import make_transfer_pipeline
 
     X, _, Xt = data
     pipe = make_transfer_pipeline(StandardScaler(), SinkhornKMeans(3, n_init=1, random_state=0)).fit(X)
     mean = pipe[0].mean_.copy()
-    labels = pipe.transfer(Xt)
+    labels = pipe.transfer(Xt, preprocessing="source")
     np.testing.assert_array_equal(pipe[0].mean_, mean)  # the scaler still holds the source fit
     np.testing.assert_array_equal(labels, pipe[-1].labels_)
     np.testing.assert_array_equal(pipe.predict(Xt), labels)
 
 
-def test_transfer_pipeline_can_refit_the_preprocessing_on_the_target(data):
+def test_transfer_pipeline_refits_the_preprocessing_on_the_target_by_default(data):
     from sktransfer_cluster import make_transfer_pipeline
 
     X, _, _ = data
     Xt = X * 10.0 + 100.0  # the same clusters, another scale and offset
     pipe = make_transfer_pipeline(StandardScaler(), SinkhornKMeans(3, n_init=1, random_state=0)).fit(X)
     source_labels = pipe[-1].labels_.copy()
-    labels = pipe.transfer(Xt, preprocessing="target")
+    labels = pipe.transfer(Xt)
     np.testing.assert_allclose(pipe[0].mean_, Xt.mean(axis=0))  # refitted on the target
     assert adjusted_rand_score(source_labels, labels) == 1.0
     np.testing.assert_array_equal(pipe.predict(Xt), labels)  # predict serves the target
@@ -197,7 +197,7 @@ def test_failed_transfer_puts_back_the_source_fitted_preprocessing(data, monkeyp
     scaler = pipe[0]
     monkeypatch.setattr(SinkhornKMeans, "_transfer", lambda self, X, **kw: (_ for _ in ()).throw(KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):
-        pipe.transfer(Xt + 5.0, preprocessing="target")
+        pipe.transfer(Xt + 5.0)
     assert pipe[0] is scaler
 
 
