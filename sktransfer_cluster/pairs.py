@@ -19,13 +19,14 @@ import torch
 import torch.nn.functional as F
 
 from .losses import kcl_loss, mcl_loss, negative_size_entropy
-from .nn import SimilarityNetwork
+from .nn import ConvNet, SimilarityNetwork, mlp
 
 __all__ = [
     "agree_with_neighbors",
     "ccn_plus_loss",
     "class_balanced_batch",
     "clustering_loss",
+    "clustering_network",
     "kcl_pair_score",
     "neighbor_pairs",
     "pair_class_weight",
@@ -210,18 +211,56 @@ def resolve_auto(similar_neighbors, balance_weight, upper_bound, n):
     return similar_neighbors, balance_weight
 
 
-def similarity_network(n_features, backbone_dims, pair_hidden, pair_features):
+def _conv_stem(image_shape, conv_channels, width, activate):
+    """:class:`~sktransfer_cluster.nn.ConvNet` from flat image rows to ``width`` (+ batch norm, ReLU)."""
+    layers = [ConvNet(image_shape, conv_channels, width)]
+    if activate:
+        layers += [torch.nn.BatchNorm1d(width), torch.nn.ReLU()]
+    return layers
+
+
+def similarity_network(
+    n_features, backbone_dims, pair_hidden, pair_features, image_shape=None, conv_channels=()
+):
     """An untrained pair network ``G`` whose pair features are ``pair_features``.
 
     "symmetric": ``[|h_i - h_j|, h_i * h_j]``; "symmetric+raw": the same with
     the inputs appended to the backbone features ``h``; "concat": ``[h_i, h_j]``.
+    With ``image_shape`` the backbone's first layer is a small convolutional
+    network (:class:`~sktransfer_cluster.nn.ConvNet`, ``conv_channels``) whose
+    linear output has the first width of ``backbone_dims``.
     """
-    return SimilarityNetwork(
-        n_features,
-        list(backbone_dims),
-        pair_hidden,
-        symmetric=pair_features != "concat",
-        raw_features=pair_features == "symmetric+raw",
+    dims = list(backbone_dims)
+    symmetric, raw = pair_features != "concat", pair_features == "symmetric+raw"
+    if image_shape is None:
+        return SimilarityNetwork(n_features, dims, pair_hidden, symmetric=symmetric, raw_features=raw)
+    g = SimilarityNetwork(dims[0], dims[1:], pair_hidden, symmetric=symmetric)
+    stem = _conv_stem(image_shape, conv_channels, dims[0], activate=len(dims) > 1 or not symmetric)
+    g.backbone = torch.nn.Sequential(*stem, g.backbone)
+    if raw:
+        from .nn import _WithInput
+
+        g.backbone = _WithInput(g.backbone)
+        g.feature_dim += n_features
+        g.head[0] = torch.nn.Linear(2 * g.feature_dim, pair_hidden)
+    return g
+
+
+def clustering_network(n_features, hidden_dims, n_clusters, image_shape=None, conv_channels=()):
+    """An untrained clustering network ``f``: an MLP (batch norm + ReLU) to ``n_clusters`` logits.
+
+    With ``image_shape`` a small convolutional network
+    (:class:`~sktransfer_cluster.nn.ConvNet`, ``conv_channels``) replaces the
+    first layer.
+    """
+    dims = list(hidden_dims)
+    if image_shape is None:
+        return mlp([n_features, *dims, n_clusters], batch_norm=True)
+    if not dims:
+        return ConvNet(image_shape, conv_channels, n_clusters)
+    return torch.nn.Sequential(
+        *_conv_stem(image_shape, conv_channels, dims[0], activate=True),
+        mlp([*dims, n_clusters], batch_norm=True),
     )
 
 
@@ -230,12 +269,14 @@ def same_class_pairs(codes):
     return (codes.unsqueeze(1) == codes.unsqueeze(0)).long().reshape(-1)
 
 
-def similarity_labels(g, xb, second_order_threshold=None):
+def similarity_labels(g, xb, second_order_threshold=None, features=None):
     """(b, b) pair labels of minibatch ``xb`` from network ``g``: its "similar" probability > 0.5.
 
-    With a threshold the labels are denoised by :func:`second_order`.
+    ``features``: ``g.backbone(xb)`` when already computed (a fixed ``g`` in
+    eval mode gives each row the same features in any batch), so that only the
+    pair head runs. With a threshold the labels are denoised by :func:`second_order`.
     """
-    sim = g(xb).argmax(-1)
+    sim = (g(xb) if features is None else g.pair_logits(features)).argmax(-1)
     if second_order_threshold is not None:
         return second_order(sim.to(xb.dtype), second_order_threshold)
     return sim

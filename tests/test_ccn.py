@@ -291,6 +291,54 @@ def test_transfer_to_unseen_digit_classes_beats_chance():
     assert clustering_accuracy(task.y_target[tgt], labels) > 0.5
 
 
+def _digit_images(seed=0):
+    task = load_digits_transfer()
+    rs = np.random.RandomState(seed)
+    src = rs.choice(task.X_source.shape[0], 400, replace=False)
+    tgt = rs.choice(task.X_target.shape[0], 300, replace=False)
+    return task.X_source[src], task.y_source[src], task.X_target[tgt], task.y_target[tgt]
+
+
+def test_image_shape_gives_g_and_f_a_conv_stem_that_transfers_to_unseen_digits():
+    Xs, ys, Xt, yt = _digit_images()
+    params = dict(hidden_dims=(64,), similarity_epochs=5, clustering_epochs=20, n_similarity_nets=1)
+    est = CCNCluster(5, image_shape=(8, 8), conv_channels=(8,), device="cpu", random_state=0, **params)
+    labels = est.fit(Xs, ys).transfer(Xt)
+    convs = [m for m in est.similarity_net_.backbone.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert [m.out_channels for m in convs] == [8]
+    assert [m.out_channels for m in est.clustering_net_.modules() if isinstance(m, torch.nn.Conv2d)] == [8]
+    # G's features keep the first backbone width, f ends on n_clusters logits.
+    assert est.similarity_net_.backbone(torch.as_tensor(Xt[:3])).shape == (3, 128)
+    assert est.predict(Xt[:7]).shape == (7,)
+    # Chance (everything in the largest class) is about 0.2.
+    assert clustering_accuracy(yt, labels) > 0.5
+
+
+def test_without_image_shape_no_network_has_a_convolution():
+    Xs, ys, _, _ = _blob_task()
+    est = CCNCluster(3, **dict(FAST, similarity_epochs=1, clustering_epochs=1)).fit(Xs, ys)
+    for net in (est.similarity_net_, est.clustering_net_):
+        assert not any(isinstance(m, torch.nn.Conv2d) for m in net.modules())
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"image_shape": (8, 9)}, "72 pixels but X has 64"),
+        ({"image_shape": (8,)}, "image_shape must be"),
+        ({"image_shape": (8, 8), "conv_channels": ()}, "conv_channels"),
+        ({"image_shape": (8, 8), "conv_channels": (0,)}, "conv_channels"),
+        ({"image_shape": (8, 8), "hidden_dims": ()}, "hidden_dims"),
+    ],
+)
+def test_bad_image_options_raise_a_clear_error_before_training(params, match):
+    Xs, ys, _, _ = _digit_images()
+    est = CCNCluster(5, **dict(FAST, similarity_epochs=1, clustering_epochs=1, **params))
+    with pytest.raises(ValueError, match=match):
+        est.fit(Xs, ys)
+    assert not hasattr(est, "labels_")
+
+
 def test_n_clusters_is_estimated_with_an_over_large_upper_bound():
     Xs, ys, Xt, yt = _blob_task()
     est = CCNCluster(n_clusters=12, estimate_n_clusters=True, **FAST).fit(Xs, ys)
@@ -563,7 +611,7 @@ def test_balance_weight_spreads_samples_that_g_calls_all_similar_over_the_output
     Xs, ys, Xt, _ = _blob_task()
     est = CCNCluster(n_clusters=3, balance_weight=0.0, similar_neighbors=None, **FAST).fit(Xs, ys)
     # A G that calls every pair similar: the pair loss alone puts everything in one cluster.
-    est._pair_targets = lambda g, xb: torch.ones(xb.shape[0], xb.shape[0], dtype=torch.long)
+    est._pair_targets = lambda g, xb, fb=None: torch.ones(xb.shape[0], xb.shape[0], dtype=torch.long)
     est.set_params(criterion="mcl")
     assert np.bincount(est.transfer(Xt)).max() > 0.9 * Xt.shape[0]
     est.set_params(balance_weight=5.0)
@@ -587,6 +635,22 @@ def test_n_init_keeps_the_clustering_network_of_lowest_target_loss():
     inits = [h["init"] for h in est.history_ if h["phase"] == "transfer"]
     assert inits == [i for i in range(3) for _ in range(FAST["clustering_epochs"])]
     assert est.n_iter_ == 3 * FAST["clustering_epochs"]
+
+
+def test_batch_loss_from_gs_features_computed_once_equals_the_loss_from_the_rows():
+    Xs, ys, Xt, _ = _blob_task()
+    est = CCNCluster(n_clusters=3, **dict(FAST, n_similarity_nets=2, clustering_epochs=2)).fit(Xs, ys)
+    est.transfer(Xt)
+    g, f, X = est.target_similarity_net_, est.clustering_net_, est._tensor(Xt)
+    est._resolve_auto(X.shape[0])
+    knn = ccn_module.knn_indices(X, est.similar_neighbors_)
+    feats = chunked(g.backbone, X)
+    assert feats.shape == (X.shape[0], 2 * 16)  # n x width: no n x n array
+    idx = torch.arange(40, 90)
+    with torch.no_grad():
+        direct = est._batch_loss(f, X[idx], idx, g, knn)
+        cached = est._batch_loss(f, X[idx], idx, g, knn, feats=feats)
+    assert cached.item() == pytest.approx(direct.item(), rel=1e-12)
 
 
 def test_target_loss_is_the_training_objective_over_the_target_in_row_order():

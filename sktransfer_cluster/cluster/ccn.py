@@ -25,13 +25,14 @@ from .. import pairs
 from ..base import (
     COMMON_PARAMETER_CONSTRAINTS,
     TransferClusterMixin,
+    check_image_shape,
     chunked,
     compact_labels,
     make_generators,
     minibatches,
 )
 from ..metrics import n_dominant_clusters
-from ..nn import SimilarityEnsemble, init_module, knn_indices, mlp
+from ..nn import SimilarityEnsemble, init_module, knn_indices
 
 __all__ = ["CCNCluster", "PAPER_PARAMS"]
 
@@ -80,6 +81,14 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         ``G``'s features of a pair ``(h_i, h_j)``: ``[|h_i - h_j|, h_i * h_j]``,
         the same with the inputs appended to ``h``, or the paper's ``[h_i, h_j]``.
         The symmetric form finds far more similar pairs of unseen classes.
+    image_shape : tuple of int or None, default=None
+        ``(h, w)`` or ``(c, h, w)`` of one image when the rows of ``X`` are
+        flattened images (channel-major): ``G``'s backbone and ``f`` then start
+        with a small convolutional network (``conv_channels``) whose linear
+        output has the first width of their hidden layers. None: MLPs, for
+        any data. Never guessed from the data.
+    conv_channels : tuple of int, default=(32, 64)
+        Channels of the 5x5 stride-2 convolutions used with ``image_shape``.
     pair_hidden : int, default=32
         Width of ``G``'s hidden layer on the pair features.
     similarity_epochs : int, default=3
@@ -182,12 +191,14 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     """
 
     _requires_y = True
-    _width_params = ("hidden_dims", "similarity_hidden_dims")
+    _width_params = ("hidden_dims", "similarity_hidden_dims", "conv_channels")
 
     _parameter_constraints = {
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
         "sigma": [Interval(Real, 0, None, closed="neither")],
         "hidden_dims": [tuple, list],
+        "image_shape": [None, tuple, list],
+        "conv_channels": [tuple, list],
         "pair_hidden": [Interval(Integral, 1, None, closed="left")],
         "similarity_epochs": [Interval(Integral, 1, None, closed="left")],
         "classes_per_batch": [Interval(Integral, 1, None, closed="left")],
@@ -215,6 +226,8 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         estimate_n_clusters=False,
         sigma=2.0,
         hidden_dims=(128, 64),
+        image_shape=None,
+        conv_channels=(32, 64),
         pair_hidden=32,
         similarity_epochs=3,
         classes_per_batch=5,
@@ -240,6 +253,8 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.estimate_n_clusters = estimate_n_clusters
         self.sigma = sigma
         self.hidden_dims = hidden_dims
+        self.image_shape = image_shape
+        self.conv_channels = conv_channels
         self.pair_hidden = pair_hidden
         self.similarity_epochs = similarity_epochs
         self.classes_per_batch = classes_per_batch
@@ -269,6 +284,19 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
                 f"n_samples={X.shape[0]}: {type(self).__name__} needs at least 2 samples "
                 "(it learns from pairs, with batch normalisation)."
             )
+        if reset and self.image_shape is not None:
+            check_image_shape(self.image_shape, X.shape[1])
+            if not tuple(self.conv_channels):
+                raise ValueError(
+                    "with image_shape, conv_channels must name at least one convolution, e.g. (32, 64)."
+                )
+            if not tuple(self.hidden_dims) or (
+                self.similarity_hidden_dims is not None and not tuple(self.similarity_hidden_dims)
+            ):
+                raise ValueError(
+                    "with image_shape, hidden_dims and similarity_hidden_dims need at least one width "
+                    "(the output width of the convolutions)."
+                )
 
     # ----------------------------------------------------------------- helpers
     def _row_batches(self, n):
@@ -280,6 +308,12 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.similar_neighbors_, self.balance_weight_ = pairs.resolve_auto(
             self.similar_neighbors, self.balance_weight, self.estimate_n_clusters, n
         )
+
+    def _image(self):
+        """``(image_shape, conv_channels)`` of the networks' convolutional stem, or ``(None, ())``."""
+        if self.image_shape is None:
+            return None, ()
+        return tuple(self.image_shape), tuple(self.conv_channels)
 
     def _current_g(self):
         g = getattr(self, "target_similarity_net_", None)
@@ -298,7 +332,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         """Cross-entropy on all same/different pairs of class-balanced minibatches."""
         n, d = Xt.shape
         g_dims = self.hidden_dims if self.similarity_hidden_dims is None else self.similarity_hidden_dims
-        g = pairs.similarity_network(d, g_dims, self.pair_hidden, self.pair_features)
+        g = pairs.similarity_network(d, g_dims, self.pair_hidden, self.pair_features, *self._image())
         g = init_module(g, torch_gen).to(device=self.device_, dtype=self._dtype())
         opt = torch.optim.Adam(g.parameters(), lr=self.learning_rate)
         class_index = [np.flatnonzero(codes == k) for k in range(n_classes)]
@@ -328,20 +362,26 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         """Train ``n_init`` fresh ``f`` on ``Xt``; keep the one of lowest :meth:`_target_loss`."""
         self._resolve_auto(Xt.shape[0])
         knn = None if self.similar_neighbors_ is None else knn_indices(Xt, self.similar_neighbors_)
+        g.eval()
+        # G is fixed: its backbone features of every row, once (n x width, not n x n).
+        feats = chunked(g.backbone, Xt)
         best, best_loss = None, math.inf
         for init in range(self.n_init):
-            f = self._train_clustering(Xt, g, knn, epochs, torch_gen, phase, init, source, rng)
-            loss = self._target_loss(f, Xt, g, knn) if self.n_init > 1 else 0.0
+            f = self._train_clustering(Xt, g, knn, epochs, torch_gen, phase, init, source, rng, feats)
+            loss = self._target_loss(f, Xt, g, knn, feats) if self.n_init > 1 else 0.0
             if loss < best_loss:
                 best, best_loss = f, loss
             if self._training_stopped:
                 break  # an interrupt kept by keep_best: no further start
         return best
 
-    def _batch_loss(self, f, xb, idx, g, knn, source=None, rng=None):
-        """``f``'s loss on target minibatch ``xb`` (rows ``idx`` of the target); CCN+ with ``source``."""
+    def _batch_loss(self, f, xb, idx, g, knn, source=None, rng=None, feats=None):
+        """``f``'s loss on target minibatch ``xb`` (rows ``idx`` of the target); CCN+ with ``source``.
+
+        ``feats``: ``G``'s backbone features of the whole target (None: computed here).
+        """
         with torch.no_grad():
-            sim = self._pair_targets(g, xb)
+            sim = self._pair_targets(g, xb, None if feats is None else feats[idx])
             sim, known = (sim, None) if knn is None else pairs.agree_with_neighbors(sim, knn, idx)
         if source is not None:
             return self._ccn_plus_loss(f, xb, sim, source, rng, known=known)
@@ -350,16 +390,19 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         return pairs.clustering_loss(log_p, sim, self.criterion, self.sigma, mask=known, balance_weight=bw)
 
     @torch.no_grad()
-    def _target_loss(self, f, Xt, g, knn):
+    def _target_loss(self, f, Xt, g, knn, feats=None):
         """Mean :meth:`_batch_loss` of a trained ``f`` (eval mode) over the target in row order."""
         f.eval()
         batches = self._row_batches(Xt.shape[0])
-        return sum(self._batch_loss(f, Xt[idx], idx, g, knn).item() for idx in batches) / len(batches)
+        losses = [self._batch_loss(f, Xt[i], i, g, knn, None, None, feats).item() for i in batches]
+        return sum(losses) / len(batches)
 
-    def _train_clustering(self, Xt, g, knn, epochs, torch_gen, phase, init=0, source=None, rng=None):
+    def _train_clustering(
+        self, Xt, g, knn, epochs, torch_gen, phase, init=0, source=None, rng=None, feats=None
+    ):
         """Train a fresh ``f`` on ``Xt`` with the pair loss driven by ``g`` (+ CE on source rows)."""
         n, d = Xt.shape
-        f = mlp([d, *self.hidden_dims, self.n_clusters], batch_norm=True)
+        f = pairs.clustering_network(d, self.hidden_dims, self.n_clusters, *self._image())
         f = init_module(f, torch_gen).to(device=self.device_, dtype=self._dtype())
         opt = torch.optim.Adam(f.parameters(), lr=self.learning_rate)
         g.eval()
@@ -368,15 +411,15 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             for _ in run.epochs():
                 losses = []
                 for idx in run.batches(n, self.batch_size, torch_gen, self.device_):
-                    loss = self._batch_loss(f, Xt[idx], idx, g, knn, source, rng)
+                    loss = self._batch_loss(f, Xt[idx], idx, g, knn, source, rng, feats)
                     losses.append(self._step(run, opt, loss))
                 run.end_epoch(sum(losses) / len(losses), init=init)
         # Exact batch-norm statistics of f on the data it clusters (deterministic order).
         return pairs.reestimate_batchnorm(f, [Xt[i] for i in self._row_batches(n)])
 
-    def _pair_targets(self, g, xb):
-        """Pair labels of a minibatch for ``f``: G's binarised "similar" predictions."""
-        return pairs.similarity_labels(g, xb, self.second_order_threshold)
+    def _pair_targets(self, g, xb, fb=None):
+        """Pair labels of a minibatch for ``f``: G's binarised "similar" predictions (``fb``: features)."""
+        return pairs.similarity_labels(g, xb, self.second_order_threshold, features=fb)
 
     def _ccn_plus_loss(self, f, xb, sim, source, rng, known=None):
         """CCN+: ``f``'s loss on a batch of [random source rows; target rows ``xb``]."""
