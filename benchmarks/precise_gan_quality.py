@@ -1,70 +1,55 @@
-"""PreciseFeatureGAN on the paper's synthetic check, the bundled digits and artifact digits.
+"""PreciseFeatureGAN at its defaults: the paper's ring, the bundled digits, digits 0-4 -> 5-9, speed.
 
-    python benchmarks/precise_gan_quality.py [--seeds 5] [--quick] [--threads 1] [--name NAME]
+    python benchmarks/precise_gan_quality.py [--seeds 3] [--quick] [--sections ...] [--name NAME]
 
-Gan et al., *Learning the Precise Feature for Cluster Assignment*, on CPU budgets:
+Gan et al., *Learning the Precise Feature for Cluster Assignment*, on CPU budgets. Every
+GAN here is ``PreciseFeatureGAN(k, random_state=seed)`` with nothing else set (``--quick``
+divides ``n_iter`` by 4), beside ``KMeans(n_init=10)`` in the same run; times are process
+(CPU) seconds of this process, which trains on one torch thread.
 
-* 8-Gaussian ring (sigma = 0.014, 2,000 points), noise_dim in {0, 1, 2, 4}: ACC per
-  seed (goal: median >= 0.99; the paper trains 100,000 generator steps, we train
-  ``RING["n_iter"]``). One extra row runs the paper's optimiser settings
-  (learning_rate 1e-4, gp_weight 100) at the same budget, for comparison.
-* Digits (1,797 8x8 images, 10 clusters): ACC/NMI/ARI median/min/max over seeds beside
-  KMeans(n_init=10) on the same pixels (goal: median ACC above KMeans; the paper's
-  MNIST median is 0.958 after 900,000 steps on a GPU).
-* Artifact digits (``make_artifact_digits``: pixel 0 set to 0.1/0.5/0.9 at random,
-  cluster into 3 by that value): fraction of seeds with ACC >= 0.95 against the
-  artifact ids, beside KMeans (the paper: > 80 % of runs on Artifact-MNIST, every other
-  method at chance).
+* ``ring``: 8-Gaussian ring (sigma 0.014, 4,000 points), K = 8. Goal: median ACC >= 0.99
+  in <= 120 CPU-seconds.
+* ``digits``: the 1,797 8x8 digits /16, K = 10, plain ``fit``. Goal: median ACC >= KMeans.
+* ``transfer``: digits 0-4 -> 5-9 (``load_digits_transfer``), ``fit`` on the source then
+  ``transfer`` to the target, beside KMeans refitted on the target.
+* ``artifact`` (opt-in): artifact digits (pixel 0 in {0.1, 0.5, 0.9}), K = 3; a run
+  solves it when ACC against the artifact ids is >= 0.95.
+* ``speed``: generator steps per second at the defaults on the ring and the digits, with
+  the estimator's one training thread and with two (the cap bypassed), each alone and
+  beside a busy process.
 
-Variants measured on the image sets (quick runs, 1-2 seeds, one thread, not in the tables;
-``C`` always trained on generated samples only, as in Algorithm 1):
+The digits sections also record training curves every ``n_iter / 10`` generator steps:
+the critic's Wasserstein estimate and the classifier's accuracy on generated samples
+(means over the interval, from ``history_``), the mean distance from 1,000 generated
+samples to their nearest real row (pixel space; beside the mean nearest-neighbour
+distance between real rows) and the ACC of ``argmax C`` on the real rows. They are
+plotted to ``<name>_curves.png``.
 
-* digits, MLP 128-128, lr 1e-3, 1,000-1,500 steps: noise_dim 8 gives ACC 0.25-0.30
-  (gp 10, default eta; 256-256 the same), 0.24 with eta 1 constant; noise_dim 2 0.46;
-  conv (32, 64) with noise_dim 8 0.34 (114 s for 1,000 steps); Gaussian noise of std 1 on
-  C's inputs (an instance-noise margin, not in the paper) 0.51 with noise_dim 8 but 0.57
-  with noise_dim 0 (below the 0.63 of the table). Plain WGAN-GP (eta 0) reaches a critic
-  estimate of 2.3 after 1,000 steps; the default staircase (eta up to ~2,000) keeps it at 4.
-  A longer run does not help at this learning rate: the ``DIGITS`` settings with 16,000
-  steps instead of 2,000 (seed 0; 988 s wall on a core shared with other jobs) gave
-  ACC 0.583, critic estimate 5.8.
-* artifact digits, ACC against the artifact ids (chance ~0.35): 128-128, 1,500 steps,
-  noise_dim 8, eta 1 (constant or x1.1): 0.36-0.43; noise_dim 16 (256-256, gp 1 or 10):
-  0.35-0.48; standardize=False 0.35; C input noise 0.3: 0.35/0.46; 64-64, 6,000 steps,
-  gp 1: noise_dim 8 0.55 (seed 0, pixel 0 of the generated ids 0.48/0.25/0.78 +- 0.24)
-  and 0.36 (seed 1), noise_dim 4 0.38, noise_dim 16 0.35, eta 10 constant 0.40,
-  n_classifier 1 0.36. The generated pixel 0 stays spread (std ~0.3) per id: the critic
-  has not yet made it precise.
-
-Every run is one thread, float32, on the CPU; wall times are reported. Results go to
-benchmarks/results/precise_gan/precise_gan_quality.{json,md} (another ``--name``, or
-``--quick``, goes to ``precise_gan/variants/``).
+Results go to benchmarks/results/precise_gan/precise_gan_quality.{json,md} (another
+``--name``, or ``--quick``, goes to ``precise_gan/variants/``).
 """
 
 import argparse
+import contextlib
+import multiprocessing as mp
+import os
 import time
 
 import numpy as np
 import torch
-from _common import add_name_argument, summary, write
+from _common import add_name_argument, result_stem, summary, write
 from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+from sklearn.neighbors import NearestNeighbors
 
+from sktransfer_cluster import base
+from sktransfer_cluster.cluster import precise_gan
 from sktransfer_cluster.cluster.precise_gan import PreciseFeatureGAN
-from sktransfer_cluster.datasets import make_artifact_digits, make_gaussian_ring
+from sktransfer_cluster.datasets import load_digits_transfer, make_artifact_digits, make_gaussian_ring
 from sktransfer_cluster.metrics import clustering_accuracy
 
-# CPU-budget settings, shared by every run of a section (paper: lr 1e-4, gp_weight 100,
-# 512-512-512 nets, 100,000 / 900,000 generator steps).
-RING = dict(hidden_dims=(64, 64), n_iter=2000, batch_size=64, learning_rate=1e-3, gp_weight=1.0)
-RING_PAPER_OPTIM = dict(RING, learning_rate=1e-4, gp_weight=100.0)
-DIGITS = dict(
-    noise_dim=0, hidden_dims=(256, 256), n_iter=2000, batch_size=64, learning_rate=1e-3, gp_weight=100.0
-)
-ARTIFACT = dict(
-    noise_dim=4, hidden_dims=(256, 256), n_iter=2000, batch_size=64, learning_rate=1e-3, gp_weight=10.0
-)
+N_ITER = PreciseFeatureGAN().n_iter
 
 
 def metrics(y, labels):
@@ -75,169 +60,306 @@ def metrics(y, labels):
     }
 
 
-def fit_gan(X, y, k, seed, params):
-    t0 = time.perf_counter()
-    model = PreciseFeatureGAN(k, device="cpu", random_state=seed, **params).fit(X)
-    out = metrics(y, model.labels_)
-    out["seconds"] = time.perf_counter() - t0
+@contextlib.contextmanager
+def curve_probe(X, y, every, rows):
+    """Append a curve point to ``rows`` every ``every`` generator steps of the next fit.
+
+    Wraps ``TrainingRun.record`` (called with the interval means of the monitored
+    quantities) for the duration of the block; restored afterwards.
+    """
+    nn = NearestNeighbors(n_neighbors=1).fit(X)
+    original = base.TrainingRun.record
+
+    def record(self, *, epoch, loss, **extras):
+        original(self, epoch=epoch, loss=loss, **extras)
+        if epoch % every and epoch != self.n_epochs:
+            return
+        model = self.owner
+        fake, _ = model.sample(1000, random_state=0)
+        with torch.no_grad():
+            labels = model.classifier_(model._prep(X)).argmax(1).cpu().numpy()
+        rows.append({
+            "phase": self.phase, "step": int(epoch), "wasserstein": float(extras["wasserstein"]),
+            "fake_accuracy": float(extras["fake_accuracy"]),
+            "knn_fake_to_real": float(nn.kneighbors(fake)[0].mean()),
+            "acc": float(clustering_accuracy(y, labels)), "clusters_used": int(np.unique(labels).size),
+        })
+
+    base.TrainingRun.record = record
+    try:
+        yield rows
+    finally:
+        base.TrainingRun.record = original
+
+
+def real_nn_distance(X):
+    """Mean distance from each real row to its nearest other real row."""
+    return float(NearestNeighbors(n_neighbors=2).fit(X).kneighbors(X)[0][:, 1].mean())
+
+
+def fit_gan(X, y, k, seed, n_iter, X_target=None, y_target=None, curves=False):
+    curve = []
+    probe = (curve_probe(X, y, max(1, n_iter // 10), curve) if curves and X_target is None
+             else contextlib.nullcontext())
+    t0 = time.process_time()
+    with probe:
+        model = PreciseFeatureGAN(k, n_iter=n_iter, device="cpu", random_state=seed).fit(X)
+    out = {"cpu_seconds": time.process_time() - t0}
+    if X_target is None:
+        out.update(metrics(y, model.labels_))
+    else:
+        out["source_acc"] = clustering_accuracy(y, model.labels_)
+        probe = (curve_probe(X_target, y_target, max(1, model.n_iter // 4 // 10), curve) if curves
+                 else contextlib.nullcontext())
+        t0 = time.process_time()
+        with probe:
+            labels = model.transfer(X_target)
+        out["transfer_cpu_seconds"] = time.process_time() - t0
+        out.update(metrics(y_target, labels))
     out["clusters_used"] = int(model.n_clusters_)
     out["final_wasserstein"] = model.history_[-1]["wasserstein"]
+    out["final_fake_accuracy"] = model.history_[-1]["fake_accuracy"]
+    if curves:
+        out["curve"] = curve
     return out
 
 
 def fit_kmeans(X, y, k, seed):
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     labels = KMeans(k, n_init=10, random_state=seed).fit_predict(X)
-    out = metrics(y, labels)
-    out["seconds"] = time.perf_counter() - t0
-    return out
+    return {**metrics(y, labels), "cpu_seconds": time.process_time() - t0}
 
 
 def fmt(s):
     return f"{s['median']:.3f} [{s['min']:.3f}, {s['max']:.3f}]"
 
 
-def ring_section(seeds, n_iter, noise_dims):
-    rows, md = {}, []
-    configs = [(f"noise_dim={d}", dict(RING, n_iter=n_iter, noise_dim=d)) for d in noise_dims]
-    paper = dict(RING_PAPER_OPTIM, n_iter=n_iter, noise_dim=0)
-    configs.append(("noise_dim=0, paper optimiser (lr 1e-4, gp 100)", paper))
-    md += [
-        f"### 8-Gaussian ring (sigma 0.014, 2,000 points), {n_iter} generator steps, {len(seeds)} seeds",
-        "",
-        f"Settings: {RING_SETTINGS_TEXT.format(n_iter=n_iter)}. Goal: median ACC >= 0.99.",
-        "",
-        "| generator input | ACC median [min, max] | ACC per seed | s / run |",
-        "|---|---|---|---|",
-    ]
-    for name, params in configs:
-        runs = []
-        for seed in seeds:
-            X, y = make_gaussian_ring(2000, random_state=seed)
-            runs.append(fit_gan(X, y, 8, seed, params))
-            r = runs[-1]
-            print(f"ring {name} seed {seed}: ACC {r['acc']:.3f} ({r['seconds']:.0f} s)", flush=True)
-        acc = [r["acc"] for r in runs]
-        rows[name] = {"params": _jsonable(params), "runs": runs, "acc": summary(acc)}
-        per_seed = " ".join(f"{a:.3f}" for a in acc)
-        secs = np.mean([r["seconds"] for r in runs])
-        md.append(f"| {name} | {fmt(summary(acc))} | {per_seed} | {secs:.0f} |")
-    return rows, md
+def table(rows):
+    """Markdown rows (name, ACC, NMI, ARI, CPU s) and summaries for ``{name: runs}``."""
+    md, out = [], {}
+    for name, runs in rows.items():
+        s = {k: summary([r[k] for r in runs]) for k in ("acc", "nmi", "ari", "cpu_seconds")}
+        out[name] = s
+        md.append(f"| {name} | {fmt(s['acc'])} | {fmt(s['nmi'])} | {fmt(s['ari'])} | "
+                  f"{s['cpu_seconds']['median']:.1f} |")
+    return md, out
 
 
-RING_SETTINGS_TEXT = (
-    "MLPs 64-64 (paper 512-512-512), batch 64, {n_iter} generator steps (paper 100,000), Adam lr 1e-3 "
-    "betas (0.5, 0.9), gp_weight 1 (paper 1e-4 and 100), eta 10 x 1.2 every ceil(n_iter/30) steps, "
-    "n_critic 5, n_classifier 4"
-)
+HEAD = ["| method | ACC median [min, max] | NMI | ARI | CPU s / run (median) |", "|---|---|---|---|---|"]
 
 
-def table_metrics(name, runs, prefix=""):
-    """Summaries and a markdown row: name, [prefix cells], ACC, NMI, ARI, mean seconds."""
-    s = {k: summary([r[k] for r in runs]) for k in ("acc", "nmi", "ari")}
-    secs = np.mean([r["seconds"] for r in runs])
-    return s, f"| {name} | {prefix}{fmt(s['acc'])} | {fmt(s['nmi'])} | {fmt(s['ari'])} | {secs:.0f} |"
+def ring_section(seeds, n_iter):
+    gan, km = [], []
+    for seed in seeds:
+        X, y = make_gaussian_ring(4000, random_state=seed)
+        gan.append(fit_gan(X, y, 8, seed, n_iter))
+        km.append(fit_kmeans(X, y, 8, seed))
+        print(f"ring seed {seed}: GAN ACC {gan[-1]['acc']:.3f} ({gan[-1]['cpu_seconds']:.0f} CPU s), "
+              f"KMeans {km[-1]['acc']:.3f}", flush=True)
+    lines, s = table({"PreciseFeatureGAN (defaults)": gan, "KMeans(n_init=10)": km})
+    md = [f"### 8-Gaussian ring (sigma 0.014, 4,000 points), K = 8, {len(seeds)} seeds, n_iter {n_iter}", "",
+          "Goal: median ACC >= 0.99 in <= 120 CPU-seconds.", "", *HEAD, *lines, "",
+          "Per-seed GAN ACC: " + " ".join(f"{r['acc']:.3f}" for r in gan),
+          "; CPU s: " + " ".join(f"{r['cpu_seconds']:.0f}" for r in gan)]
+    return {"gan": gan, "kmeans": km, "summary": s}, md
+
+
+def _curve_lines(runs, real_nn, what="mean nearest-neighbour distance between real rows"):
+    md = ["", f"Curves (seed 0; {what} {real_nn:.3f}):", "",
+          "| phase | step | critic W estimate | fake accuracy | kNN fake->real | ACC of argmax C | clusters used |",
+          "|---|---|---|---|---|---|---|"]
+    for c in runs[0]["curve"]:
+        md.append(f"| {c['phase']} | {c['step']} | {c['wasserstein']:.3f} | {c['fake_accuracy']:.3f} | "
+                  f"{c['knn_fake_to_real']:.3f} | {c['acc']:.3f} | {c['clusters_used']} |")
+    return md
 
 
 def digits_section(seeds, n_iter):
     X, y = load_digits(return_X_y=True)
     X = X / 16.0
-    params = dict(DIGITS, n_iter=n_iter)
     gan, km = [], []
     for seed in seeds:
-        gan.append(fit_gan(X, y, 10, seed, params))
+        gan.append(fit_gan(X, y, 10, seed, n_iter, curves=True))
         km.append(fit_kmeans(X, y, 10, seed))
-        g, k = gan[-1], km[-1]
-        print(f"digits seed {seed}: GAN ACC {g['acc']:.3f} ({g['seconds']:.0f} s), KMeans ACC {k['acc']:.3f}",
+        print(f"digits seed {seed}: GAN ACC {gan[-1]['acc']:.3f} ({gan[-1]['cpu_seconds']:.0f} CPU s), "
+              f"KMeans {km[-1]['acc']:.3f}", flush=True)
+    lines, s = table({"PreciseFeatureGAN (defaults)": gan, "KMeans(n_init=10)": km})
+    real_nn = real_nn_distance(X)
+    md = [f"### Digits (1,797 images /16), K = 10, {len(seeds)} seeds, n_iter {n_iter}", "",
+          "Goal: median ACC >= KMeans.", "", *HEAD, *lines, "",
+          "Per-seed GAN ACC: " + " ".join(f"{r['acc']:.3f}" for r in gan), *_curve_lines(gan, real_nn)]
+    return {"gan": gan, "kmeans": km, "summary": s, "real_nn_distance": real_nn}, md
+
+
+def transfer_section(seeds, n_iter):
+    task = load_digits_transfer()
+    gan, km = [], []
+    for seed in seeds:
+        gan.append(fit_gan(task.X_source, task.y_source, 5, seed, n_iter, task.X_target, task.y_target,
+                           curves=True))
+        km.append(fit_kmeans(task.X_target, task.y_target, 5, seed))
+        g = gan[-1]
+        print(f"transfer seed {seed}: GAN target ACC {g['acc']:.3f} (source {g['source_acc']:.3f}; "
+              f"{g['cpu_seconds'] + g['transfer_cpu_seconds']:.0f} CPU s), KMeans refit {km[-1]['acc']:.3f}",
               flush=True)
-    s_gan, row_gan = table_metrics("PreciseFeatureGAN", gan)
-    s_km, row_km = table_metrics("KMeans(n_init=10)", km)
-    minutes = np.mean([r["seconds"] for r in gan]) / 60
-    md = [
-        f"### Digits (1,797 images /16, 10 clusters), {len(seeds)} seeds",
-        "",
-        f"PreciseFeatureGAN: {_describe(params)}; CPU budget {minutes:.1f} min per run (1 thread). "
-        "Goal: median ACC above KMeans.",
-        "",
-        "| method | ACC median [min, max] | NMI | ARI | s / run |",
-        "|---|---|---|---|---|",
-        row_gan,
-        row_km,
-        "",
-        "Per-seed GAN ACC: " + " ".join(f"{r['acc']:.3f}" for r in gan),
-    ]
-    summaries = {"gan": s_gan, "kmeans": s_km}
-    return {"params": _jsonable(params), "gan": gan, "kmeans": km, "summary": summaries}, md
+    for r in gan:
+        r["cpu_seconds"] += r["transfer_cpu_seconds"]
+    lines, s = table({"PreciseFeatureGAN fit(source).transfer(target)": gan, "KMeans(n_init=10) on the target": km})
+    real_nn = real_nn_distance(task.X_target)
+    md = [f"### Digits 0-4 -> 5-9, K = 5, {len(seeds)} seeds, n_iter {n_iter} (+ n_iter / 4 in transfer)", "",
+          "Scores on the target; CPU seconds are fit + transfer.", "", *HEAD, *lines, "",
+          "Per-seed GAN target ACC: " + " ".join(f"{r['acc']:.3f}" for r in gan)
+          + "; source ACC after fit: " + " ".join(f"{r['source_acc']:.3f}" for r in gan),
+          *_curve_lines(gan, real_nn, "the transfer phase, on the target; mean nearest-neighbour distance "
+                        "between target rows")]
+    return {"gan": gan, "kmeans": km, "summary": s, "real_nn_distance": real_nn}, md
 
 
 def artifact_section(seeds, n_iter):
-    params = dict(ARTIFACT, n_iter=n_iter)
     gan, km = [], []
     for seed in seeds:
         X, y_art, _ = make_artifact_digits(random_state=seed)
-        gan.append(fit_gan(X, y_art, 3, seed, params))
+        gan.append(fit_gan(X, y_art, 3, seed, n_iter))
         km.append(fit_kmeans(X, y_art, 3, seed))
-        g, k = gan[-1], km[-1]
-        print(f"artifact seed {seed}: GAN ACC {g['acc']:.3f} ({g['seconds']:.0f} s), "
-              f"KMeans ACC {k['acc']:.3f}",
-              flush=True)
-    solved = {name: float(np.mean([r["acc"] >= 0.95 for r in runs]))
-              for name, runs in (("gan", gan), ("kmeans", km))}
-    s_gan, row_gan = table_metrics("PreciseFeatureGAN", gan, prefix=f"{solved['gan']:.0%} | ")
-    s_km, row_km = table_metrics("KMeans(n_init=10)", km, prefix=f"{solved['kmeans']:.0%} | ")
-    md = [
-        f"### Artifact digits (pixel 0 in {{0.1, 0.5, 0.9}}, 3 clusters), {len(seeds)} seeds",
-        "",
-        f"PreciseFeatureGAN: {_describe(params)}. A run solves the task when ACC against the "
-        "artifact ids is >= 0.95 (paper: > 80 % of runs on Artifact-MNIST).",
-        "",
-        "| method | runs solved | ACC median [min, max] | NMI | ARI | s / run |",
-        "|---|---|---|---|---|---|",
-        row_gan,
-        row_km,
-        "",
-        "Per-seed GAN ACC: " + " ".join(f"{r['acc']:.3f}" for r in gan),
-    ]
-    return {"params": _jsonable(params), "gan": gan, "kmeans": km, "solved_fraction": solved,
-            "summary": {"gan": s_gan, "kmeans": s_km}}, md
+    solved = {n: float(np.mean([r["acc"] >= 0.95 for r in runs])) for n, runs in (("gan", gan), ("kmeans", km))}
+    lines, s = table({"PreciseFeatureGAN (defaults)": gan, "KMeans(n_init=10)": km})
+    md = [f"### Artifact digits (pixel 0 in {{0.1, 0.5, 0.9}}), K = 3, {len(seeds)} seeds, n_iter {n_iter}", "",
+          f"Runs solved (ACC >= 0.95 against the artifact ids): GAN {solved['gan']:.0%}, "
+          f"KMeans {solved['kmeans']:.0%}.", "", *HEAD, *lines]
+    return {"gan": gan, "kmeans": km, "solved_fraction": solved, "summary": s}, md
 
 
-def _describe(params):
-    return ", ".join(f"{k}={v}" for k, v in params.items())
+def _busy(stop):
+    while not stop.is_set():
+        sum(i * i for i in range(10_000))
 
 
-def _jsonable(params):
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}
+@contextlib.contextmanager
+def threads(n):
+    """Train on ``n`` torch threads: 1 is the estimator's own cap; more bypasses it."""
+    if n == 1:
+        yield
+        return
+    original = precise_gan._one_thread
+    before = torch.get_num_threads()
+
+    @contextlib.contextmanager
+    def n_threads(device):
+        torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+
+    precise_gan._one_thread = n_threads
+    try:
+        yield
+    finally:
+        precise_gan._one_thread = original
+
+
+def speed_section(n_steps):
+    X_ring = make_gaussian_ring(4000, random_state=0)[0]
+    X_digits = load_digits().data / 16.0
+    rows, md = [], ["### Generator steps per second at the defaults", "",
+                    f"{n_steps} generator steps after a 5-step warm-up; `OMP_NUM_THREADS="
+                    f"{os.environ.get('OMP_NUM_THREADS', 'unset')}`, `OMP_WAIT_POLICY="
+                    f"{os.environ.get('OMP_WAIT_POLICY', 'unset')}`; busy = one pure-Python spinning process "
+                    "beside it; load = 1-minute load average of the machine at the end.", "",
+                    "| data | torch threads in training | beside | steps / s (wall) | CPU ms / step | load |",
+                    "|---|---|---|---|---|---|"]
+    for data, X, k in (("ring", X_ring, 8), ("digits", X_digits, 10)):
+        for n_threads in (1, 2):
+            for busy in (False, True):
+                stop = mp.Event()
+                proc = mp.Process(target=_busy, args=(stop,)) if busy else None
+                if proc is not None:
+                    proc.start()
+                try:
+                    with threads(n_threads):
+                        PreciseFeatureGAN(k, n_iter=5, device="cpu", random_state=0).fit(X)
+                        w, c = time.perf_counter(), time.process_time()
+                        PreciseFeatureGAN(k, n_iter=n_steps, device="cpu", random_state=0).fit(X)
+                        w, c = time.perf_counter() - w, time.process_time() - c
+                finally:
+                    stop.set()
+                    if proc is not None:
+                        proc.join()
+                r = {"data": data, "threads": n_threads, "busy_neighbour": busy, "steps_per_s": n_steps / w,
+                     "cpu_ms_per_step": 1000 * c / n_steps, "load": os.getloadavg()[0]}
+                rows.append(r)
+                print(r, flush=True)
+                md.append(f"| {data} | {n_threads} | {'busy process' if busy else 'alone'} | "
+                          f"{r['steps_per_s']:.1f} | {r['cpu_ms_per_step']:.1f} | {r['load']:.1f} |")
+    return rows, md
+
+
+def plot(payload, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    sections = [s for s in ("digits", "transfer") if s in payload]
+    if not sections:
+        return False
+    keys = [("wasserstein", "critic W estimate"), ("fake_accuracy", "fake accuracy"),
+            ("knn_fake_to_real", "kNN distance fake -> real"), ("acc", "ACC of argmax C (real rows)")]
+    fig, axes = plt.subplots(len(sections), len(keys), figsize=(16, 3.2 * len(sections)), squeeze=False)
+    for row, sec in zip(axes, sections):
+        for ax, (key, title) in zip(row, keys):
+            for i, run in enumerate(payload[sec]["gan"]):
+                curve = run["curve"]
+                fit_steps = max((c["step"] for c in curve if c["phase"] == "fit"), default=0)
+                xs = [c["step"] + (fit_steps if c["phase"] == "transfer" else 0) for c in curve]
+                ax.plot(xs, [c[key] for c in curve], marker=".", label=f"seed {i}")
+            if key == "knn_fake_to_real":
+                ax.axhline(payload[sec]["real_nn_distance"], color="0.5", ls="--", label="real -> real")
+            if key == "acc":
+                ax.axhline(payload[sec]["summary"]["KMeans(n_init=10)" if sec == "digits"
+                                                   else "KMeans(n_init=10) on the target"]["acc"]["median"],
+                           color="k", ls="--", label="KMeans")
+            ax.set_title(f"{sec}: {title}")
+            ax.set_xlabel("generator step")
+        row[-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
 
 
 def main():
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="2 seeds, 1/4 of the generator steps")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--sections", nargs="+", default=["ring", "digits", "artifact"],
-                        choices=["ring", "digits", "artifact"])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="2 seeds, n_iter / 4")
+    parser.add_argument("--sections", nargs="+", default=["ring", "digits", "transfer", "speed"],
+                        choices=["ring", "digits", "transfer", "artifact", "speed"])
+    parser.add_argument("--speed-steps", type=int, default=200)
     add_name_argument(parser, "precise_gan")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(1)
     seeds = list(range(2 if args.quick else args.seeds))
-    scale = 4 if args.quick else 1
+    n_iter = N_ITER // (4 if args.quick else 1)
     t_start = time.perf_counter()
-    payload = {"settings": vars(args)}
+    payload = {"settings": vars(args), "n_iter": n_iter}
     md = []
-    if "ring" in args.sections:
-        payload["ring"], lines = ring_section(seeds, RING["n_iter"] // scale, (0, 1, 2, 4))
-        md += lines + [""]
-    if "digits" in args.sections:
-        payload["digits"], lines = digits_section(seeds, DIGITS["n_iter"] // scale)
-        md += lines + [""]
-    if "artifact" in args.sections:
-        payload["artifact"], lines = artifact_section(seeds, ARTIFACT["n_iter"] // scale)
+    sections = {"ring": ring_section, "digits": digits_section, "transfer": transfer_section,
+                "artifact": artifact_section}
+    for name in args.sections:
+        if name == "speed":
+            payload["speed"], lines = speed_section(args.speed_steps)
+        else:
+            payload[name], lines = sections[name](seeds, n_iter)
         md += lines + [""]
     payload["total_seconds"] = time.perf_counter() - t_start
-    md.append(f"Total wall time {payload['total_seconds'] / 60:.1f} min ({args.threads} thread(s)).")
+    md.append(f"Total wall time {payload['total_seconds'] / 60:.1f} min.")
+    stem = result_stem("precise_gan", args.name, args.quick)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    png = stem.parent / (stem.name + "_curves.png")
+    if plot(payload, png):
+        md.append(f"\nCurves: `{png.name}`.")
     write("precise_gan", args.name, payload, "\n".join(md), quick=args.quick)
 
 
