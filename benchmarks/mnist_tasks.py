@@ -39,7 +39,6 @@ import argparse
 import json
 import time
 
-import numpy as np
 import torch
 from sklearn.cluster import KMeans, SpectralClustering
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score

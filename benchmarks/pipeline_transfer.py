@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
 import torch
 from sklearn.cluster import KMeans
 from sklearn.decomposition import PCA

