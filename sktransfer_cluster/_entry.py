@@ -58,7 +58,7 @@ def build_parser():
         nargs="+",
         default=["digits", "tdcm"],
         help="built-in tasks (digits, tdcm, mnist) or .npz/.csv files (default: digits tdcm). mnist: 4 "
-        "tasks on 5,000 real MNIST images (the bench extra), tens of minutes on 2 CPU cores",
+        "tasks on 5,000 real MNIST images (the bench extra), about an hour on 2 CPU cores",
     )
     cmp_.add_argument("--methods", default=None, help=f"comma-separated subset of: {', '.join(METHOD_NAMES)}")
     cmp_.add_argument("--n-clusters", type=_positive_int, default=None, help="K for every task (default: the number of target classes)")
