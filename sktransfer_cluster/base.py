@@ -679,7 +679,8 @@ class TransferClusterMixin(ABC):
         X : array-like of shape (n_samples, n_features)
             Target data, same features as the source.
         **kwargs : dict
-            Estimator-specific options (see the estimator's ``_transfer``).
+            Estimator-specific options; each estimator's own ``transfer``
+            documents them.
 
         Returns
         -------

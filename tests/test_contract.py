@@ -238,3 +238,17 @@ def test_labels_of_the_example_are_consecutive_from_zero_when_a_centroid_goes_un
     m = est.cluster_centers_.shape[0]
     assert sorted(set(est.labels_.tolist())) == list(range(m))
     np.testing.assert_array_equal(est.predict(X), est.labels_)
+
+
+# ------------------------------------------------------------------------ discoverable transfer
+def test_every_public_transfer_documents_each_of_its_options():
+    import inspect
+
+    for cls in common.discover_estimators():
+        hidden = set(inspect.signature(cls._transfer).parameters) - {"self", "X"}
+        public = set(inspect.signature(cls.transfer).parameters) - {"self", "X"}
+        assert public == hidden, cls.__name__  # every option of _transfer is a named parameter
+        doc = cls.transfer.__doc__
+        assert "``_transfer``" not in doc and "Examples" in doc, cls.__name__
+        for name in hidden | {"X"}:
+            assert re.search(rf"^\s+{name} : ", doc, flags=re.M), (cls.__name__, name)

@@ -525,6 +525,34 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.n_iter_ = self._train(X, codes, sets, rng, torch_gen)
         self._cluster(X, rng, torch_gen)
 
+    def transfer(self, X):
+        """Cluster an unlabelled target by maximising the learned metric on it.
+
+        The cross-entropy method searches labellings of ``X`` (k-means
+        candidates included) for the one the critic learned by ``fit`` rates
+        highest, choosing K up to ``max_clusters``; afterwards ``labels_`` holds
+        the target's labels and ``predict`` serves the target.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Target data, same features as the source.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+
+        Examples
+        --------
+        >>> from sklearn.datasets import make_blobs
+        >>> from sktransfer_cluster import C2MCluster
+        >>> X, y = make_blobs(n_samples=120, centers=3, random_state=0)
+        >>> model = C2MCluster(max_clusters=5, max_epochs=1, sets_per_epoch=2, random_state=0).fit(X, y)
+        >>> model.transfer(X[:60] + 0.5).shape
+        (60,)
+        """
+        return super().transfer(X)
+
     def _transfer(self, X):
         """Cluster the unlabelled target ``X`` by maximising the learned metric with CEM."""
         rng, torch_gen = make_generators(self.random_state, "cpu")

@@ -455,6 +455,43 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self._assign(f, Xt)
         self.n_iter_ = len(self.history_)  # finished epochs of G and f (fewer after a kept interrupt)
 
+    def transfer(self, X, *, source=None, epochs=None, adapt_bn=None):
+        """Cluster an unlabelled target with a clustering network driven by ``G``.
+
+        A fresh clustering network with ``n_clusters`` outputs is trained on
+        ``X`` with pair labels from the similarity network learned by ``fit``;
+        afterwards ``labels_`` holds the target's labels and ``predict`` serves
+        the target.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Target data, same features as the source.
+        source : tuple (X_source, y_source), default=None
+            CCN+: labelled source rows join every minibatch with cross-entropy
+            (class ``k`` of ``y_source`` on output ``k``; at most ``n_clusters``
+            classes).
+        epochs : int, default=None
+            Training epochs; None is ``clustering_epochs``.
+        adapt_bn : bool, default=None
+            Re-estimate ``G``'s batch-norm statistics on the target; None is the
+            ``adapt_bn`` parameter.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+
+        Examples
+        --------
+        >>> from sktransfer_cluster import CCNCluster
+        >>> from sktransfer_cluster.datasets import load_digits_transfer
+        >>> task = load_digits_transfer()
+        >>> model = CCNCluster(5, similarity_epochs=1, clustering_epochs=1, random_state=0)
+        >>> model.fit(task.X_source, task.y_source).transfer(task.X_target, epochs=1).shape
+        (896,)
+        """
+        return super().transfer(X, source=source, epochs=epochs, adapt_bn=adapt_bn)
+
     def _transfer(self, X, source=None, epochs=None, adapt_bn=None):
         """Train the clustering network on the unlabelled target (validated ``X``), driven by ``G``.
 

@@ -473,6 +473,35 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             self._train(Xt, int(self.n_iter), torch_gen, "fit")
         self.labels_ = self._assign(Xt)
 
+    def transfer(self, X, *, transfer_iter=None):
+        """Cluster an unlabelled target by fine-tuning the GAN from its source weights.
+
+        Critic, classifier and generator continue training on ``X``; afterwards
+        ``labels_`` holds the target's labels and ``predict`` serves the target.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Target data, same features as the source.
+        transfer_iter : int, default=None
+            Generator steps on the target; None is the ``transfer_iter``
+            parameter (whose None is ``max(1, n_iter // 4)``).
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+
+        Examples
+        --------
+        >>> from sklearn.datasets import make_blobs
+        >>> from sktransfer_cluster import PreciseFeatureGAN
+        >>> X, _ = make_blobs(n_samples=60, centers=3, random_state=0)
+        >>> model = PreciseFeatureGAN(3, n_iter=5, random_state=0).fit(X)
+        >>> model.transfer(X + 0.5, transfer_iter=2).shape
+        (60,)
+        """
+        return super().transfer(X, transfer_iter=transfer_iter)
+
     def _transfer(self, X, transfer_iter=None):
         """Fine-tune ``D``, ``C`` and ``G`` from their current weights on the target ``X``.
 

@@ -436,6 +436,35 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         self.autoencoder_.eval()
         self._finish(Z, centers, reg, n_iter + n_epochs)
 
+    def transfer(self, X, *, fine_tune_epochs=0):
+        """Cluster an unlabelled target, warm-started from the source centres.
+
+        OT k-means on ``X`` starting from the fitted centres (and through the
+        fitted embedding); afterwards ``labels_`` holds the target's labels and
+        ``predict`` serves the target.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Target data, same features as the source.
+        fine_tune_epochs : int, default=0
+            With ``embedding="autoencoder"``: joint reconstruction + OT epochs on
+            the target before the final assignment; ignored without an embedding.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+
+        Examples
+        --------
+        >>> from sklearn.datasets import make_blobs
+        >>> from sktransfer_cluster import SinkhornKMeans
+        >>> X, _ = make_blobs(n_samples=90, centers=3, random_state=0)
+        >>> SinkhornKMeans(3, random_state=0).fit(X).transfer(X + 0.5).shape
+        (90,)
+        """
+        return super().transfer(X, fine_tune_epochs=fine_tune_epochs)
+
     def _transfer(self, X, fine_tune_epochs=0):
         """Warm-start OT k-means on the target from the source centres (and embedding).
 

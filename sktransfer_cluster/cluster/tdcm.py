@@ -474,6 +474,36 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         dtype = self._dtype()
         return encoder.to(device=self.device_, dtype=dtype), blocks.to(device=self.device_, dtype=dtype)
 
+    def transfer(self, X, *, fine_tune_epochs=0):
+        """Cluster an unlabelled target by re-running the learned blocks on it.
+
+        The centroids adapt to ``X`` in one forward pass of the encoder and the
+        centroid-updating blocks (the paper's transfer); afterwards ``labels_``
+        holds the target's labels and ``predict`` serves the target.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Target data, same features as the source.
+        fine_tune_epochs : int, default=0
+            Unsupervised epochs (the same loss) of encoder and blocks on the
+            target before the forward pass; 0 is the paper's transfer.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+
+        Examples
+        --------
+        >>> from sktransfer_cluster import TDCMCluster
+        >>> from sktransfer_cluster.datasets import make_tdcm_transfer
+        >>> task = make_tdcm_transfer(n_clusters=3, random_state=0)
+        >>> model = TDCMCluster(3, max_epochs=5, random_state=0).fit(task.X_source)
+        >>> model.transfer(task.X_target, fine_tune_epochs=2).shape == task.y_target.shape
+        True
+        """
+        return super().transfer(X, fine_tune_epochs=fine_tune_epochs)
+
     def _transfer(self, X, fine_tune_epochs=0):
         """Adapt the centroids to the target by a forward pass of the blocks.
 
