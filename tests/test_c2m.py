@@ -581,3 +581,11 @@ def test_interrupt_with_keep_best_keeps_the_critic_of_the_last_finished_epoch(mo
     kept, reference = est.critic_.state_dict(), one_epoch.critic_.state_dict()
     assert all(torch.equal(kept[k], reference[k]) for k in reference)
     np.testing.assert_array_equal(est.predict(X), est.labels_)
+
+
+def test_score_of_one_sample_is_a_clear_error_and_the_model_stays_usable():
+    X, y = make_blobs(n_samples=60, centers=3, random_state=0)
+    est = C2MCluster(max_clusters=4, max_epochs=1, sets_per_epoch=1, random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        est.score(X[:1])
+    assert np.isfinite(est.score(X[:2]))

@@ -588,6 +588,11 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         score : float
         """
         X = self._fitted_input(X)
+        if X.shape[0] < 2:
+            # The metric reads each point's neighbours: one point has none.
+            raise ValueError(
+                f"C2MCluster.score needs at least 2 samples to rate a clustering, got {X.shape[0]}."
+            )
         if y is None:
             codes = self.predict(X)
         else:
