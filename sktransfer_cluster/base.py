@@ -602,7 +602,7 @@ class TransferClusterMixin(ABC):
             self.__dict__.pop("_training_stopped", None)
 
     @contextmanager
-    def _training(self, phase, n_epochs, *, state=(), select="min", unit="epoch", hint=None):
+    def _training(self, phase, n_epochs, *, state=(), select="min", unit="epoch", hint=None, keeps_model=True):
         """A :class:`TrainingRun` for one training phase, with its progress bar.
 
         ``state`` lists the modules and tensors this phase trains; ``unit``
@@ -616,14 +616,17 @@ class TransferClusterMixin(ABC):
         epoch -- later phases run no epochs, and the caller finishes fitting so
         the model predicts. ``keep_best`` acts only on an interrupt. Otherwise
         the interrupt propagates and :meth:`_rollback_on_error` restores the
-        state from before the call.
+        state from before the call -- also in a phase with
+        ``keeps_model=False``, one that cannot give a usable model by itself
+        (a later phase builds the model that predicts).
         """
         with self._progress(n_epochs, phase) as bar:
             run = TrainingRun(self, phase, n_epochs, state, select, bar, unit, hint)
+            run.keeps_model = keeps_model
             try:
                 yield run
             except KeyboardInterrupt:
-                if not getattr(self, "keep_best", False) or run.best_epoch is None:
+                if not (getattr(self, "keep_best", False) and keeps_model) or run.best_epoch is None:
                     raise
                 run.restore_best()
                 self._training_stopped = True

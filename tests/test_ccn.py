@@ -787,19 +787,19 @@ def _interrupt_once(fn, when):
     return wrapped
 
 
-def test_a_kept_interrupt_of_g_trains_no_further_similarity_net_and_no_clustering_epoch():
+def test_an_interrupt_of_g_is_rolled_back_even_with_keep_best():
+    # G alone clusters nothing, so there is no usable model to keep yet (issue 19.3: this
+    # used to return a never-trained clustering network with a "kept" warning).
     Xs, ys, _, _ = _blob_task()
     params = dict(FAST, similarity_epochs=3, clustering_epochs=2, keep_best=True)
     est = CCNCluster(n_clusters=3, n_init=3, **dict(params, n_similarity_nets=3))
     # Interrupt in the second epoch of the first G.
     est._pair_class_weight = _interrupt_once(est._pair_class_weight, lambda: len(est.history_) == 1)
-    with pytest.warns(UserWarning, match="interrupted during similarity"):
+    with pytest.raises(KeyboardInterrupt):
         est.fit(Xs, ys)
-    assert isinstance(est.similarity_net_, SimilarityNetwork)  # one G, no ensemble
-    assert [h["phase"] for h in est.history_] == ["similarity"]
-    assert est.n_iter_ == 1
-    assert est.labels_.shape == (Xs.shape[0],)
-    assert not est._training_stopped  # valid for one call only
+    assert not hasattr(est, "labels_") and not hasattr(est, "similarity_net_")  # unfitted
+    del est._pair_class_weight  # the instance attribute set above
+    assert est.fit(Xs, ys).labels_.shape == (Xs.shape[0],)  # and usable
 
 
 def test_a_kept_interrupt_of_f_starts_no_further_clustering_network():
@@ -814,3 +814,4 @@ def test_a_kept_interrupt_of_f_starts_no_further_clustering_network():
     assert [h["init"] for h in est.history_ if h["phase"] == "transfer"] == [0, 0, 1]
     assert est.n_iter_ == 3
     assert labels.shape == (Xt.shape[0],)
+

@@ -427,13 +427,15 @@ def _keeps_best(est):
     return _trains(est).set_params(keep_best=True)
 
 
-def _patch_end_epoch(monkeypatch, *, interrupt_at=None, before=False, losses=None, seen=None):
+def _patch_end_epoch(monkeypatch, *, interrupt_at=None, before=False, losses=None, seen=None, keeping_only=False):
     """Make ``TrainingRun.end_epoch`` misbehave like a Ctrl-C or a diverging loss.
 
     Call ``i`` (counted over the whole fit) raises ``KeyboardInterrupt`` when
     ``i == interrupt_at`` -- before or after the epoch is recorded -- and reports
     ``losses[i]`` instead of the real loss when given. ``seen`` collects
-    ``(loss, snapshot of the run's state)`` per recorded epoch.
+    ``(loss, snapshot of the run's state)`` per recorded epoch. With
+    ``keeping_only`` only the phases that can keep a model (``keeps_model``)
+    are counted and disturbed.
     """
     original = TrainingRun.end_epoch
     calls = {"n": 0}
@@ -444,6 +446,8 @@ def _patch_end_epoch(monkeypatch, *, interrupt_at=None, before=False, losses=Non
         return obj.detach().clone()
 
     def end_epoch(run, loss, **postfix):
+        if keeping_only and not run.keeps_model:
+            return original(run, loss, **postfix)
         i = calls["n"]
         calls["n"] += 1
         if i == interrupt_at and before:
@@ -492,7 +496,7 @@ def test_a_refit_starts_a_fresh_history(estimator, data):
 def test_interrupt_with_keep_best_finishes_fit_with_a_usable_model(estimator, data, monkeypatch):
     X, y, Xt, _ = data
     est = _keeps_best(estimator)
-    _patch_end_epoch(monkeypatch, interrupt_at=0)
+    _patch_end_epoch(monkeypatch, interrupt_at=0, keeping_only=True)
     with pytest.warns(UserWarning, match="interrupted during .* kept the"):
         _fit(est, X, y)
     monkeypatch.undo()

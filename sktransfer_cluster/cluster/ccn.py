@@ -339,7 +339,8 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         codes_t = torch.as_tensor(codes, device=self.device_)
         iters, per_batch = max(1, math.ceil(n / self.batch_size)), self.classes_per_batch
         g.train()
-        with self._training("similarity", self.similarity_epochs, state=[g]) as run:
+        # G alone clusters nothing: an interrupt here is rolled back even with keep_best.
+        with self._training("similarity", self.similarity_epochs, state=[g], keeps_model=False) as run:
             for _ in run.epochs():
                 losses = []
                 for _ in range(iters):
