@@ -119,17 +119,11 @@ def _uniform_or(log_w, shape, like):
     return log_w.to(dtype=like.dtype, device=like.device).expand(shape)
 
 
-def _check_log_marginal(name, log_w, shape):
-    """A marginal (given as its log) must fit M and be non-negative with positive mass."""
-    if log_w is None:
-        return
-    if log_w.shape != shape and torch.Size(shape[-1:]) != log_w.shape:
+def _check_marginal_shape(name, log_w, shape):
+    """A marginal (given as its log) must fit ``M``: shape ``(..., n)`` or ``(n,)``."""
+    if log_w is not None and log_w.shape != shape and torch.Size(shape[-1:]) != log_w.shape:
         shared = f" (or {tuple(shape[-1:])}, shared by the batch)" if len(shape) > 1 else ""
         raise ValueError(f"{name} has shape {tuple(log_w.shape)}, but M needs {tuple(shape)}{shared}.")
-    if torch.isnan(log_w).any() or (log_w == math.inf).any():
-        raise ValueError(f"{name} must hold non-negative finite weights; it has negative, NaN or infinite entries.")
-    if not (log_w > -math.inf).any(dim=-1).all():
-        raise ValueError(f"{name} must have positive total mass; it is all zeros.")
 
 
 def _log_marginals(M, log_a, log_b):
@@ -399,8 +393,8 @@ def sinkhorn_potentials(
         raise ValueError(f"M must be a non-empty cost matrix of shape (..., n, m), got shape {tuple(M.shape)}.")
     if not torch.isfinite(M).all():
         raise ValueError("The cost matrix M contains NaN or infinity.")
-    _check_log_marginal("a", log_a, (*M.shape[:-2], M.shape[-2]))
-    _check_log_marginal("b", log_b, (*M.shape[:-2], M.shape[-1]))
+    _check_marginal_shape("a", log_a, (*M.shape[:-2], M.shape[-2]))
+    _check_marginal_shape("b", log_b, (*M.shape[:-2], M.shape[-1]))
     log_a, log_b = _log_marginals(M, log_a, log_b)
     if init is not None:
         f, g = (t.to(dtype=M.dtype, device=M.device).expand(w.shape) for t, w in zip(init, (log_a, log_b)))
@@ -453,14 +447,23 @@ def _tensor(x):
     return x if torch.is_tensor(x) else torch.as_tensor(np.asarray(x))
 
 
-def _log_marginal(w, like):
-    """``log w`` on ``like``'s dtype and device; ``None`` (uniform) for None or empty."""
+def _log_marginal(name, w, like):
+    """``log w`` on ``like``'s dtype and device; ``None`` (uniform) for None or empty.
+
+    A user's weights are checked here, once, before their log hides a negative
+    entry as NaN (the solver's callers inside the package pass valid ones).
+    """
     if w is None:
         return None
     w = _tensor(w)
     if w.numel() == 0:
         return None
-    return torch.log(w.to(dtype=like.dtype, device=like.device))
+    w = w.to(dtype=like.dtype, device=like.device)
+    if not torch.isfinite(w).all() or (w < 0).any():
+        raise ValueError(f"{name} must hold non-negative finite weights; it has negative, NaN or infinite entries.")
+    if not (w.sum(dim=-1) > 0).all():
+        raise ValueError(f"{name} must have positive total mass; it is all zeros.")
+    return torch.log(w)
 
 
 def _from_warmstart(warmstart, method, unbalanced, M, log_a, log_b, reg):
@@ -654,7 +657,7 @@ def sinkhorn(
     # float64 on CPU: float32 loses the marginals at small reg.
     work_dtype = torch.float64 if M_in.device.type == "cpu" else out_dtype
     Mt = M_in.to(work_dtype)
-    log_a, log_b = _log_marginal(a, Mt), _log_marginal(b, Mt)
+    log_a, log_b = _log_marginal("a", a, Mt), _log_marginal("b", b, Mt)
     if warmstart is not None:
         unbalanced = reg_m is not None and not math.isinf(reg_m)
         init = _from_warmstart(warmstart, method, unbalanced, Mt, log_a, log_b, reg)
