@@ -230,25 +230,23 @@ def _scores(y, labels):
     )
 
 
-def _skip_reason(est, task):
-    """Why ``est`` does not run on ``task`` (None when it does)."""
+def _skip_reason(est, task, bound):
+    """Why ``est`` does not run on ``task`` with K at most ``bound`` (None when it does)."""
     if get_tags(est).target_tags.required and (
         getattr(task, "protocol", "transfer") == "cluster" or task.y_source is None
     ):
         return "skipped: needs source labels, this task has none"
-    if getattr(task, "max_clusters", None) is not None and _k_bound_params(est, task.max_clusters) is None:
+    if bound is not None and _k_bound_params(est, bound) is None:
         return "skipped: takes K, does not estimate it"
     return None
 
 
 def _run_method(name, task, k, seed, device, scale, verbose=0):
     est = METHODS[name](DEFAULT_MAX_CLUSTERS if k is None else k, seed, device)
-    bound = getattr(task, "max_clusters", None)
-    if k is None and bound is None:
-        bound = DEFAULT_MAX_CLUSTERS
-    skip = _skip_reason(est, task) or (
-        "skipped: needs K (pass --n-clusters)" if bound is not None and _k_bound_params(est, bound) is None else None
-    )
+    # K is bounded, not given, on a bounded task or when nothing gives K (compare has
+    # already refused the methods that cannot estimate it then).
+    bound = getattr(task, "max_clusters", None) or (DEFAULT_MAX_CLUSTERS if k is None else None)
+    skip = _skip_reason(est, task, bound)
     if skip is not None:
         return Row(task.name, name, skip, None, None, None, 0.0, 0.0, [])
     scale_budgets(est, scale)
