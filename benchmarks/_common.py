@@ -54,6 +54,19 @@ def summary(values):
     return {"median": float(np.median(v)), "min": float(v.min()), "max": float(v.max())}
 
 
+def scores(y, labels):
+    """ACC (Hungarian), NMI and ARI of ``labels`` against the classes ``y``."""
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+    from sktransfer_cluster.metrics import clustering_accuracy
+
+    return {
+        "acc": clustering_accuracy(y, labels),
+        "nmi": normalized_mutual_info_score(y, labels),
+        "ari": adjusted_rand_score(y, labels),
+    }
+
+
 def requires_y(estimator):
     """Whether ``estimator.fit`` needs labels, read from its scikit-learn tags
     (``target_tags.required``; our estimators set it from ``_requires_y``)."""

@@ -41,14 +41,14 @@ import time
 
 import torch
 from sklearn.cluster import KMeans, SpectralClustering
-from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from sklearn.mixture import GaussianMixture
 from threadpoolctl import threadpool_limits
 
 import _common
+from sktransfer_cluster.cli import scale_budgets
 from sktransfer_cluster.cluster import C2MCluster, CCNCluster, PreciseFeatureGAN, SinkhornKMeans, TDCMCluster
 from sktransfer_cluster.datasets import load_mnist_5k, load_mnist_transfer, make_artifact_mnist
-from sktransfer_cluster.metrics import clustering_accuracy, n_dominant_clusters
+from sktransfer_cluster.metrics import n_dominant_clusters
 
 
 def _bounded_ccn(k, seed):
@@ -94,26 +94,6 @@ def _skip_reason(task, est):
     return None
 
 
-def _quick(est):
-    """Scale the epoch counts (and nothing else) by QUICK_SCALE."""
-    params = est.get_params()
-    budget = {
-        p: max(1, int(round(v * QUICK_SCALE)))
-        for p, v in params.items()
-        if (p.endswith("epochs") or p == "n_iter") and isinstance(v, int)
-    }
-    est.set_params(**budget)
-    return budget
-
-
-def _scores(y, labels):
-    return {
-        "acc": clustering_accuracy(y, labels),
-        "nmi": normalized_mutual_info_score(y, labels),
-        "ari": adjusted_rand_score(y, labels),
-    }
-
-
 def _run_estimator(method, task, seed, quick):
     Xs, ys, Xt, yt, K, protocol = _task(task, seed)
     known, bounded = ESTIMATORS[method]
@@ -123,7 +103,7 @@ def _run_estimator(method, task, seed, quick):
     skip = _skip_reason(task, est)
     if skip:
         return {**row, "skipped": skip}
-    budget = _quick(est) if quick else {}
+    budget = scale_budgets(est, QUICK_SCALE) if quick else {}  # the epoch counts, nothing else
     t0 = time.perf_counter()
     if protocol == "cluster":
         labels = est.fit_predict(Xt)
@@ -136,7 +116,7 @@ def _run_estimator(method, task, seed, quick):
     found = getattr(est, "n_clusters_", None)
     return {
         **row,
-        **_scores(yt, labels),
+        **_common.scores(yt, labels),
         "k_found": None if found is None else int(found),
         "fit_s": fit_s,
         "transfer_s": transfer_s,
@@ -161,7 +141,7 @@ def _run_peer(method, task, seed):
         "method": method,
         "seed": seed,
         "k": K,
-        **_scores(yt, labels),
+        **_common.scores(yt, labels),
         # With an upper bound the peers' K estimate is their number of dominant clusters.
         "k_found": n_dominant_clusters(labels, n_clusters=K) if task == "cross_k20" else None,
         "fit_s": 0.0,

@@ -37,10 +37,9 @@ import time
 
 import numpy as np
 import torch
-from _common import add_name_argument, result_stem, summary, write
+from _common import add_name_argument, result_stem, scores, summary, write
 from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits
-from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from sklearn.neighbors import NearestNeighbors
 
 from sktransfer_cluster import base
@@ -50,14 +49,6 @@ from sktransfer_cluster.datasets import load_digits_transfer, make_artifact_digi
 from sktransfer_cluster.metrics import clustering_accuracy
 
 N_ITER = PreciseFeatureGAN().n_iter
-
-
-def metrics(y, labels):
-    return {
-        "acc": clustering_accuracy(y, labels),
-        "nmi": normalized_mutual_info_score(y, labels),
-        "ari": adjusted_rand_score(y, labels),
-    }
 
 
 @contextlib.contextmanager
@@ -106,7 +97,7 @@ def fit_gan(X, y, k, seed, n_iter, X_target=None, y_target=None, curves=False):
         model = PreciseFeatureGAN(k, n_iter=n_iter, device="cpu", random_state=seed).fit(X)
     out = {"cpu_seconds": time.process_time() - t0}
     if X_target is None:
-        out.update(metrics(y, model.labels_))
+        out.update(scores(y, model.labels_))
     else:
         out["source_acc"] = clustering_accuracy(y, model.labels_)
         probe = (curve_probe(X_target, y_target, max(1, model.n_iter // 4 // 10), curve) if curves
@@ -115,7 +106,7 @@ def fit_gan(X, y, k, seed, n_iter, X_target=None, y_target=None, curves=False):
         with probe:
             labels = model.transfer(X_target)
         out["transfer_cpu_seconds"] = time.process_time() - t0
-        out.update(metrics(y_target, labels))
+        out.update(scores(y_target, labels))
     out["clusters_used"] = int(model.n_clusters_)
     out["final_wasserstein"] = model.history_[-1]["wasserstein"]
     out["final_fake_accuracy"] = model.history_[-1]["fake_accuracy"]
@@ -127,7 +118,7 @@ def fit_gan(X, y, k, seed, n_iter, X_target=None, y_target=None, curves=False):
 def fit_kmeans(X, y, k, seed):
     t0 = time.process_time()
     labels = KMeans(k, n_init=10, random_state=seed).fit_predict(X)
-    return {**metrics(y, labels), "cpu_seconds": time.process_time() - t0}
+    return {**scores(y, labels), "cpu_seconds": time.process_time() - t0}
 
 
 def fmt(s):

@@ -46,14 +46,12 @@ import time
 
 import numpy as np
 import torch
-from _common import add_name_argument, write
+from _common import add_name_argument, scores, write
 from sklearn.cluster import KMeans
-from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from sklearn.mixture import GaussianMixture
 
 from sktransfer_cluster.cluster.tdcm import TDCMCluster
 from sktransfer_cluster.datasets import load_digits_transfer, make_tdcm_transfer
-from sktransfer_cluster.metrics import clustering_accuracy
 
 # Keys starting with "_" are not estimator parameters: "_fine_tune_epochs" goes to transfer().
 TDCM_VARIANTS = {
@@ -78,14 +76,6 @@ TDCM_VARIANTS = {
 }
 
 
-def metrics(y, labels):
-    return {
-        "nmi": normalized_mutual_info_score(y, labels),
-        "ari": adjusted_rand_score(y, labels),
-        "acc": clustering_accuracy(y, labels),
-    }
-
-
 def run_task(task, K, seed, tdcm_kwargs):
     out = {}
     for name, extra in TDCM_VARIANTS.items():
@@ -94,20 +84,20 @@ def run_task(task, K, seed, tdcm_kwargs):
         t0 = time.perf_counter()
         model = TDCMCluster(K, random_state=seed, device="cpu", **{**tdcm_kwargs, **params})
         model.fit(task.X_source)
-        source = metrics(task.y_source, model.labels_)
+        source = scores(task.y_source, model.labels_)
         if name == "TDCM transfer":
-            out["TDCM source centroids (predict)"] = metrics(task.y_target, model.predict(task.X_target))
+            out["TDCM source centroids (predict)"] = scores(task.y_target, model.predict(task.X_target))
             out["TDCM source centroids (predict)"]["source_nmi"] = source["nmi"]
-        out[name] = metrics(task.y_target, model.transfer(task.X_target, **transfer_kwargs))
+        out[name] = scores(task.y_target, model.transfer(task.X_target, **transfer_kwargs))
         out[name]["source_nmi"] = source["nmi"]
         out[name]["seconds"] = time.perf_counter() - t0
     km = KMeans(K, n_init=10, random_state=seed).fit(task.X_source)
-    out["KMeans source->target"] = metrics(task.y_target, km.predict(task.X_target))
-    out["KMeans source->target"]["source_nmi"] = metrics(task.y_source, km.labels_)["nmi"]
+    out["KMeans source->target"] = scores(task.y_target, km.predict(task.X_target))
+    out["KMeans source->target"]["source_nmi"] = scores(task.y_source, km.labels_)["nmi"]
     refit = KMeans(K, n_init=10, random_state=seed).fit_predict(task.X_target)
-    out["KMeans refit target"] = metrics(task.y_target, refit)
+    out["KMeans refit target"] = scores(task.y_target, refit)
     gmm = GaussianMixture(K, n_init=5, random_state=seed).fit_predict(task.X_target)
-    out["GMM refit target (full covariance)"] = metrics(task.y_target, gmm)
+    out["GMM refit target (full covariance)"] = scores(task.y_target, gmm)
     return out
 
 
