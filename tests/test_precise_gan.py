@@ -343,6 +343,19 @@ def test_diverging_training_raises_floating_point_error_naming_the_step(blobs):
         model.fit(blobs[0] * 1e3)
 
 
+def test_float32_data_times_1e20_gives_the_same_labels_as_the_unscaled_data(blobs):
+    # Issue 19.2: the standardisation squared float32 entries and overflowed to inf
+    # (one label, infinite centres). Shift and scale are now computed in float64.
+    X = blobs[0].astype(np.float32)
+    plain = PreciseFeatureGAN(n_clusters=3, random_state=0, **TINY).fit(X)
+    for factor in (np.float32(1e20), np.float32(1e-20)):
+        scaled = PreciseFeatureGAN(n_clusters=3, random_state=0, **TINY).fit(X * factor)
+        np.testing.assert_array_equal(scaled.labels_, plain.labels_)
+        assert np.all(np.isfinite(scaled.cluster_centers_))
+        np.testing.assert_allclose(scaled.cluster_centers_ / float(factor), plain.cluster_centers_,
+                                   rtol=1e-4, atol=1e-4)
+
+
 # ------------------------------------------------------------------ learning
 
 

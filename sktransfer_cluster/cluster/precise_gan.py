@@ -361,11 +361,15 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         return torch.float32
 
     def _prep(self, X):
-        """Standardised torch tensor of (validated, numpy) rows ``X``."""
-        return (self._tensor(X) - self._shift) / self._scale
+        """Standardised torch tensor of (validated, numpy) rows ``X``.
+
+        Centred and scaled in float64 before the cast to the networks' float32,
+        so large magnitudes and offsets do not lose the data's spread.
+        """
+        return self._tensor((np.asarray(X, dtype=np.float64) - self._shift) / self._scale)
 
     def _unprep(self, Xt):
-        return (Xt * self._scale + self._shift).cpu().numpy().astype(np.float64)
+        return Xt.cpu().numpy().astype(np.float64) * self._scale + self._shift
 
     def _latent(self, ids, torch_gen, zero_noise=False):
         return latent(ids, self.n_clusters, self.noise_dim, torch_gen, dtype=self._dtype(),
@@ -459,8 +463,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             self.weights_ = w / w.sum()
         self._betas = tuple(float(b) for b in self.betas)
         shift, scale = standardization(X) if self.standardize else (np.zeros(X.shape[1]), 1.0)
-        self._shift = torch.as_tensor(shift, dtype=self._dtype(), device=self.device_)
-        self._scale = scale
+        self._shift, self._scale = np.asarray(shift, dtype=np.float64), float(scale)
         nets = build_networks(
             X.shape[1], k, self.noise_dim, architecture=self.architecture, hidden_dims=self.hidden_dims,
             image_shape=self.image_shape, conv_channels=self.conv_channels, generator=torch_gen,
