@@ -44,6 +44,8 @@ __all__ = [
     "compact_labels",
     "check_widths",
     "check_image_shape",
+    "input_affine",
+    "check_resolution",
 ]
 
 # Parameter constraints every estimator shares (sklearn's _parameter_constraints).
@@ -169,6 +171,50 @@ def check_image_shape(image_shape, n_features):
             "shape of one image, whose flattened pixels are the rows of X (e.g. (28, 28) for 784 features)."
         )
     return tuple(int(v) for v in shape)
+
+
+def input_affine(X, chunk_size=DEFAULT_CHUNK_SIZE):
+    """Per-feature mean and one global scale of ``X``, in float64: ``(shift, scale)``.
+
+    ``scale`` is the root mean square of the centred entries (1 when they are
+    all equal). One scale for every feature keeps the data's geometry, and
+    float64 with a pre-division by the largest centred entry keeps both
+    computable for any finite float32/float64 input (no overflow at 1e20, no
+    underflow at 1e-300). Rows are read in chunks: no float64 copy of ``X``.
+    """
+    n = X.shape[0]
+    shift = np.zeros(X.shape[1])
+    for start in range(0, n, chunk_size):
+        shift += X[start : start + chunk_size].sum(0, dtype=np.float64)
+    shift /= n
+    peak = 0.0
+    for start in range(0, n, chunk_size):
+        peak = max(peak, float(np.abs(X[start : start + chunk_size] - shift).max(initial=0.0)))
+    if not (0.0 < peak < np.inf):
+        return shift, 1.0
+    total = 0.0
+    for start in range(0, n, chunk_size):
+        total += float((((X[start : start + chunk_size] - shift) / peak) ** 2).sum())
+    return shift, peak * math.sqrt(total / X.size)
+
+
+def check_resolution(dtype, shift, scale):
+    """``ValueError`` when ``dtype`` cannot resolve the data's spread at its offset.
+
+    Near a value of magnitude ``m`` a float is exact to about ``eps * m``; once
+    that exceeds half the data's root-mean-square spread ``scale``, the
+    clusters are lost in rounding before any estimator sees them (e.g. float32
+    data around 1e8 spread by less than 20).
+    """
+    offset = float(np.abs(shift).max(initial=0.0))
+    resolution = float(np.finfo(dtype).eps) * offset
+    if resolution > scale / 2:
+        raise ValueError(
+            f"X cannot be clustered at {np.dtype(dtype).name} precision: its values sit near "
+            f"{offset:.3g} but spread by only {scale:.3g} around their mean, while "
+            f"{np.dtype(dtype).name} resolves steps of {resolution:.3g} there. Subtract the offset "
+            "(e.g. StandardScaler) before converting the data, or pass float64."
+        )
 
 
 def resolve_device(device):
@@ -437,11 +483,21 @@ class TransferClusterMixin(ABC):
         :func:`check_widths` before ``_fit`` (None and ``"auto"`` are skipped).
     ``_min_samples``
         Minimum samples for ``fit``.
+    ``_input_normalization``
+        How the estimator sees its input: ``None`` (as given), ``"centre"``
+        (each feature minus its source mean) or ``"affine"`` (centred, then
+        divided by one global scale), with the source's :func:`input_affine`
+        fitted by ``fit`` and applied by ``_tensor`` to every later input.
+        Neural networks need ``"affine"``: their initialisation and learning
+        rates assume unit-scale inputs, so data at 1e-8 would otherwise
+        collapse. Centring alone keeps squared distances exact at large
+        offsets. A property when it depends on the parameters.
     """
 
     _requires_y = False
     _width_params = ()
     _min_samples = 1
+    _input_normalization = None
     # Set by an interrupt kept under keep_best (see _training); valid for one call only.
     _training_stopped = False
 
@@ -573,6 +629,10 @@ class TransferClusterMixin(ABC):
             self.history_ = []
             # Generators are passed down, not stored: fitted state stays picklable.
             rng, torch_gen = make_generators(self.random_state, "cpu")
+            shift, scale = input_affine(X)
+            check_resolution(X.dtype, shift, scale)
+            mode = self._input_normalization
+            self._input_affine = None if mode is None else (shift, scale if mode == "affine" else 1.0)
             with _own_torch_rng(self.device_):
                 self._fit(X, y, rng=rng, torch_gen=torch_gen, **fit_params)
             missing = [a for a in ("labels_", "n_iter_") if not hasattr(self, a)]
@@ -644,12 +704,23 @@ class TransferClusterMixin(ABC):
         return torch.float64 if self.device_.type == "cpu" else torch.float32
 
     def _tensor(self, X):
+        """Validated input rows as a tensor of the working dtype, normalised as fitted.
+
+        With an ``_input_normalization`` the source's :func:`input_affine` is
+        applied in float64 before any cast to float32, so a large offset cannot
+        swamp the data's spread.
+        """
         # torch cannot wrap negative strides (e.g. X[::-1]), which pass validation.
         X = np.ascontiguousarray(X)
         if not X.flags.writeable:
             # torch cannot wrap read-only memory (e.g. memmaps) without a warning.
             X = X.copy()
-        return torch.as_tensor(X, dtype=self._dtype(), device=self.device_)
+        affine = getattr(self, "_input_affine", None)
+        if affine is None:
+            return torch.as_tensor(X, dtype=self._dtype(), device=self.device_)
+        shift, scale = affine
+        t = (torch.as_tensor(X, dtype=torch.float64) - torch.from_numpy(shift)) / scale
+        return t.to(dtype=self._dtype(), device=self.device_)
 
     # --------------------------------------------------------------- protocol
     def fit_predict(self, X, y=None, **fit_params):

@@ -192,6 +192,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
     _requires_y = True
     _width_params = ("hidden_dims", "similarity_hidden_dims", "conv_channels")
+    _input_normalization = "affine"
 
     _parameter_constraints = {
         "n_clusters": [Interval(Integral, 1, None, closed="left")],

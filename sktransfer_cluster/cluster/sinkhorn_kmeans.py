@@ -200,6 +200,12 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
     }
     _width_params = ("hidden_dims",)
 
+    @property
+    def _input_normalization(self):
+        # OT k-means is affine-equivariant and only needs centring (exact squared distances
+        # at large offsets); the autoencoder needs unit-scale input.
+        return "centre" if self.embedding is None else "affine"
+
     def __init__(
         self,
         n_clusters=8,
@@ -401,6 +407,8 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
 
     def _finish(self, Z, centers, reg, n_iter):
         self.cluster_centers_ = centers.detach().cpu().numpy()
+        if self.autoencoder_ is None:
+            self.cluster_centers_ = self.cluster_centers_ + self._input_affine[0]  # back from centred X
         self._centers = centers.detach()
         self.reg_ = float(reg)
         self.n_iter_ = int(n_iter)

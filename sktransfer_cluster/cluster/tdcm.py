@@ -234,6 +234,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
     """
 
     _width_params = ("hidden_dims",)
+    _input_normalization = "affine"
 
     _parameter_constraints = {
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
