@@ -27,6 +27,7 @@ __all__ = [
     "class_balanced_batch",
     "clustering_loss",
     "clustering_network",
+    "dominant_outputs",
     "kcl_pair_score",
     "neighbor_pairs",
     "pair_class_weight",
@@ -209,6 +210,43 @@ def resolve_auto(similar_neighbors, balance_weight, upper_bound, n):
         similar_neighbors = 120 if upper else math.ceil(n / 15)
     balance_weight = (0.0 if upper else 1.0) if balance_weight == "auto" else float(balance_weight)
     return similar_neighbors, balance_weight
+
+
+def dominant_outputs(scores, outputs, n_outputs):
+    """Each row's most probable *dominant* output.
+
+    An output is dominant when it wins at least ``n / n_outputs`` of the ``n``
+    rows (the count of Hsu et al. that estimates the number of clusters under
+    an upper bound ``n_outputs``). Rows won by a dominant output keep it; the
+    others move to their highest-scoring dominant output, so the labels have
+    exactly as many clusters as estimated.
+
+    Parameters
+    ----------
+    scores : ndarray of shape (n, n_outputs)
+        Logits or probabilities of the outputs.
+    outputs : ndarray of int, shape (n,)
+        The winning output of each row (``scores.argmax(1)``).
+    n_outputs : int
+
+    Returns
+    -------
+    ndarray of int64, shape (n,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> scores = np.array([[3, 0, 1], [3, 0, 1], [0, 3, 1], [0, 3, 1], [1, 0, 3]])
+    >>> dominant_outputs(scores, scores.argmax(1), 3).tolist()  # output 2 wins 1 < 5 / 3 rows
+    [0, 0, 1, 1, 0]
+    """
+    outputs = np.asarray(outputs, dtype=np.int64)
+    sizes = np.bincount(outputs, minlength=n_outputs)
+    dominant = np.flatnonzero(sizes >= outputs.shape[0] / n_outputs)  # never empty: max size >= n / K
+    moved = ~np.isin(outputs, dominant)
+    result = outputs.copy()
+    result[moved] = dominant[np.asarray(scores)[moved][:, dominant].argmax(1)]
+    return result
 
 
 def _conv_stem(image_shape, conv_channels, width, activate):

@@ -59,8 +59,9 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     MCL or the paper's KCL on fixed ``G``'s binarised labels of all pairs of
     each minibatch: ``KL(P*||Q) + KL(Q*||P)`` for similar pairs, ``max(0,
     sigma - KL(P*||Q)) + max(0, sigma - KL(Q*||P))`` for dissimilar ones
-    (``*`` held constant); ``source=(X_s, y_s)`` makes it CCN+. ``n_clusters_``
-    (dominant clusters) estimates K with ``estimate_n_clusters=True``.
+    (``*`` held constant); ``source=(X_s, y_s)`` makes it CCN+. With
+    ``estimate_n_clusters=True`` the number of clusters is the paper's count of
+    dominant outputs, and only those label the rows.
 
     Parameters
     ----------
@@ -68,7 +69,10 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         Outputs ``K`` of ``f``: the number of clusters, or an upper bound on it.
     estimate_n_clusters : bool, default=False
         Whether ``n_clusters`` is an upper bound and the number of clusters is
-        estimated (``n_clusters_``); the "auto" values below follow it.
+        estimated: the outputs that win at least ``n / n_clusters`` of the
+        ``n`` rows (``n_dominant_clusters_``) are the clusters, and a row won
+        by a smaller output gets its most probable dominant output. The
+        "auto" values below follow it.
     sigma : float, default=2.0
         Hinge margin of the KCL loss for dissimilar pairs.
     hidden_dims : tuple of int, default=(128, 64)
@@ -150,10 +154,15 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     similar_neighbors_, balance_weight_ : int or None, float
         The values used by the last ``fit``/``transfer`` ("auto" resolved).
     n_clusters_ : int
-        Number of dominant clusters, ``sum_k [|C_k| >= n / n_clusters]`` (the
-        paper's estimate of the number of clusters).
+        Number of distinct labels in ``labels_`` (as for every estimator of
+        the package). With ``estimate_n_clusters`` it equals
+        ``n_dominant_clusters_``.
+    n_dominant_clusters_ : int
+        The paper's estimate of the number of clusters: outputs of ``f`` that
+        win at least ``n / n_clusters`` of the ``n`` rows (before any row is
+        moved to a dominant output).
     cluster_outputs_ : ndarray of shape (n_used,)
-        The outputs of ``f`` that won a sample of the fitted data, increasing;
+        The outputs of ``f`` that label a sample of the fitted data, increasing;
         ``predict`` picks the most probable of them.
     similarity_net_ : SimilarityNetwork or SimilarityEnsemble
         ``G`` as learned on the source (an ensemble if ``n_similarity_nets > 1``).
@@ -186,7 +195,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     ...                  device="cpu", random_state=0).fit(Xs, ys)
     >>> ccn.transfer(Xt).shape
     (60,)
-    >>> bool(ccn.n_clusters_ >= 1)
+    >>> ccn.n_clusters_ == len(set(ccn.labels_))
     True
     """
 
@@ -432,12 +441,21 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         return pairs.ccn_plus_loss(log_p, codes_s[idx_s], sim, self.criterion, self.sigma, known=known)
 
     def _assign(self, f, Xt):
-        """Labels of ``Xt`` from ``f``; sets the used outputs and ``n_clusters_``."""
-        out = chunked(lambda x: f(x).argmax(1), Xt).cpu().numpy()
+        """Labels of ``Xt`` from ``f``; sets the used outputs, ``n_clusters_`` and ``n_dominant_clusters_``.
+
+        With ``estimate_n_clusters`` only the dominant outputs label rows: a row
+        whose most probable output is a minor one goes to its most probable
+        dominant output, so the labels have as many clusters as estimated.
+        """
+        logits = chunked(f, Xt)
+        out = logits.argmax(1).cpu().numpy()
+        self.n_dominant_clusters_ = n_dominant_clusters(out, n_clusters=self.n_clusters)
+        if self.estimate_n_clusters:
+            out = pairs.dominant_outputs(logits.cpu().numpy(), out, self.n_clusters)
         labels, self.cluster_outputs_ = compact_labels(out, self.n_clusters)
         self._outputs = torch.as_tensor(self.cluster_outputs_, device=self.device_)
         self.clustering_net_ = f
-        self.n_clusters_ = n_dominant_clusters(labels, n_clusters=self.n_clusters)
+        self.n_clusters_ = int(self.cluster_outputs_.shape[0])
         self.labels_ = labels
         return labels
 
