@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
+import time
 import warnings
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
@@ -32,6 +34,7 @@ from numbers import Integral
 
 import numpy as np
 import torch
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_consistent_length, check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -460,6 +463,31 @@ class TrainingRun:
             _restore(self.state, self._saved)
 
 
+class LineProgress:
+    """Progress as plain lines on stderr, for logs and pipes.
+
+    The part of tqdm's interface that :meth:`TransferClusterMixin._tick` uses.
+    Prints ``"<desc>: <n>/<total> (<elapsed> s) key=value ..."`` every
+    ``every`` steps and at the last one.
+    """
+
+    def __init__(self, desc, total, every):
+        self.desc, self.total, self.every = desc, int(total), int(every)
+        self.n = 0
+        self.postfix = {}
+        self._start = time.perf_counter()
+
+    def set_postfix(self, postfix, refresh=False):
+        self.postfix = dict(postfix)
+
+    def update(self, n=1):
+        self.n += n
+        if self.n % self.every == 0 or self.n == self.total:
+            values = "".join(f" {k}={v}" for k, v in self.postfix.items())
+            elapsed = time.perf_counter() - self._start
+            print(f"{self.desc}: {self.n}/{self.total} ({elapsed:.1f} s){values}", file=sys.stderr, flush=True)
+
+
 def _plain(value):
     """A Python int or float for a history value (numpy/torch scalars included)."""
     if isinstance(value, (bool, np.bool_)):
@@ -638,7 +666,34 @@ class TransferClusterMixin(ABC):
             missing = [a for a in ("labels_", "n_iter_") if not hasattr(self, a)]
             if missing:
                 raise NotImplementedError(f"{type(self).__name__}._fit must set {' and '.join(missing)}.")
+            self._warn_fewer_clusters(X, "fit", stacklevel=4)
         return self
+
+    def _warn_fewer_clusters(self, X, what, stacklevel):
+        """ConvergenceWarning, as KMeans gives, when ``labels_`` has fewer clusters than asked for.
+
+        Only for a fixed number of clusters (``n_clusters``, not an upper bound
+        under ``estimate_n_clusters``). Names duplicate rows when they are the
+        cause.
+        """
+        asked = getattr(self, "n_clusters", None)
+        if asked is None or getattr(self, "estimate_n_clusters", False):
+            return
+        found = np.unique(self.labels_).shape[0]
+        if found >= asked:
+            return
+        distinct = np.unique(X, axis=0).shape[0]
+        cause = (
+            f"X has only {distinct} distinct rows"
+            if distinct < asked
+            else "the data may hold fewer separable groups, or training stopped early"
+        )
+        warnings.warn(
+            f"{type(self).__name__}.{what} found {found} distinct clusters, fewer than "
+            f"n_clusters={asked}: {cause}. Lower n_clusters, or check X for duplicates.",
+            ConvergenceWarning,
+            stacklevel=stacklevel,
+        )
 
     @contextmanager
     def _rollback_on_error(self):
@@ -766,6 +821,8 @@ class TransferClusterMixin(ABC):
             with _own_torch_rng(self.device_):
                 labels = self._transfer(X, **kwargs)
             self.labels_ = labels
+        # stacklevel: the user's call of the estimator's own transfer, which calls this one.
+        self._warn_fewer_clusters(X, "transfer", stacklevel=5)
         return labels
 
     def predict(self, X):
@@ -794,13 +851,22 @@ class TransferClusterMixin(ABC):
     # --------------------------------------------------------------- progress
     @contextmanager
     def _progress(self, total, desc):
-        """A tqdm bar when ``verbose >= 1``, a silent no-op otherwise."""
+        """Progress of one phase when ``verbose >= 1``, a silent no-op otherwise.
+
+        A tqdm bar in a terminal or notebook; elsewhere (a log file, a pipe)
+        plain :class:`LineProgress` lines, which a bar's carriage returns would
+        make unreadable.
+        """
         if not self.verbose:
             yield None
             return
+        name = f"{type(self).__name__} {desc}"
+        if not (sys.stderr.isatty() or "ipykernel" in sys.modules):
+            yield LineProgress(name, total, every=1 if self.verbose >= 2 else max(1, math.ceil(total / 10)))
+            return
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=total, desc=f"{type(self).__name__} {desc}", leave=False)
+        bar = tqdm(total=total, desc=name, leave=False)
         try:
             yield bar
         finally:

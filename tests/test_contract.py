@@ -11,13 +11,14 @@ the discovery of exported estimators.
 
 import inspect
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 from sklearn.base import BaseEstimator, ClusterMixin, clone
 from sklearn.datasets import make_blobs
-from sklearn.exceptions import NotFittedError
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.utils import get_tags
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
@@ -252,3 +253,36 @@ def test_every_public_transfer_documents_each_of_its_options():
         assert "``_transfer``" not in doc and "Examples" in doc, cls.__name__
         for name in hidden | {"X"}:
             assert re.search(rf"^\s+{name} : ", doc, flags=re.M), (cls.__name__, name)
+
+
+# ------------------------------------------------------------ fewer clusters than asked for
+def test_fit_on_fewer_distinct_rows_than_n_clusters_warns_naming_the_duplicates():
+    X = np.repeat([[0.0, 0.0], [5.0, 5.0]], 10, axis=0)
+    with pytest.warns(ConvergenceWarning, match=r"found 2 distinct clusters, fewer than n_clusters=4: X has only 2 distinct rows"):
+        CentroidCluster(n_clusters=4, max_epochs=2, device="cpu", random_state=0).fit(X)
+
+
+def test_fit_that_leaves_clusters_empty_warns_like_kmeans():
+    X, _ = make_blobs(n_samples=40, centers=[[0, 0], [100, 100]], cluster_std=0.001, random_state=0)
+    est = CentroidCluster(n_clusters=4, max_epochs=2, device="cpu", random_state=0)
+    with pytest.warns(ConvergenceWarning, match="fewer than n_clusters=4: the data may hold fewer"):
+        est.fit(X)
+    assert np.unique(est.labels_).shape[0] < 4
+
+
+def test_transfer_that_leaves_clusters_empty_warns_too():
+    X, _ = make_blobs(n_samples=60, centers=3, cluster_std=0.3, random_state=0)
+    est = CentroidCluster(n_clusters=3, max_epochs=2, device="cpu", random_state=0).fit(X)
+    with pytest.warns(ConvergenceWarning, match=r"transfer found 1 distinct clusters.*1 distinct rows"):
+        est.transfer(np.zeros((30, 2)))
+
+
+def test_an_upper_bound_on_the_number_of_clusters_gives_no_warning():
+    from sktransfer_cluster import CCNCluster
+
+    X, y = make_blobs(n_samples=60, centers=2, cluster_std=0.3, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        est = CCNCluster(6, estimate_n_clusters=True, similarity_epochs=2, clustering_epochs=2,
+                         device="cpu", random_state=0).fit(X, y)
+    assert np.unique(est.labels_).shape[0] < 6

@@ -435,7 +435,9 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         if self.spectral_features is not None:
             state = spectral_reference(Xc, self.spectral_features, self.spectral_neighbors)
         graph = self._neighbour_kwargs(self.critic_, Xc)
-        res = self._cem(self.critic_, Xc, rng, torch_gen, graph, mlp_inputs(Xc, state))
+        with self._progress(1, "clustering (CEM)") as bar:
+            res = self._cem(self.critic_, Xc, rng, torch_gen, graph, mlp_inputs(Xc, state))
+            self._tick(bar, metric=float(res.best_score))
         self._mlp_ref = state
         out = mlp_labels(res.best, mlp_inputs(Xs, state), self.cem_hidden, self.max_clusters).cpu().numpy()
         labels, used = compact_labels(out, self.max_clusters)
