@@ -544,7 +544,10 @@ class TransferClusterMixin(ABC):
     # ------------------------------------------------------------------ hooks
     @abstractmethod
     def _fit(self, X, y, *, rng, torch_gen, **fit_params):
-        """Learn from the validated source ``X``; set ``labels_`` and ``n_iter_``."""
+        """Learn from the validated source ``X``; set ``labels_`` and ``n_iter_``.
+
+        ``fit`` then sets ``n_clusters_`` from ``labels_``.
+        """
 
     @abstractmethod
     def _transfer(self, X, **kwargs):
@@ -666,21 +669,20 @@ class TransferClusterMixin(ABC):
             missing = [a for a in ("labels_", "n_iter_") if not hasattr(self, a)]
             if missing:
                 raise NotImplementedError(f"{type(self).__name__}._fit must set {' and '.join(missing)}.")
-            self._warn_fewer_clusters(X, "fit", stacklevel=4)
+            self._record_clusters(X, "fit", stacklevel=4)
         return self
 
-    def _warn_fewer_clusters(self, X, what, stacklevel):
-        """ConvergenceWarning, as KMeans gives, when ``labels_`` has fewer clusters than asked for.
+    def _record_clusters(self, X, what, stacklevel):
+        """Set ``n_clusters_``, the number of distinct labels in ``labels_`` (every estimator).
 
-        Only for a fixed number of clusters (``n_clusters``, not an upper bound
-        under ``estimate_n_clusters``). Names duplicate rows when they are the
-        cause.
+        A ConvergenceWarning, as KMeans gives, when that is fewer than asked
+        for: only for a fixed number of clusters (``n_clusters``, not an upper
+        bound under ``estimate_n_clusters``). It names duplicate rows when they
+        are the cause.
         """
+        found = self.n_clusters_ = int(np.unique(self.labels_).shape[0])
         asked = getattr(self, "n_clusters", None)
-        if asked is None or getattr(self, "estimate_n_clusters", False):
-            return
-        found = np.unique(self.labels_).shape[0]
-        if found >= asked:
+        if asked is None or getattr(self, "estimate_n_clusters", False) or found >= asked:
             return
         distinct = np.unique(X, axis=0).shape[0]
         cause = (
@@ -822,7 +824,7 @@ class TransferClusterMixin(ABC):
                 labels = self._transfer(X, **kwargs)
             self.labels_ = labels
         # stacklevel: the user's call of the estimator's own transfer, which calls this one.
-        self._warn_fewer_clusters(X, "transfer", stacklevel=5)
+        self._record_clusters(X, "transfer", stacklevel=5)
         return labels
 
     def predict(self, X):

@@ -267,13 +267,13 @@ def _run_method(name, task, k, seed, device, scale, verbose=0):
         labels = est.transfer(task.X_target)
         t2 = time.perf_counter()
     labels = np.asarray(labels)
-    found = getattr(est, "n_clusters_", None)
+    found = est.n_clusters_  # distinct labels, for every estimator
     if bound is not None:
         k_text = f"at most {bound}, found {found}"
     elif "n_clusters" not in est.get_params():
         k_text = f"found {found}"
-    else:  # CCN also reports how many of its K clusters are dominant (NDC)
-        k_text = f"given {k}" if found is None else f"given {k}, {found} dominant"
+    else:
+        k_text = f"given {k}" if found == k else f"given {k}, {found} used"
     return Row(task.name, name, k_text, *_scores(task.y_target, labels), t1 - t0, t2 - t1, labels.tolist())
 
 
