@@ -2,7 +2,7 @@
 
 The kernels behind :class:`~sktransfer_cluster.SinkhornKMeans` (Genevay,
 Dulac-Arnold & Vert, *Differentiable Deep Clustering with Cluster Size
-Constraints*): assign with Sinkhorn under the cluster-size prior, move each
+Constraints*): assign with entropic OT under the cluster-size prior, move each
 centre to its plan-weighted mean. Plain functions on tensors.
 """
 
@@ -11,14 +11,17 @@ from __future__ import annotations
 import torch
 
 from .losses import squared_distances
-from .ot import plan_from_potentials, sinkhorn_potentials
+from .ot import _row_chunks, _semi_dual_newton, _semi_dual_pass
 
-__all__ = ["relative_reg", "ot_lloyd", "SINKHORN_TOL", "SINKHORN_MAX_ITER"]
+__all__ = ["relative_reg", "ot_lloyd", "ot_lloyd_best", "SINKHORN_TOL", "SINKHORN_MAX_ITER", "LABEL_PATIENCE"]
 
 # Inside OT-Lloyd the potentials are warm-started across iterations, so a loose
-# per-iteration solve suffices.
+# per-iteration solve suffices (L1 marginal error).
 SINKHORN_TOL = 1e-5
 SINKHORN_MAX_ITER = 300
+# With tol=0 the soft plan never stops moving exactly: OT-Lloyd also stops when the
+# hard labels (argmax of the plan's rows) have not changed for this many iterations.
+LABEL_PATIENCE = 3
 
 
 def relative_reg(C, epsilon):
@@ -26,28 +29,131 @@ def relative_reg(C, epsilon):
     return epsilon * C.mean((-1, -2)).clamp_min(torch.finfo(C.dtype).eps)
 
 
+def _one_run(X, centers, reg, log_w, max_iter, tol, M, labels):
+    """OT-Lloyd from one set of ``centers`` (K, d) at the fixed absolute ``reg``.
+
+    Each assignment is a semi-dual Newton solve warm-started from the previous
+    column potentials. Its cost drops the row constant ``||x_i||^2``, which leaves
+    the plan unchanged (the row potentials absorb it). ``M`` (n, K) and ``labels``
+    (n,) are work buffers. Returns ``(centers, n_iter, f, g)`` with ``f`` for the
+    cost without ``||x_i||^2`` at the centres of the last solve.
+    """
+    n, K = M.shape
+    g = None
+    same = 0
+    chunks = _row_chunks(n, K)
+    for it in range(1, max_iter + 1):
+        _costs_into(M, X, centers, reg)
+        res, c, moment = _semi_dual_newton(M, log_w, g, None, SINKHORN_MAX_ITER, SINKHORN_TOL, 30.0, X)
+        g, f = res.g, res.f
+        # The solve's last pass also summed the plan-weighted features: P / a = exp(f_i + h_j - M_ij).
+        mass = c * n
+        if tol == 0:
+            changed = False
+            h = log_w + g
+            for start, stop in chunks:
+                now = torch.sub(h, M[start:stop]).argmax(-1)
+                changed = changed or not torch.equal(now, labels[start:stop])
+                labels[start:stop] = now
+        # A cluster the plan left without mass (underflow at a tiny reg) keeps its centre.
+        new = torch.where(mass.unsqueeze(-1) > 0, moment / mass.unsqueeze(-1), centers)
+        shift = float(((new - centers) ** 2).sum())
+        centers = new
+        if shift <= tol:
+            break
+        if tol == 0:
+            same = 0 if changed or it == 1 else same + 1
+            if same >= LABEL_PATIENCE:
+                break
+    return centers, it, f, g
+
+
+def _initial_reg(X, x2, c0, reg_rel):
+    """``reg_rel`` times the mean squared distance to ``c0``, without an (n, K) temporary."""
+    mean_cost = x2.mean() - 2.0 * (X.mean(0) * c0).sum(-1).mean() + (c0 * c0).sum(-1).mean()
+    return reg_rel * mean_cost.clamp_min(torch.finfo(X.dtype).eps)
+
+
+def _costs_into(M, X, centers, reg):
+    """``M <- (||c_k||^2 - 2 x_i . c_k) / reg``: the cost without the row constant ``||x_i||^2``."""
+    torch.addmm((centers * centers).sum(-1), X, centers.transpose(0, 1), alpha=-2.0, out=M)
+    return M.div_(reg)
+
+
 def ot_lloyd(X, centers, reg_rel, log_w, max_iter, tol):
     """Batched OT-Lloyd from initial ``centers`` of shape (B, K, d).
 
-    Returns ``(centers, reg, n_iter, potentials)``; ``reg`` (shape (B,)) is
-    ``reg_rel`` times the mean cost at the initial centres, fixed for the run.
+    The B runs are independent (each stops on its own, as KMeans' inits do).
+    A run stops when the squared centre shift is at most ``tol``; with ``tol=0``,
+    also when its hard labels (the argmax of each row of the plan) have not changed
+    for :data:`LABEL_PATIENCE` iterations. Memory beyond ``X``: one (n, K) buffer.
+
+    Returns ``(centers, reg, n_iter, potentials)``: centres (B, K, d); ``reg``
+    (shape (B,)), ``reg_rel`` times the mean cost at the initial centres, fixed for
+    the run; the most iterations any run took; and the potentials ``(f, g)``, shapes
+    (B, n) and (B, K), of the last assignment of each run, for the costs
+    ``squared_distances(X, centers) / reg`` (with ``reg=1`` and marginals
+    ``1/n`` and ``exp(log_w)`` as in :func:`~sktransfer_cluster.ot.sinkhorn_potentials`).
     """
-    C = squared_distances(X, centers)  # (B, n, K)
-    reg = relative_reg(C, reg_rel)
-    regv = reg.view(-1, 1, 1)
-    # One Sinkhorn call for the whole batch: scale each problem's cost by its reg.
-    init = None
-    for it in range(1, max_iter + 1):
-        res = sinkhorn_potentials(
-            C / regv, 1.0, None, log_w, init=init, max_iter=SINKHORN_MAX_ITER, tol=SINKHORN_TOL
-        )
-        init = (res.f, res.g)
-        P = plan_from_potentials(C / regv, res.f, res.g, 1.0, None, log_w)  # (B, n, K)
-        mass = P.sum(-2).unsqueeze(-1)
-        new = (P.transpose(-1, -2) @ X) / mass
-        shift = ((new - centers) ** 2).sum((-1, -2))
-        centers = new
-        C = squared_distances(X, centers)
-        if shift.max().item() <= tol:
-            break
-    return centers, reg, it, init
+    n = X.shape[0]
+    K = centers.shape[-2]
+    x2 = (X * X).sum(-1)
+    log_w = log_w.to(X.dtype)
+    M = torch.empty(n, K, dtype=X.dtype, device=X.device)
+    labels = torch.full((n,), -1, dtype=torch.long, device=X.device)
+    outs, regs, n_iters, fs, gs = [], [], [], [], []
+    for c0 in centers:
+        reg = _initial_reg(X, x2, c0, reg_rel)
+        labels.fill_(-1)
+        c, n_iter, f, g = _one_run(X, c0, reg, log_w, max_iter, tol, M, labels)
+        outs.append(c)
+        regs.append(reg)
+        n_iters.append(n_iter)
+        fs.append(f + x2 / reg)  # the row constant ||x_i||^2 / reg, dropped from the solve
+        gs.append(g)
+    return torch.stack(outs), torch.stack(regs), max(n_iters), (torch.stack(fs), torch.stack(gs))
+
+
+def ot_lloyd_best(X, centers, reg_rel, log_w, max_iter, tol, *, check_tol=1e-3, check_max_iter=3000):
+    """OT-Lloyd from each of the B initial ``centers`` (B, K, d); keep the cheapest run.
+
+    Runs as :func:`ot_lloyd`, then scores each run by the regularised transport cost
+    ``<P, C> + reg KL(P | a w^T)`` of the plan at its final centres whose rows are
+    exact for the column potentials of its last solve, read in closed form from one
+    chunked pass: ``reg * (<a, f> + <P^T 1, g>)``. The kept run's plan is then solved
+    to ``check_tol`` (warm, usually no extra pass) to report whether it converged.
+    Memory beyond ``X``: one (n, K) buffer and O(n) vectors, whatever B.
+
+    Returns
+    -------
+    cost : float
+        The kept run's regularised cost (in the unit of squared distances).
+    centers : torch.Tensor of shape (K, d)
+    reg : float
+        Its absolute regularisation.
+    n_iter : int
+        Its OT-Lloyd iterations.
+    check : SinkhornResult
+        The check solve at its final centres (``converged``, ``err``, ``n_iter``).
+    """
+    n = X.shape[0]
+    K = centers.shape[-2]
+    x2 = (X * X).sum(-1)
+    log_w = log_w.to(X.dtype)
+    M = torch.empty(n, K, dtype=X.dtype, device=X.device)
+    labels = torch.full((n,), -1, dtype=torch.long, device=X.device)
+    f = torch.empty(n, dtype=X.dtype, device=X.device)
+    chunks = _row_chunks(n, K)
+    best = None
+    for c0 in centers:
+        reg = _initial_reg(X, x2, c0, reg_rel)
+        labels.fill_(-1)
+        c, n_iter, _, g = _one_run(X, c0, reg, log_w, max_iter, tol, M, labels)
+        _costs_into(M, X, c, reg)
+        af, mass, _, _ = _semi_dual_pass(M, log_w + g, None, f, chunks)
+        cost = float(reg * (af + (mass * g).sum()) + x2.mean())
+        if best is None or cost < best[0]:
+            best = (cost, c, float(reg), n_iter, g)
+    cost, c, reg, n_iter, g = best
+    check, _, _ = _semi_dual_newton(_costs_into(M, X, c, reg), log_w, g, None, check_max_iter, check_tol, 30.0)
+    return cost, c, reg, n_iter, check

@@ -22,7 +22,9 @@ __all__ = [
 
 def squared_distances(X, C):
     """``||x_i - c_k||^2`` for all pairs, clamped at 0; shapes (..., n, d), (..., k, d)."""
-    d = (X * X).sum(-1, keepdim=True) - 2.0 * X @ C.transpose(-1, -2) + (C * C).sum(-1).unsqueeze(-2)
+    # One (n, k) buffer updated in place (the product's backward needs only X and C).
+    d = X @ C.transpose(-1, -2)
+    d.mul_(-2.0).add_((C * C).sum(-1).unsqueeze(-2)).add_((X * X).sum(-1, keepdim=True))
     return d.clamp_min_(0.0)
 
 
@@ -37,10 +39,16 @@ def nearest_centre(X, C):
 
 def regularized_ot_cost(M, P, reg, log_a, log_b):
     """``<P, M> + reg * KL(P | a b^T)`` (the entropic OT objective), over the last two dims."""
-    log_ab = log_a.unsqueeze(-1) + log_b.unsqueeze(-2)
-    logP = torch.log(P.clamp_min(torch.finfo(P.dtype).tiny))
-    kl = (P * (logP - log_ab)).sum((-1, -2)) - P.sum((-1, -2)) + 1.0
-    return (P * M).sum((-1, -2)) + reg * kl
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (M, P, log_a, log_b)):
+        log_ab = log_a.unsqueeze(-1) + log_b.unsqueeze(-2)
+        logP = torch.log(P.clamp_min(torch.finfo(P.dtype).tiny))
+        kl = (P * (logP - log_ab)).sum((-1, -2)) - P.sum((-1, -2)) + 1.0
+        return (P * M).sum((-1, -2)) + reg * kl
+    # Without autograd, one (n, m) buffer: M + reg * (log P - log a - log b), times P.
+    t = P.clamp_min(torch.finfo(P.dtype).tiny).log_().sub_(log_a.unsqueeze(-1)).sub_(log_b.unsqueeze(-2))
+    r = reg[..., None, None] if torch.is_tensor(reg) and reg.ndim > 0 else reg
+    t.mul_(r).add_(M).mul_(P)
+    return t.sum((-1, -2)) + reg * (1.0 - P.sum((-1, -2)))
 
 
 def ot_clustering_loss(Z, centers, reg, log_w, *, init=None, max_iter=1000, tol=1e-6):

@@ -389,3 +389,61 @@ def test_fuzzed_problems_give_a_clear_error_or_a_finite_plan(n, m, log_scale, re
     assert np.isfinite(P).all() and (P >= 0).all()
     if not unbalanced:
         assert np.isfinite(log["marginal_error"]) and log["marginal_error"] <= 2 + 1e-9
+
+
+# --------------------------------------------------------------------------- semi-dual Newton
+from sktransfer_cluster.ot import plan_from_potentials, semi_dual_newton  # noqa: E402
+
+
+def _cluster_problem(seed, n=300, k=4, reg_rel=0.05):
+    rng = np.random.default_rng(seed)
+    X = np.concatenate([rng.normal(loc=3 * j, size=(n // k, 2)) for j in range(k)])
+    C = ot.dist(X, X[rng.choice(len(X), k, replace=False)])
+    return torch.as_tensor(C / (reg_rel * C.mean()))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_semi_dual_newton_gives_the_sinkhorn_plan(seed):
+    M = _cluster_problem(seed)
+    log_b = torch.log(torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64))
+    ref = sinkhorn_potentials(M, 1.0, None, log_b, tol=1e-12, max_iter=200000)
+    res = semi_dual_newton(M, log_b, tol=1e-12, max_iter=100)
+    assert ref.converged and res.converged and res.method == "newton"
+    P_ref = plan_from_potentials(M, ref.f, ref.g, 1.0, None, log_b)
+    P = plan_from_potentials(M, res.f, res.g, 1.0, None, log_b)
+    torch.testing.assert_close(P, P_ref, atol=1e-10, rtol=0)
+    torch.testing.assert_close(P.sum(1), torch.full((M.shape[0],), 1 / M.shape[0], dtype=M.dtype))  # rows exact
+
+
+def test_semi_dual_newton_converges_where_sinkhorn_stalls():
+    """Separated blobs at a tiny reg under a size prior far from the blob sizes."""
+    M = _cluster_problem(0, n=60, k=3, reg_rel=1e-4)
+    log_b = torch.log(torch.tensor([0.6, 0.2, 0.2], dtype=torch.float64))
+    slow = sinkhorn_potentials(M, 1.0, None, log_b, tol=1e-5, max_iter=300)
+    fast = semi_dual_newton(M, log_b, tol=1e-5, max_iter=300)
+    assert not slow.converged
+    assert fast.converged and fast.n_iter < 100
+    P = plan_from_potentials(M, fast.f, fast.g, 1.0, None, log_b)
+    assert torch.isfinite(P).all()
+    assert float((P.sum(0) - log_b.exp()).abs().sum()) < 1e-5
+
+
+def test_semi_dual_newton_takes_a_row_marginal_and_a_warm_start():
+    M = _cluster_problem(2, n=200, k=4)
+    rng = np.random.default_rng(0)
+    a = torch.as_tensor(rng.random(M.shape[0]) + 0.5)
+    log_a, log_b = torch.log(a / a.sum()), torch.full((4,), -np.log(4.0), dtype=torch.float64)
+    cold = semi_dual_newton(M, log_b, log_a=log_a, tol=1e-11)
+    P = plan_from_potentials(M, cold.f, cold.g, 1.0, log_a, log_b)
+    torch.testing.assert_close(P.sum(1), log_a.exp())
+    torch.testing.assert_close(P.sum(0), log_b.exp(), atol=1e-11, rtol=0)
+    warm = semi_dual_newton(M, log_b, cold.g, log_a=log_a, tol=1e-10)
+    assert warm.converged and warm.n_iter == 1  # a converged start costs one pass
+
+
+def test_semi_dual_newton_reports_non_convergence_within_its_budget():
+    M = _cluster_problem(0, n=60, k=3, reg_rel=1e-4)
+    log_b = torch.log(torch.tensor([0.6, 0.2, 0.2], dtype=torch.float64))
+    res = semi_dual_newton(M, log_b, tol=1e-12, max_iter=2)
+    assert res.n_iter <= 2 and not res.converged and res.err > 1e-12
+    assert torch.isfinite(res.f).all() and torch.isfinite(res.g).all()
