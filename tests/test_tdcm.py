@@ -263,7 +263,7 @@ def test_n_init_never_does_worse_on_the_source_objective(blobs):
     single = TDCMCluster(n_clusters=3, random_state=0, **FAST).fit(X)
     multi = TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "n_init": 3}).fit(X)
     # The first of the three runs is the single run (same seeded generator).
-    assert -multi.score(X) <= -single.score(X) + 1e-12
+    assert _source_objective(multi, X) <= _source_objective(single, X) + 1e-12
 
 
 def test_scalar_embedding_norm_centres_and_scales_all_dimensions_by_one_number(blobs):
@@ -485,20 +485,36 @@ def test_labels_are_compacted_in_output_order_and_centroids_follow_them(blobs, m
     np.testing.assert_allclose(model.cluster_centers_, C[[1, 3, 0, 2]], rtol=0, atol=0)
 
 
-def test_score_includes_the_weighted_isometry_penalty_of_a_linear_encoder(blobs):
+def _source_objective(model, X):
+    """The training objective on all of ``X``, smoothed as in fit (what n_init compares)."""
+    return model._full_objective(model._smoothed(X, model._input_projection()))
+
+
+def test_objective_includes_the_weighted_isometry_penalty_of_a_linear_encoder(blobs):
     X, _ = blobs
     model = TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "hidden_dims": ()}).fit(X)
     penalty = float(isometry_penalty(model._linear_encoder_weight().detach()))
     assert penalty > 0
-    at_one = model.score(X)
-    at_three = model.set_params(isometry_weight=3.0).score(X)
-    assert at_one - at_three == pytest.approx(2.0 * penalty, rel=1e-9)
+    at_one = _source_objective(model, X)
+    at_three = _source_objective(model.set_params(isometry_weight=3.0), X)
+    assert at_three - at_one == pytest.approx(2.0 * penalty, rel=1e-9)
 
 
-def test_score_of_an_mlp_encoder_has_no_isometry_term(blobs):
+def test_objective_of_an_mlp_encoder_has_no_isometry_term(blobs):
     X, _ = blobs
     model = TDCMCluster(n_clusters=3, random_state=0, **FAST).fit(X)
-    assert model.score(X) == model.set_params(isometry_weight=3.0).score(X)
+    assert _source_objective(model, X) == _source_objective(model.set_params(isometry_weight=3.0), X)
+
+
+def test_score_is_minus_the_within_cluster_sum_of_squares_of_the_predicted_partition(blobs):
+    X, _ = blobs
+    model = TDCMCluster(n_clusters=3, random_state=0, **FAST).fit(X)
+    Xt = X[::2] + 0.5
+    labels = model.predict(Xt)
+    expected = sum(((Xt[labels == k] - Xt[labels == k].mean(0)) ** 2).sum() for k in np.unique(labels))
+    assert model.score(Xt) == pytest.approx(-expected, rel=1e-12)
+    # Only the partition counts: a parameter that changes no label changes no score.
+    assert model.set_params(isometry_weight=3.0).score(Xt) == model.score(Xt)
 
 
 def test_isometry_penalty_is_scale_free():

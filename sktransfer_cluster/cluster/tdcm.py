@@ -30,6 +30,7 @@ from ..base import (
     compact_labels,
     make_generators,
 )
+from .sinkhorn_kmeans import within_cluster_sum_of_squares
 
 __all__ = ["TDCMCluster", "PAPER_PARAMS"]
 
@@ -114,8 +115,8 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         searched in the encoder's input space (the principal-axis coordinates
         with ``input_projection="pca"``), within the data set being clustered.
     smoothing_steps : int, default=16
-        Neighbour-averaging steps applied to the data set of ``fit``,
-        ``transfer`` and :meth:`score` (the target uses its own neighbours).
+        Neighbour-averaging steps applied to the data set of ``fit`` and
+        ``transfer`` (the target uses its own neighbours).
         ``0`` clusters the rows themselves (the paper).
     tau : float, default=1.0
         Softmax temperature of the assignments.
@@ -202,7 +203,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
       ``l = -sigma(q)``: the assignments of block ``l`` weight the similarity
       to the centroids they produce, a learned within-cluster scatter. ``tau``
       tempers only the assignments, not the scores in the loss (the paper's
-      ``tau = 1``), so losses and :meth:`score` compare across ``tau``;
+      ``tau = 1``);
     * ``L_ent = sum_l alpha_l sum_j pi_j log pi_j`` with ``pi_j = mean_i delta_ij``:
       minus the entropy of the cluster sizes, so minimising it favours balanced
       clusters (Eq. 5 as printed would reward one cluster);
@@ -546,21 +547,19 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         return self._chunked(lambda xc: self._embed(xc).cpu().numpy(), X)
 
     def score(self, X, y=None):
-        """Minus the training objective on ``X`` (higher is better, no labels needed).
+        """Minus the within-cluster sum of squares of the partition :meth:`predict` gives ``X``.
 
-        ``X`` is smoothed over its own neighbours as in ``fit``
-        (``smoothing_steps``), then the ``L`` trained blocks run on all of it
-        from ``c^(0)`` (streamed; neither ``adapt_n_init`` nor
-        ``extra_adapt_steps`` apply) and
-
-        ``-(L_clust + beta * L_ent
-        + ortho_weight * sum_blocks (||W_Q W_Q^T - I||^2 + ||W_K W_K^T - I||^2)
-        + isometry_weight * ||G / mean(diag G) - I||^2)``
-
-        is returned, ``L_clust`` and ``L_ent`` as in the Notes with means over
-        the rows of ``X``, so values are comparable across data set sizes. ``G``
-        is the smaller Gram matrix of the linear encoder's weight; the isometry
-        term is 0 for an MLP encoder. The fitted model is not changed.
+        ``-sum_k sum_{i: label_i = k} ||x_i - mean_k||^2`` in the input space
+        (``mean_k`` the mean of the rows of ``X`` labelled ``k``): the k-means
+        objective of the predicted labels. It depends on nothing but them, so
+        it compares clusterings across ``tau`` and every other parameter, and
+        across estimators (identical partitions score the same), and
+        ``GridSearchCV`` can choose ``tau`` with it; the training objective
+        cannot, as it is measured in a learned embedding. Higher is better, no
+        labels are needed; a sum over the samples, as
+        :meth:`sklearn.cluster.KMeans.score`. Rows are labelled one by one
+        (no smoothing, no adaptation) in row chunks: bounded memory, the
+        fitted model is not changed.
 
         Parameters
         ----------
@@ -572,7 +571,8 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         score : float
         """
         X = self._fitted_input(X)
-        return -self._full_objective(self._smoothed(X, self._input_projection()))
+        labels = self._chunked(self._predict, X, dtype=np.int64)
+        return -within_cluster_sum_of_squares(X, labels, self.n_clusters)
 
     def _full_objective(self, X):
         """The training objective on all of ``X`` (blocks streamed), as a float."""
