@@ -34,6 +34,8 @@ def nearest_centre(X, C):
     ``argmin_k ||c_k||^2 - 2 x . c_k``: the ``||x||^2`` term and the clamp of
     :func:`squared_distances` do not change the argmin, so they are skipped.
     """
+    if X.ndim == 2 and C.ndim == 2:  # one buffer: ||c||^2 - 2 X C^T in a single addmm
+        return torch.addmm((C * C).sum(-1), X, C.transpose(0, 1), alpha=-2.0).argmin(-1)
     return ((C * C).sum(-1) - 2.0 * X @ C.transpose(-1, -2)).argmin(-1)
 
 

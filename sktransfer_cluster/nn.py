@@ -14,6 +14,8 @@ from torch import nn
 
 __all__ = [
     "mlp",
+    "fold_batch_norm",
+    "inference_forward",
     "AutoEncoder",
     "init_module",
     "CentroidUpdateBlock",
@@ -57,6 +59,59 @@ def mlp(dims, activation=nn.ReLU, batch_norm=False, final_activation=False):
                 layers.append(nn.BatchNorm1d(dims[i + 1]))
             layers.append(activation())
     return nn.Sequential(*layers)
+
+
+def fold_batch_norm(module):
+    """An eval-mode copy of ``module`` with each affine map absorbed into the layer before.
+
+    Inside every ``nn.Sequential``, a ``BatchNorm1d`` that directly follows an
+    ``nn.Linear`` is, at inference, the affine map ``y -> (y - mean) * gamma / sqrt(var +
+    eps) + beta`` of the running statistics; it is folded into that Linear's weight and
+    bias and replaced by ``nn.Identity``, saving a full pass over the activations per
+    layer. The result equals ``module.eval()``'s up to float rounding. ``module`` itself
+    is not changed; the copy has no gradients.
+    """
+    import copy
+
+    folded = copy.deepcopy(module).eval()
+    with torch.no_grad():
+        for seq in folded.modules():
+            if not isinstance(seq, nn.Sequential):
+                continue
+            for i in range(1, len(seq)):
+                lin, bn = seq[i - 1], seq[i]
+                if not (isinstance(lin, nn.Linear) and type(bn) is nn.BatchNorm1d and bn.track_running_stats
+                        and bn.running_mean is not None):
+                    continue
+                scale = torch.rsqrt(bn.running_var + bn.eps)
+                shift = -bn.running_mean * scale
+                if bn.affine:
+                    scale, shift = scale * bn.weight, shift * bn.weight + bn.bias
+                bias = lin.bias if lin.bias is not None else torch.zeros_like(bn.running_mean)
+                fused = nn.Linear(lin.in_features, lin.out_features, device=lin.weight.device, dtype=lin.weight.dtype)
+                fused.weight.copy_(lin.weight * scale.unsqueeze(-1))
+                fused.bias.copy_(bias * scale + shift)
+                seq[i - 1], seq[i] = fused, nn.Identity()
+    for p in folded.parameters():
+        p.requires_grad_(False)
+    return folded
+
+
+# Rows per block of inference_forward: activations of a block stay below glibc's
+# mmap threshold, so their buffers are reused instead of page-faulted block after block.
+INFERENCE_ROWS = 8192
+
+
+def inference_forward(module, x, rows=INFERENCE_ROWS):
+    """``module(x)`` under ``torch.inference_mode``, in blocks of ``rows`` rows.
+
+    For an eval-mode module without cross-row operations (batch norm at its running
+    statistics), the result equals one call on ``x``.
+    """
+    with torch.inference_mode():
+        if x.shape[0] <= rows:
+            return module(x)
+        return torch.cat([module(x[start : start + rows]) for start in range(0, x.shape[0], rows)])
 
 
 class AutoEncoder(nn.Module):
