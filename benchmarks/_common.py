@@ -33,6 +33,8 @@ CANONICAL = {
     "speed": "speed",
     "mnist": "mnist_tasks",
     "pipeline": "pipeline_transfer",
+    "scaling": "scaling",
+    "model_selection": "model_selection",
 }
 
 

@@ -47,7 +47,6 @@ import numpy as np
 import _common
 from _common import command_line, machine
 
-_common.CANONICAL.setdefault("scaling", "scaling")
 
 METHODS = {
     "KMeans": "sklearn.cluster.KMeans(10, n_init=10, random_state=0)",
