@@ -1,7 +1,7 @@
 """Label-free model selection: GridSearchCV with ``score`` against the best-ARI choice.
 
     python benchmarks/model_selection.py [--methods SinkhornKMeans TDCMCluster]
-        [--datasets digits mnist imbalanced] [--seeds 0 1 2] [--mnist-seeds 0] [--folds 3] [--quick]
+        [--datasets imbalanced digits mnist] [--seeds 0 1 2] [--mnist-seeds 0] [--folds 3] [--quick]
 
 For each method, data set and seed, ``GridSearchCV(estimator, grid, cv=KFold(folds,
 shuffle=True, random_state=seed))`` runs with three scorers on the held-out folds:
@@ -266,7 +266,7 @@ def cost(n, name):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--methods", nargs="+", default=list(GRIDS), choices=list(GRIDS))
-    parser.add_argument("--datasets", nargs="+", default=["digits", "mnist", "imbalanced"])
+    parser.add_argument("--datasets", nargs="+", default=["imbalanced", "digits", "mnist"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument(
         "--mnist-seeds", nargs="+", type=int, default=[0], help="seeds on MNIST-5k (default one: slow fits)"
@@ -285,6 +285,19 @@ def main(argv=None):
     args.name = args.name or "model_selection"
     torch.set_num_threads(1)
     results, md = [], []
+    m = machine()
+    header = (
+        f"Measured {m['date']} on {m['cpu_count']} CPU cores ({m['processor']}), torch {m['torch']} "
+        f"with {m['torch_threads']} threads "
+        f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}).\n\n"
+        f"Command: `{command_line()}`.\n\n"
+        f"{args.folds}-fold GridSearchCV per seed (seeds {args.seeds}, MNIST-5k {args.mnist_seeds}; "
+        "a seed is the estimator's random_state and the fold split); "
+        "score, old score and ARI are means over the held-out folds. \"chosen by\" counts the seeds "
+        "whose search picked that value.\n\n"
+    )
+    OUT.mkdir(parents=True, exist_ok=True)
+    stem = OUT / (args.name + ("_quick" if args.quick else ""))
     for dataset in args.datasets:
         X, y, k = load(dataset, args.quick)
         seeds = args.mnist_seeds if dataset == "mnist" else args.seeds
@@ -300,23 +313,10 @@ def main(argv=None):
                  "runs": runs}
             )
             md.append(table(method, dataset, runs))
-    m = machine()
-    header = (
-        f"Measured {m['date']} on {m['cpu_count']} CPU cores ({m['processor']}), torch {m['torch']} "
-        f"with {m['torch_threads']} threads "
-        f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}).\n\n"
-        f"Command: `{command_line()}`.\n\n"
-        f"{args.folds}-fold GridSearchCV per seed (seeds {args.seeds}, MNIST-5k {args.mnist_seeds}; "
-        "a seed is "
-        "the estimator's random_state and the fold split); "
-        "score, old score and ARI are means over the held-out folds. \"chosen by\" counts the seeds "
-        "whose search picked that value.\n\n"
-    )
-    OUT.mkdir(parents=True, exist_ok=True)
-    stem = OUT / (args.name + ("_quick" if args.quick else ""))
-    payload = {"machine": m, "command": command_line(), "folds": args.folds, "results": results}
-    stem.with_suffix(".json").write_text(json.dumps(payload, indent=2))
-    stem.with_suffix(".md").write_text(header + "\n".join(md) + "\n")
+            # Written after every block: a long run that is stopped keeps what it measured.
+            payload = {"machine": m, "command": command_line(), "folds": args.folds, "results": results}
+            stem.with_suffix(".json").write_text(json.dumps(payload, indent=2))
+            stem.with_suffix(".md").write_text(header + "\n".join(md) + "\n")
     print(header + "\n".join(md))
 
 
