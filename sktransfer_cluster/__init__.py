@@ -15,6 +15,7 @@ _LAZY = {
     "clustering_accuracy": ".metrics",
     "match_labels": ".metrics",
     "n_dominant_clusters": ".metrics",
+    "within_cluster_sum_of_squares": ".metrics",
     "pipeline_transfer": ".pipeline",
     "TransferPipeline": ".pipeline",
     "make_transfer_pipeline": ".pipeline",

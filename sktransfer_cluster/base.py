@@ -63,7 +63,6 @@ COMMON_PARAMETER_CONSTRAINTS = {
 # keeps each chunk's temporaries under glibc's mmap threshold (32 MiB at most), above which every
 # fresh array is page-faulted in anew (a 65,536-row chunk of 64 features made predict 4x slower).
 CHUNK_BYTES = 2**22
-DEFAULT_CHUNK_SIZE = 8192  # rows, where a fixed count is needed
 
 
 def chunk_rows(n_features):

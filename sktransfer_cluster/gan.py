@@ -70,25 +70,29 @@ def default_eta_step(n_steps):
 
 
 def build_networks(n_features, n_clusters, noise_dim, *, architecture="mlp", hidden_dims=(),
-                   image_shape=None, conv_channels=(), generator=None):
+                   image_shape=None, conv_channels=(), classifier="network", generator=None):
     """Initialised ``(G, D, C)``: generator, critic and classifier.
 
     ``G`` maps ``n_clusters + noise_dim`` inputs to a sample, ``D`` a sample to
     one value and ``C`` a sample to ``n_clusters`` logits. ``"mlp"``: ReLU
     MLPs with ``hidden_dims``; ``"conv"``: 5x5 stride-2 convolutions with
     ``conv_channels`` on images of ``image_shape`` (the paper's Fig. 2, scaled
-    down), mirrored by ``G``'s transposed convolutions. Weights are drawn from
+    down), mirrored by ``G``'s transposed convolutions. ``classifier="linear"``
+    makes ``C`` one linear layer (softmax regression) whatever the
+    architecture; ``"network"`` gives it ``D``'s body. Weights are drawn from
     ``generator`` in the order G, D, C.
     """
     d_in = n_clusters + noise_dim
     if architecture == "mlp":
         hidden = list(hidden_dims)
-        nets = (mlp([d_in, *hidden, n_features]), mlp([n_features, *hidden, 1]),
-                mlp([n_features, *hidden, n_clusters]))
+        nets = [mlp([d_in, *hidden, n_features]), mlp([n_features, *hidden, 1]),
+                mlp([n_features, *hidden, n_clusters])]
     else:
         ch = list(conv_channels)
-        nets = (ConvGenerator(d_in, image_shape, ch), ConvNet(image_shape, ch, 1),
-                ConvNet(image_shape, ch, n_clusters))
+        nets = [ConvGenerator(d_in, image_shape, ch), ConvNet(image_shape, ch, 1),
+                ConvNet(image_shape, ch, n_clusters)]
+    if classifier == "linear":
+        nets[2] = torch.nn.Linear(n_features, n_clusters)
     return tuple(init_module(m, generator) for m in nets)
 
 

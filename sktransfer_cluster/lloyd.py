@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import torch
 
-from .losses import squared_distances
 from .ot import _row_chunks, _semi_dual_newton, _semi_dual_pass
 
 __all__ = ["relative_reg", "ot_lloyd", "ot_lloyd_best", "SINKHORN_TOL", "SINKHORN_MAX_ITER", "LABEL_PATIENCE"]

@@ -580,3 +580,20 @@ def test_single_class_source_labels_warn_where_labels_are_required(estimator, da
     X, y, _, _ = data
     with pytest.warns(UserWarning, match="single class"):
         estimator.fit(X[y == 0], y[y == 0])
+
+
+def test_verbose_fit_writes_plain_progress_lines_to_a_log(estimator, data, capsys):
+    # capsys: stderr is not a terminal, as when output goes to a file.
+    X, y, _, _ = data
+    _fit(estimator.set_params(verbose=1), X, y)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith(type(estimator).__name__)]
+    assert lines and all("\r" not in line for line in lines)
+    assert re.search(r": (\d+)/\1 \(\d+\.\d s\)", lines[-1])  # the last line closes its phase, with the time
+
+
+def test_n_clusters_is_the_number_of_distinct_labels_after_fit_and_after_transfer(estimator, data):
+    X, y, Xt, _ = data
+    est = _fit(estimator, X, y)
+    assert est.n_clusters_ == np.unique(est.labels_).shape[0]
+    labels = est.transfer(Xt)
+    assert est.n_clusters_ == np.unique(labels).shape[0]

@@ -272,7 +272,7 @@ def test_scalar_embedding_norm_centres_and_scales_all_dimensions_by_one_number(b
     model = TDCMCluster(n_clusters=3, random_state=0, **kw).fit(X)
     X = model._smoothed(X, model._input_projection())  # the rows as fit clusters them
     with torch.no_grad():
-        raw = model.encoder_[0](torch.as_tensor(X))
+        raw = model.encoder_[0](model._tensor(X))  # the encoder sees the normalised input
     Z = model.transform(X)
     np.testing.assert_allclose(Z.mean(0), 0.0, atol=1e-10)
     np.testing.assert_allclose(Z.var(0).mean(), 1.0, rtol=1e-4)  # up to batch norm's eps
@@ -462,7 +462,7 @@ def test_norm_statistics_and_embeddings_are_exact_whatever_the_chunk_size(blobs,
     norm = model.encoder_[1]
     mean, var, Z = norm.running_mean.clone(), norm.running_var.clone(), model.transform(X)
     with torch.no_grad():
-        raw = model.encoder_[0](torch.as_tensor(X))
+        raw = model.encoder_[0](model._tensor(X))  # the encoder sees the normalised input
     torch.testing.assert_close(mean, raw.mean(0), rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(var, raw.var(0, unbiased=False), rtol=1e-10, atol=1e-12)
     monkeypatch.setattr(tdcm, "chunked", lambda fn, X: chunked(fn, X, chunk_size=7))

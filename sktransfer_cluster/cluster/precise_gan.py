@@ -46,12 +46,14 @@ __all__ = ["PreciseFeatureGAN", "PAPER_PARAMS", "eta_schedule"]
 
 #: The paper's settings of the parameters whose defaults depart from it
 #: (``PreciseFeatureGAN(K, **PAPER_PARAMS)``): its synthetic-data networks
-#: (three 512-512-512 MLPs), Adam lr 1e-4, gradient penalty 100 and its MNIST
-#: budget of 900,000 generator steps (the staircase keeps its 30,000-step stairs
-#: through ``eta_step=None``). For images add ``architecture="conv"`` and
-#: ``image_shape``; the paper's conv widths are not reproduced.
+#: (three 512-512-512 MLPs, the classifier one of them), Adam lr 1e-4, gradient
+#: penalty 100 and its MNIST budget of 900,000 generator steps (the staircase
+#: keeps its 30,000-step stairs through ``eta_step=None``). For images add
+#: ``architecture="conv"`` and ``image_shape``; the paper's conv widths are not
+#: reproduced.
 PAPER_PARAMS = {
     "hidden_dims": (512, 512, 512),
+    "classifier": "network",
     "n_iter": 900_000,
     "learning_rate": 1e-4,
     "gp_weight": 100.0,
@@ -108,15 +110,33 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         convolutions for images (the paper's Fig. 2, scaled down); ``"conv"``
         needs ``image_shape``.
     hidden_dims : tuple of int, default=(64, 64)
-        Hidden widths of the three MLPs (ReLU). Narrower than the paper's
+        Hidden widths of the MLPs of ``G`` and ``D`` (and of ``C`` with
+        ``classifier="network"``; ReLU). Narrower than the paper's
         ``(512, 512, 512)`` (:data:`PAPER_PARAMS`): a generator step is
         latency-bound on a CPU and these train within a few thousand steps.
     image_shape : tuple of int, default=None
         ``(h, w)`` or ``(c, h, w)`` of the images for ``architecture="conv"``;
         rows of ``X`` are the flattened images (channel-major).
     conv_channels : tuple of int, default=(32, 64)
-        Channels of the convolutions of ``D`` and ``C`` (each halves the
-        resolution, rounding up), mirrored by ``G``'s transposed convolutions.
+        Channels of the convolutions of ``D`` (and of ``C`` with
+        ``classifier="network"``; each halves the resolution, rounding up),
+        mirrored by ``G``'s transposed convolutions.
+    classifier : {"auto", "linear", "network"}, default="auto"
+        The classifier ``C``: ``"linear"`` is one linear layer on the
+        (standardised) input, i.e. softmax regression; ``"network"`` has the
+        critic's architecture (``hidden_dims`` or the convolutions) with
+        ``n_clusters`` outputs, as in the paper. ``"auto"`` is ``"linear"``
+        when ``n_features >= n_clusters - 1`` and ``"network"`` otherwise.
+        ``C`` learns only from generated samples, and with ``noise_dim=0``
+        those are one point per cluster. When there are enough features for
+        those ``k`` points to be affinely independent, every split of them is
+        linear, and a linear ``C`` converges towards their max-margin split,
+        close to the nearest-point (Voronoi) cells; a deep ``C``'s boundaries
+        between the points are arbitrary, and real rows far from every
+        generated point are assigned by how it extrapolates. With fewer
+        features (8 clusters in the plane) a linear ``C`` can only split
+        points in convex position, and the entropy term then pushes the
+        generated points off the data.
     n_iter : int, default=2000
         Generator steps ``N`` (the paper: 900,000 on MNIST on a GPU).
     n_critic : int, default=5
@@ -263,6 +283,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         "hidden_dims": [tuple, list],
         "image_shape": [tuple, list, None],
         "conv_channels": [tuple, list],
+        "classifier": [StrOptions({"auto", "linear", "network"})],
         "n_iter": [Interval(Integral, 1, None, closed="left")],
         "n_critic": [Interval(Integral, 0, None, closed="left")],
         "n_classifier": [Interval(Integral, 1, None, closed="left")],
@@ -289,6 +310,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         hidden_dims=(64, 64),
         image_shape=None,
         conv_channels=(32, 64),
+        classifier="auto",
         n_iter=2000,
         n_critic=5,
         n_classifier=4,
@@ -314,6 +336,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.hidden_dims = hidden_dims
         self.image_shape = image_shape
         self.conv_channels = conv_channels
+        self.classifier = classifier
         self.n_iter = n_iter
         self.n_critic = n_critic
         self.n_classifier = n_classifier
@@ -379,6 +402,13 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         prior = None if self._uniform else self.weights_
         ids = draw_ids(n, self.n_clusters, prior, torch_gen, self.device_)
         return self.generator_(self._latent(ids, torch_gen)), ids
+
+    def _classifier_kind(self, X):
+        """``classifier`` with ``"auto"`` resolved: linear when the ``k`` generated points can be
+        affinely independent (``n_features >= n_clusters - 1``)."""
+        if self.classifier != "auto":
+            return self.classifier
+        return "linear" if X.shape[1] >= self.n_clusters - 1 else "network"
 
     # ----------------------------------------------------------------- training
     def _train(self, Xt, n_steps, torch_gen, phase):
@@ -466,7 +496,8 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self._shift, self._scale = np.asarray(shift, dtype=np.float64), float(scale)
         nets = build_networks(
             X.shape[1], k, self.noise_dim, architecture=self.architecture, hidden_dims=self.hidden_dims,
-            image_shape=self.image_shape, conv_channels=self.conv_channels, generator=torch_gen,
+            image_shape=self.image_shape, conv_channels=self.conv_channels, classifier=self._classifier_kind(X),
+            generator=torch_gen,
         )
         self.generator_, self.critic_, self.classifier_ = (
             m.to(device=self.device_, dtype=self._dtype()) for m in nets

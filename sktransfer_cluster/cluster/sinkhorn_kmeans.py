@@ -11,7 +11,6 @@ the defaults: ``docs/notes/sinkhorn_kmeans.md``.
 
 from __future__ import annotations
 
-import math
 import warnings
 from numbers import Integral, Real
 
@@ -25,16 +24,16 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .. import lloyd
 from ..base import (
     COMMON_PARAMETER_CONSTRAINTS,
-    DEFAULT_CHUNK_SIZE,
     TransferClusterMixin,
     check_image_shape,
     check_widths,
     chunked,
     make_generators,
 )
-from ..losses import nearest_centre, ot_clustering_loss, regularized_ot_cost, squared_distances
+from ..metrics import within_cluster_sum_of_squares
+from ..losses import nearest_centre, ot_clustering_loss, squared_distances
 from ..nn import AutoEncoder, ConvAutoEncoder, _image_shape, init_module
-from ..ot import plan_from_potentials, semi_dual_newton, sinkhorn_potentials
+from ..ot import plan_from_potentials, semi_dual_newton
 
 __all__ = ["SinkhornKMeans", "PAPER_PARAMS"]
 
@@ -52,8 +51,6 @@ PAPER_PARAMS = {
     "epsilon": 0.01,
 }
 
-# Cap on n_init * n * K cost entries solved in one batched Sinkhorn call.
-_BATCH_ENTRIES = 2**24
 # transport_plan: solved tightly (L1 column-marginal error) by Newton on the semi-dual, which
 # converges in a few tens of passes over the (n, K) costs; the cap bounds its time.
 _PLAN_TOL = 1e-9
@@ -65,40 +62,6 @@ _AUTO_CONV_DIMS = (16, 32, 10)
 # (0.1% of the mass off the size prior) moves the centres materially.
 _CHECK_TOL = 1e-3
 _CHECK_MAX_ITER = 10 * lloyd.SINKHORN_MAX_ITER
-
-
-def within_cluster_sum_of_squares(X, labels, n_labels, chunk_size=DEFAULT_CHUNK_SIZE):
-    """``sum_k sum_{i: labels_i = k} ||X_i - mean_k||^2``, in float64, in bounded memory.
-
-    Two passes over row chunks of ``X`` (per-label sums, then squared
-    deviations from the per-label means), so no ``(n, d)`` float64 copy is made
-    and a large common offset of the rows cancels exactly.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n_samples, n_features)
-    labels : ndarray of int, shape (n_samples,)
-        Values in ``0 .. n_labels - 1``.
-    n_labels : int
-    chunk_size : int, default=DEFAULT_CHUNK_SIZE
-
-    Returns
-    -------
-    float
-    """
-    n = X.shape[0]
-    lab = torch.as_tensor(np.asarray(labels, dtype=np.int64))
-    sums = torch.zeros(n_labels, X.shape[1], dtype=torch.float64)
-    for start in range(0, n, chunk_size):
-        rows = torch.as_tensor(np.asarray(X[start : start + chunk_size], dtype=np.float64))
-        sums.index_add_(0, lab[start : start + chunk_size], rows)
-    counts = torch.bincount(lab, minlength=n_labels).to(torch.float64)
-    means = sums / counts.clamp_min(1.0).unsqueeze(1)
-    total = 0.0
-    for start in range(0, n, chunk_size):
-        rows = torch.as_tensor(np.asarray(X[start : start + chunk_size], dtype=np.float64))
-        total += float(((rows - means[lab[start : start + chunk_size]]) ** 2).sum())
-    return total
 
 
 class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNamePrefixFeaturesOutMixin, BaseEstimator):
@@ -161,7 +124,10 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         Maximum OT-Lloyd iterations.
     tol : float, default=1e-4
         Convergence threshold on the squared centre shift, relative to the mean
-        feature variance (as in :class:`~sklearn.cluster.KMeans`).
+        feature variance (as in :class:`~sklearn.cluster.KMeans`). With
+        ``tol=0`` a run also stops once its hard labels have not changed for
+        ``lloyd.LABEL_PATIENCE`` (3) iterations: soft assignments never stop
+        moving exactly.
     keep_best : bool, default=False
         What a ``KeyboardInterrupt`` during the embedding training leaves. False:
         the estimator as it was before the call. True: fitting stops, the
@@ -334,7 +300,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         if bool(res.converged):
             return
         warnings.warn(
-            f"{type(self).__name__}: Sinkhorn did not converge for {what} (marginal error "
+            f"{type(self).__name__}: the transport solve did not converge for {what} (marginal error "
             f"{res.err:.3g} > tol {tol:g} after {res.n_iter} of at most {max_iter} iterations); "
             f"the result may be inaccurate. Raise epsilon (now {self.epsilon:g}): a small epsilon, "
             "or a size prior far from the data's cluster sizes, needs more iterations than the "
@@ -371,33 +337,22 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         return float(self.tol * Z.var(0, unbiased=False).mean().item())
 
     def _lloyd(self, Z, init_centers, what):
-        """OT-Lloyd on ``Z`` from ``init_centers`` (B, K, d); keep the best run.
+        """OT-Lloyd on ``Z`` from ``init_centers`` (B, K, d); keep the cheapest run.
 
-        The kept run's plan at its final centres is then solved, warm-started,
-        to ``_CHECK_TOL``; a ``ConvergenceWarning`` names ``what`` if that
-        fails. The check only reports: centres, labels and ``reg_`` do not
-        depend on it.
+        The kept run's plan at its final centres is checked to ``_CHECK_TOL``
+        (warm-started, usually no extra pass); a ``ConvergenceWarning`` names
+        ``what`` if that fails. The check only reports: centres, labels and
+        ``reg_`` do not depend on it.
         """
-        log_w = self._log_weights()
-        n = Z.shape[0]
-        per_batch = max(1, _BATCH_ENTRIES // (n * self.n_clusters))
-        best = None
-        for start in range(0, init_centers.shape[0], per_batch):
-            centers, reg, n_iter, (f, g) = lloyd.ot_lloyd(
-                Z, init_centers[start : start + per_batch], self.epsilon, log_w, self.max_iter, self._abs_tol(Z)
+        with self._progress(1, f"OT-Lloyd ({init_centers.shape[0]} start(s))") as bar:
+            cost, centers, reg, n_iter, check = lloyd.ot_lloyd_best(
+                Z, init_centers, self.epsilon, self._log_weights(), self.max_iter, self._abs_tol(Z),
+                check_tol=_CHECK_TOL, check_max_iter=_CHECK_MAX_ITER,
             )
-            C = squared_distances(Z, centers) / reg.view(-1, 1, 1)
-            P = plan_from_potentials(C, f, g, 1.0, None, log_w)
-            log_a = torch.full((n,), -math.log(n), dtype=Z.dtype, device=Z.device)
-            costs = regularized_ot_cost(C, P, 1.0, log_a, log_w) * reg
-            i = int(torch.argmin(costs))
-            if best is None or costs[i] < best[0]:
-                best = (costs[i].item(), centers[i], reg[i].item(), n_iter, (C[i], f[i], g[i]))
-        C, f, g = best[4]
-        res = sinkhorn_potentials(C, 1.0, None, log_w, init=(f, g), max_iter=_CHECK_MAX_ITER, tol=_CHECK_TOL)
+            self._tick(bar, cost=float(cost), iterations=float(n_iter))
         # stacklevel 5: the user's call of fit/transfer (> _fit/_transfer > _lloyd > here).
-        self._warn_not_converged(res, what, _CHECK_TOL, _CHECK_MAX_ITER, stacklevel=5)
-        return best[:4]
+        self._warn_not_converged(check, what, _CHECK_TOL, _CHECK_MAX_ITER, stacklevel=5)
+        return cost, centers, reg, n_iter
 
     def _kmeanspp(self, Z, n_init, rng):
         Zn = Z.detach().cpu().numpy()

@@ -30,7 +30,7 @@ from ..base import (
     compact_labels,
     make_generators,
 )
-from .sinkhorn_kmeans import within_cluster_sum_of_squares
+from ..metrics import within_cluster_sum_of_squares
 
 __all__ = ["TDCMCluster", "PAPER_PARAMS"]
 
