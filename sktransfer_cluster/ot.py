@@ -852,6 +852,14 @@ def sinkhorn(
     balanced = reg_m is None or math.isinf(reg_m)
     # NaN potentials (never expected from validated input) must not leak out as a plan.
     P = torch.nan_to_num(plan_from_potentials(Mt, res.f, res.g, reg, log_a, log_b, balanced=balanced), nan=0.0)
+    if balanced and not res.converged:
+        # Stopped early, rows or columns may hold more than their marginal (a capped entry can
+        # reach min(a_i, b_j) in every cell). Shrink rows, then columns, to at most their
+        # marginals: the plan stays the best one reached where it was feasible, and its L1
+        # marginal error is at most 2 (twice the missing mass).
+        wa, wb = (w.exp() for w in _log_marginals(Mt, log_a, log_b))
+        P = P * (wa / P.sum(-1).clamp_min(torch.finfo(P.dtype).tiny)).clamp_max(1.0).unsqueeze(-1)
+        P = P * (wb / P.sum(-2).clamp_min(torch.finfo(P.dtype).tiny)).clamp_max(1.0).unsqueeze(-2)
     if not log:
         return out(P)
     log_dict = _log_dict(res, Mt, log_a, log_b, reg, not balanced, out)
