@@ -49,6 +49,7 @@ __all__ = [
     "check_image_shape",
     "input_affine",
     "check_resolution",
+    "chunk_rows",
 ]
 
 # Parameter constraints every estimator shares (sklearn's _parameter_constraints).
