@@ -14,6 +14,10 @@ divides ``n_iter`` by 4), beside ``KMeans(n_init=10)`` in the same run; times ar
   ``transfer`` to the target, beside KMeans refitted on the target.
 * ``artifact`` (opt-in): artifact digits (pixel 0 in {0.1, 0.5, 0.9}), K = 3; a run
   solves it when ACC against the artifact ids is >= 0.95.
+* ``mnist`` (opt-in): MNIST-5k (``load_mnist_5k``), K = 10, at the defaults (MLP) and
+  with ``architecture="conv", image_shape=(28, 28)``, otherwise defaults; ``--mnist-iter``
+  sets ``n_iter`` of both (default: the estimator's). Goal (conv): median ACC >= 0.70 in
+  <= 30 CPU-minutes per fit. About 1 CPU-second per conv generator step.
 * ``speed``: generator steps per second at the defaults on the ring and the digits, with
   the estimator's one training thread and with two (the cap bypassed), each alone and
   beside a busy process.
@@ -22,8 +26,10 @@ The digits sections also record training curves every ``n_iter / 10`` generator 
 the critic's Wasserstein estimate and the classifier's accuracy on generated samples
 (means over the interval, from ``history_``), the mean distance from 1,000 generated
 samples to their nearest real row (pixel space; beside the mean nearest-neighbour
-distance between real rows) and the ACC of ``argmax C`` on the real rows. They are
-plotted to ``<name>_curves.png``.
+distance between real rows), the ACC of ``argmax C`` on the real rows and the ACC of
+assigning each real row to its nearest generated cluster point ``G(y, z=0)`` (what a
+Voronoi classifier of the generator's points would give; with ``noise_dim=0`` those
+points are all ``G`` generates). They are plotted to ``<name>_curves.png``.
 
 Results go to benchmarks/results/precise_gan/precise_gan_quality.{json,md} (another
 ``--name``, or ``--quick``, goes to ``precise_gan/variants/``).
@@ -60,6 +66,7 @@ def curve_probe(X, y, every, rows):
     """
     nn = NearestNeighbors(n_neighbors=1).fit(X)
     original = base.TrainingRun.record
+    t_start = time.process_time()
 
     def record(self, *, epoch, loss, **extras):
         original(self, epoch=epoch, loss=loss, **extras)
@@ -69,11 +76,16 @@ def curve_probe(X, y, every, rows):
         fake, _ = model.sample(1000, random_state=0)
         with torch.no_grad():
             labels = model.classifier_(model._prep(X)).argmax(1).cpu().numpy()
+            ids = torch.arange(model.n_clusters, device=model.device_)
+            centres = model._unprep(model.generator_(model._latent(ids, None, zero_noise=True)))
+        nearest = NearestNeighbors(n_neighbors=1).fit(centres).kneighbors(X)[1][:, 0]
         rows.append({
             "phase": self.phase, "step": int(epoch), "wasserstein": float(extras["wasserstein"]),
             "fake_accuracy": float(extras["fake_accuracy"]),
             "knn_fake_to_real": float(nn.kneighbors(fake)[0].mean()),
             "acc": float(clustering_accuracy(y, labels)), "clusters_used": int(np.unique(labels).size),
+            "nearest_point_acc": float(clustering_accuracy(y, nearest)),
+            "cpu_seconds": time.process_time() - t_start,
         })
 
     base.TrainingRun.record = record
@@ -88,13 +100,13 @@ def real_nn_distance(X):
     return float(NearestNeighbors(n_neighbors=2).fit(X).kneighbors(X)[0][:, 1].mean())
 
 
-def fit_gan(X, y, k, seed, n_iter, X_target=None, y_target=None, curves=False):
+def fit_gan(X, y, k, seed, n_iter, X_target=None, y_target=None, curves=False, **params):
     curve = []
     probe = (curve_probe(X, y, max(1, n_iter // 10), curve) if curves and X_target is None
              else contextlib.nullcontext())
     t0 = time.process_time()
     with probe:
-        model = PreciseFeatureGAN(k, n_iter=n_iter, device="cpu", random_state=seed).fit(X)
+        model = PreciseFeatureGAN(k, n_iter=n_iter, device="cpu", random_state=seed, **params).fit(X)
     out = {"cpu_seconds": time.process_time() - t0}
     if X_target is None:
         out.update(scores(y, model.labels_))
@@ -157,11 +169,13 @@ def ring_section(seeds, n_iter):
 
 def _curve_lines(runs, real_nn, what="mean nearest-neighbour distance between real rows"):
     md = ["", f"Curves (seed 0; {what} {real_nn:.3f}):", "",
-          "| phase | step | critic W estimate | fake accuracy | kNN fake->real | ACC of argmax C | clusters used |",
-          "|---|---|---|---|---|---|---|"]
+          "| phase | step | critic W estimate | fake accuracy | kNN fake->real | ACC of argmax C "
+          "| ACC of nearest G point | clusters used | CPU s |",
+          "|---|---|---|---|---|---|---|---|---|"]
     for c in runs[0]["curve"]:
         md.append(f"| {c['phase']} | {c['step']} | {c['wasserstein']:.3f} | {c['fake_accuracy']:.3f} | "
-                  f"{c['knn_fake_to_real']:.3f} | {c['acc']:.3f} | {c['clusters_used']} |")
+                  f"{c['knn_fake_to_real']:.3f} | {c['acc']:.3f} | {c['nearest_point_acc']:.3f} | "
+                  f"{c['clusters_used']} | {c['cpu_seconds']:.0f} |")
     return md
 
 
@@ -218,6 +232,31 @@ def artifact_section(seeds, n_iter):
           f"Runs solved (ACC >= 0.95 against the artifact ids): GAN {solved['gan']:.0%}, "
           f"KMeans {solved['kmeans']:.0%}.", "", *HEAD, *lines]
     return {"gan": gan, "kmeans": km, "solved_fraction": solved, "summary": s}, md
+
+
+def mnist_section(seeds, n_iter):
+    from sktransfer_cluster.datasets import load_mnist_5k
+
+    X, y = load_mnist_5k()
+    configs = {"PreciseFeatureGAN (defaults, MLP)": {},
+               "PreciseFeatureGAN (conv, image_shape (28, 28))": {"architecture": "conv",
+                                                                   "image_shape": (28, 28)}}
+    runs, km = {name: [] for name in configs}, []
+    for seed in seeds:
+        for name, params in configs.items():
+            runs[name].append(fit_gan(X, y, 10, seed, n_iter, curves=True, **params))
+            print(f"mnist seed {seed} {name}: ACC {runs[name][-1]['acc']:.3f} "
+                  f"({runs[name][-1]['cpu_seconds']:.0f} CPU s)", flush=True)
+        km.append(fit_kmeans(X, y, 10, seed))
+    lines, s = table({**runs, "KMeans(n_init=10)": km})
+    real_nn = real_nn_distance(X)
+    md = [f"### MNIST-5k (5,000 images in [0, 1]), K = 10, {len(seeds)} seeds, n_iter {n_iter}", "",
+          "Goal (conv): median ACC >= 0.70 in <= 30 CPU-minutes (1,800 s) per fit.", "", *HEAD, *lines]
+    for name, rs in runs.items():
+        md += ["", f"{name}, per seed: ACC " + " ".join(f"{r['acc']:.3f}" for r in rs) + "; CPU s "
+               + " ".join(f"{r['cpu_seconds']:.0f}" for r in rs)]
+        md += _curve_lines(rs, real_nn)[1:]
+    return {"runs": runs, "kmeans": km, "summary": s, "real_nn_distance": real_nn}, md
 
 
 def _busy(stop):
@@ -297,7 +336,7 @@ def plot(payload, path):
     if not sections:
         return False
     keys = [("wasserstein", "critic W estimate"), ("fake_accuracy", "fake accuracy"),
-            ("knn_fake_to_real", "kNN distance fake -> real"), ("acc", "ACC of argmax C (real rows)")]
+            ("knn_fake_to_real", "kNN distance fake -> real"), ("acc", "ACC of argmax C (solid), nearest G point (dotted)")]
     fig, axes = plt.subplots(len(sections), len(keys), figsize=(16, 3.2 * len(sections)), squeeze=False)
     for row, sec in zip(axes, sections):
         for ax, (key, title) in zip(row, keys):
@@ -309,6 +348,12 @@ def plot(payload, path):
             if key == "knn_fake_to_real":
                 ax.axhline(payload[sec]["real_nn_distance"], color="0.5", ls="--", label="real -> real")
             if key == "acc":
+                for i, run in enumerate(payload[sec]["gan"]):
+                    curve = run["curve"]
+                    fit_steps = max((c["step"] for c in curve if c["phase"] == "fit"), default=0)
+                    xs = [c["step"] + (fit_steps if c["phase"] == "transfer" else 0) for c in curve]
+                    ax.plot(xs, [c["nearest_point_acc"] for c in curve], ls=":", color=f"C{i}",
+                            label=f"seed {i}: nearest G point")
                 ax.axhline(payload[sec]["summary"]["KMeans(n_init=10)" if sec == "digits"
                                                    else "KMeans(n_init=10) on the target"]["acc"]["median"],
                            color="k", ls="--", label="KMeans")
@@ -326,7 +371,9 @@ def main():
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="2 seeds, n_iter / 4")
     parser.add_argument("--sections", nargs="+", default=["ring", "digits", "transfer", "speed"],
-                        choices=["ring", "digits", "transfer", "artifact", "speed"])
+                        choices=["ring", "digits", "transfer", "artifact", "mnist", "speed"])
+    parser.add_argument("--mnist-iter", type=int, default=None,
+                        help="n_iter of the mnist section (default: the estimator's)")
     parser.add_argument("--speed-steps", type=int, default=200)
     add_name_argument(parser, "precise_gan")
     args = parser.parse_args()
@@ -341,6 +388,8 @@ def main():
     for name in args.sections:
         if name == "speed":
             payload["speed"], lines = speed_section(args.speed_steps)
+        elif name == "mnist":
+            payload[name], lines = mnist_section(seeds, args.mnist_iter or n_iter)
         else:
             payload[name], lines = sections[name](seeds, n_iter)
         md += lines + [""]
