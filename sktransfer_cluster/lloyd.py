@@ -94,23 +94,32 @@ def ot_lloyd(X, centers, reg_rel, log_w, max_iter, tol):
     ``squared_distances(X, centers) / reg`` (with ``reg=1`` and marginals
     ``1/n`` and ``exp(log_w)`` as in :func:`~sktransfer_cluster.ot.sinkhorn_potentials`).
     """
-    n = X.shape[0]
-    K = centers.shape[-2]
-    x2 = (X * X).sum(-1)
-    log_w = log_w.to(X.dtype)
-    M = torch.empty(n, K, dtype=X.dtype, device=X.device)
-    labels = torch.full((n,), -1, dtype=torch.long, device=X.device)
     outs, regs, n_iters, fs, gs = [], [], [], [], []
-    for c0 in centers:
-        reg = _initial_reg(X, x2, c0, reg_rel)
-        labels.fill_(-1)
-        c, n_iter, f, g = _one_run(X, c0, reg, log_w, max_iter, tol, M, labels)
+    for c, reg, n_iter, f, g, x2, _ in _runs(X, centers, reg_rel, log_w, max_iter, tol):
         outs.append(c)
         regs.append(reg)
         n_iters.append(n_iter)
         fs.append(f + x2 / reg)  # the row constant ||x_i||^2 / reg, dropped from the solve
         gs.append(g)
     return torch.stack(outs), torch.stack(regs), max(n_iters), (torch.stack(fs), torch.stack(gs))
+
+
+def _runs(X, centers, reg_rel, log_w, max_iter, tol):
+    """One OT-Lloyd run per initial ``centers[b]``, sharing one (n, K) cost buffer.
+
+    Yields ``(centers, reg, n_iter, f, g, x2, M)`` per run: ``x2`` the rows' squared
+    norms and ``M`` the shared buffer, which the caller may reuse until it resumes.
+    """
+    n, K = X.shape[0], centers.shape[-2]
+    x2 = (X * X).sum(-1)
+    log_w = log_w.to(X.dtype)
+    M = torch.empty(n, K, dtype=X.dtype, device=X.device)
+    labels = torch.full((n,), -1, dtype=torch.long, device=X.device)
+    for c0 in centers:
+        reg = _initial_reg(X, x2, c0, reg_rel)
+        labels.fill_(-1)
+        c, n_iter, f, g = _one_run(X, c0, reg, log_w, max_iter, tol, M, labels)
+        yield c, reg, n_iter, f, g, x2, M
 
 
 def ot_lloyd_best(X, centers, reg_rel, log_w, max_iter, tol, *, check_tol=1e-3, check_max_iter=3000):
@@ -135,19 +144,11 @@ def ot_lloyd_best(X, centers, reg_rel, log_w, max_iter, tol, *, check_tol=1e-3, 
     check : SinkhornResult
         The check solve at its final centres (``converged``, ``err``, ``n_iter``).
     """
-    n = X.shape[0]
-    K = centers.shape[-2]
-    x2 = (X * X).sum(-1)
     log_w = log_w.to(X.dtype)
-    M = torch.empty(n, K, dtype=X.dtype, device=X.device)
-    labels = torch.full((n,), -1, dtype=torch.long, device=X.device)
-    f = torch.empty(n, dtype=X.dtype, device=X.device)
-    chunks = _row_chunks(n, K)
+    f = torch.empty(X.shape[0], dtype=X.dtype, device=X.device)
+    chunks = _row_chunks(X.shape[0], centers.shape[-2])
     best = None
-    for c0 in centers:
-        reg = _initial_reg(X, x2, c0, reg_rel)
-        labels.fill_(-1)
-        c, n_iter, _, g = _one_run(X, c0, reg, log_w, max_iter, tol, M, labels)
+    for c, reg, n_iter, _, g, x2, M in _runs(X, centers, reg_rel, log_w, max_iter, tol):
         _costs_into(M, X, c, reg)
         af, mass, _, _ = _semi_dual_pass(M, log_w + g, None, f, chunks)
         cost = float(reg * (af + (mass * g).sum()) + x2.mean())
