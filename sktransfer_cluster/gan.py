@@ -26,7 +26,6 @@ __all__ = [
     "generator_step",
     "mean_entropy",
     "set_requires_grad",
-    "standardization",
 ]
 
 
@@ -94,25 +93,6 @@ def build_networks(n_features, n_clusters, noise_dim, *, architecture="mlp", hid
     if classifier == "linear":
         nets[2] = torch.nn.Linear(n_features, n_clusters)
     return tuple(init_module(m, generator) for m in nets)
-
-
-def standardization(X):
-    """Per-feature centre and one global scale of ``X`` (2-D ndarray).
-
-    The scale is the root mean square of the centred entries (1 when they are
-    all 0): one scale for every feature keeps the geometry of the data. Both
-    are computed in float64 with the entries first divided by their largest
-    magnitude, so squaring cannot overflow (float32 data of magnitude 1e20
-    would overflow float32 squares). Returns a float64 ndarray and a float.
-    """
-    X = np.asarray(X, dtype=np.float64)
-    shift = X.mean(axis=0)
-    centred = X - shift
-    peak = float(np.abs(centred).max()) if centred.size else 0.0
-    if not np.isfinite(peak) or peak == 0.0:
-        return shift, 1.0
-    scale = peak * float(np.sqrt(((centred / peak) ** 2).mean()))
-    return shift, scale if scale > 0 else 1.0
 
 
 def draw_ids(n, n_clusters, prior=None, generator=None, device=None):

@@ -37,10 +37,9 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
 from ..base import (COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_image_shape, chunked,
-                    compact_labels, make_generators)
+                    compact_labels, input_affine, make_generators)
 from ..gan import (build_networks, classifier_step, critic_step, default_eta_step,
-                   draw_ids, eta_schedule, generator_step, latent, mean_entropy, set_requires_grad,
-                   standardization)
+                   draw_ids, eta_schedule, generator_step, latent, mean_entropy, set_requires_grad)
 
 __all__ = ["PreciseFeatureGAN", "PAPER_PARAMS", "eta_schedule"]
 
@@ -492,7 +491,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             w = np.asarray(self.cluster_weights, dtype=np.float64).ravel()
             self.weights_ = w / w.sum()
         self._betas = tuple(float(b) for b in self.betas)
-        shift, scale = standardization(X) if self.standardize else (np.zeros(X.shape[1]), 1.0)
+        shift, scale = input_affine(X) if self.standardize else (np.zeros(X.shape[1]), 1.0)
         self._shift, self._scale = np.asarray(shift, dtype=np.float64), float(scale)
         nets = build_networks(
             X.shape[1], k, self.noise_dim, architecture=self.architecture, hidden_dims=self.hidden_dims,
