@@ -17,7 +17,7 @@ divides ``n_iter`` by 4), beside ``KMeans(n_init=10)`` in the same run; times ar
 * ``mnist`` (opt-in): MNIST-5k (``load_mnist_5k``), K = 10, at the defaults (MLP) and
   with ``architecture="conv", image_shape=(28, 28)``, otherwise defaults; ``--mnist-iter``
   sets ``n_iter`` of both (default: the estimator's). Goal (conv): median ACC >= 0.70 in
-  <= 30 CPU-minutes per fit. About 1 CPU-second per conv generator step.
+  <= 30 CPU-minutes per fit. About 0.2 CPU-second per conv generator step (one thread).
 * ``speed``: generator steps per second at the defaults on the ring and the digits, with
   the estimator's one training thread and with two (the cap bypassed), each alone and
   beside a busy process.
@@ -332,32 +332,38 @@ def plot(payload, path):
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    sections = [s for s in ("digits", "transfer") if s in payload]
-    if not sections:
+    # One row of panels per (section, configuration) with curves: MNIST-5k has two configurations.
+    panels = [(sec, sec, payload[sec]["gan"], payload[sec]["summary"]["KMeans(n_init=10)" if sec == "digits"
+                                                                      else "KMeans(n_init=10) on the target"],
+               payload[sec]["real_nn_distance"]) for sec in ("digits", "transfer") if sec in payload]
+    if "mnist" in payload:
+        for name, runs in payload["mnist"]["runs"].items():
+            label = "MNIST-5k conv" if "conv" in name else "MNIST-5k MLP"
+            panels.append((label, "mnist", runs, payload["mnist"]["summary"]["KMeans(n_init=10)"],
+                           payload["mnist"]["real_nn_distance"]))
+    if not panels:
         return False
     keys = [("wasserstein", "critic W estimate"), ("fake_accuracy", "fake accuracy"),
             ("knn_fake_to_real", "kNN distance fake -> real"), ("acc", "ACC of argmax C (solid), nearest G point (dotted)")]
-    fig, axes = plt.subplots(len(sections), len(keys), figsize=(16, 3.2 * len(sections)), squeeze=False)
-    for row, sec in zip(axes, sections):
+    fig, axes = plt.subplots(len(panels), len(keys), figsize=(16, 3.2 * len(panels)), squeeze=False)
+    for row, (title_sec, sec, runs, km_summary, real_nn) in zip(axes, panels):
         for ax, (key, title) in zip(row, keys):
-            for i, run in enumerate(payload[sec]["gan"]):
+            for i, run in enumerate(runs):
                 curve = run["curve"]
                 fit_steps = max((c["step"] for c in curve if c["phase"] == "fit"), default=0)
                 xs = [c["step"] + (fit_steps if c["phase"] == "transfer" else 0) for c in curve]
                 ax.plot(xs, [c[key] for c in curve], marker=".", label=f"seed {i}")
             if key == "knn_fake_to_real":
-                ax.axhline(payload[sec]["real_nn_distance"], color="0.5", ls="--", label="real -> real")
+                ax.axhline(real_nn, color="0.5", ls="--", label="real -> real")
             if key == "acc":
-                for i, run in enumerate(payload[sec]["gan"]):
+                for i, run in enumerate(runs):
                     curve = run["curve"]
                     fit_steps = max((c["step"] for c in curve if c["phase"] == "fit"), default=0)
                     xs = [c["step"] + (fit_steps if c["phase"] == "transfer" else 0) for c in curve]
                     ax.plot(xs, [c["nearest_point_acc"] for c in curve], ls=":", color=f"C{i}",
                             label=f"seed {i}: nearest G point")
-                ax.axhline(payload[sec]["summary"]["KMeans(n_init=10)" if sec == "digits"
-                                                   else "KMeans(n_init=10) on the target"]["acc"]["median"],
-                           color="k", ls="--", label="KMeans")
-            ax.set_title(f"{sec}: {title}")
+                ax.axhline(km_summary["acc"]["median"], color="k", ls="--", label="KMeans")
+            ax.set_title(f"{title_sec}: {title}")
             ax.set_xlabel("generator step")
         row[-1].legend(fontsize=7)
     fig.tight_layout()

@@ -116,10 +116,14 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     image_shape : tuple of int, default=None
         ``(h, w)`` or ``(c, h, w)`` of the images for ``architecture="conv"``;
         rows of ``X`` are the flattened images (channel-major).
-    conv_channels : tuple of int, default=(32, 64)
+    conv_channels : tuple of int, default=(16, 32)
         Channels of the convolutions of ``D`` (and of ``C`` with
         ``classifier="network"``; each halves the resolution, rounding up),
-        mirrored by ``G``'s transposed convolutions.
+        mirrored by ``G``'s transposed convolutions. The critic's gradient
+        penalty (a double backward through the convolutions) dominates a
+        step, and its cost grows with the square of the widths: on 28x28
+        images at one CPU thread a generator step costs about 0.2 s with
+        ``(16, 32)`` and 0.8 s with ``(32, 64)``.
     classifier : {"auto", "linear", "network"}, default="auto"
         The classifier ``C``: ``"linear"`` is one linear layer on the
         (standardised) input, i.e. softmax regression; ``"network"`` has the
@@ -308,7 +312,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         architecture="mlp",
         hidden_dims=(64, 64),
         image_shape=None,
-        conv_channels=(32, 64),
+        conv_channels=(16, 32),
         classifier="auto",
         n_iter=2000,
         n_critic=5,
@@ -398,8 +402,17 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
                       zero_noise=zero_noise)
 
     def _fake(self, n, torch_gen):
+        """``n`` generated rows and their ids, drawn from the prior.
+
+        With ``noise_dim=0``, ``G`` has only ``n_clusters`` distinct inputs: it is
+        applied to those and its rows indexed by the ids (the same values and
+        gradients as ``G`` over all ``n`` rows, at a fraction of the cost).
+        """
         prior = None if self._uniform else self.weights_
         ids = draw_ids(n, self.n_clusters, prior, torch_gen, self.device_)
+        if self.noise_dim == 0:
+            every = torch.arange(self.n_clusters, device=self.device_)
+            return self.generator_(self._latent(every, None))[ids], ids
         return self.generator_(self._latent(ids, torch_gen)), ids
 
     def _classifier_kind(self, X):
