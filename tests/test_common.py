@@ -103,8 +103,17 @@ EXPECTED_FAILED = {}
 _NO_Y = "sklearn calls fit(X) without y; this estimator learns from labelled sources and requires y"
 
 
+_FLOAT32_TRANSFORM = (
+    "transform embeds with a float32 network: a row's output changes in its last bits (about 1e-7 "
+    "relative, the check's tolerance) with the rows BLAS computes beside it; labels do not "
+    "(test_predict_is_the_same_for_a_row_alone_or_in_a_batch)"
+)
+
+
 def _expected_failed_checks(est):
     failed = dict(EXPECTED_FAILED.get(type(est), {}))
+    if hasattr(est, "transform") and est._cpu_dtype == torch.float32:
+        failed["check_methods_subset_invariance"] = _FLOAT32_TRANSFORM
     if _requires_y(est):
         failed.update({"check_clustering": _NO_Y, "check_clustering(readonly_memmap=True)": _NO_Y})
     return failed
@@ -141,6 +150,14 @@ def test_same_random_state_gives_identical_labels(estimator, data):
     np.testing.assert_array_equal(a.labels_, b.labels_)
     np.testing.assert_array_equal(a.predict(Xt), b.predict(Xt))
     np.testing.assert_array_equal(a.transfer(Xt), b.transfer(Xt))
+
+
+def test_predict_is_the_same_for_a_row_alone_or_in_a_batch(estimator, data):
+    X, y, Xt, _ = data
+    est = _fit(estimator, X, y)
+    batch = est.predict(Xt)
+    alone = np.concatenate([est.predict(Xt[i : i + 2]) for i in range(0, Xt.shape[0], 2)])
+    np.testing.assert_array_equal(alone, batch)
 
 
 def test_pickle_and_joblib_round_trips_keep_predictions(estimator, data, tmp_path):

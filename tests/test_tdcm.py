@@ -120,7 +120,7 @@ def test_embedding_dim_smaller_than_n_clusters_is_a_clear_error(blobs):
 def test_nan_loss_raises_floating_point_error_suggesting_lower_learning_rate(blobs):
     X, _ = blobs
     with pytest.raises(FloatingPointError, match=r"epoch 0 of \d+; lower learning_rate"):
-        TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "learning_rate": 1e300}).fit(X * 1e150)
+        TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "learning_rate": 1e30}).fit(X)
 
 
 def test_predict_does_not_adapt_to_the_batch(blobs):
@@ -274,13 +274,13 @@ def test_scalar_embedding_norm_centres_and_scales_all_dimensions_by_one_number(b
     with torch.no_grad():
         raw = model.encoder_[0](model._tensor(X))  # the encoder sees the normalised input
     Z = model.transform(X)
-    np.testing.assert_allclose(Z.mean(0), 0.0, atol=1e-10)
+    np.testing.assert_allclose(Z.mean(0), 0.0, atol=1e-6)  # float32 network
     np.testing.assert_allclose(Z.var(0).mean(), 1.0, rtol=1e-4)  # up to batch norm's eps
     # One common scale: the embedding is the centred raw codes times a single number,
     # so pairwise distances keep their ratios (a per-dimension batch norm would not).
     centred = (raw - raw.mean(0)).numpy()
     scale = Z[:, 0] @ centred[:, 0] / (centred[:, 0] @ centred[:, 0])
-    np.testing.assert_allclose(Z, scale * centred, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(Z, scale * centred, rtol=1e-5, atol=1e-6)
 
 
 def test_adapt_n_init_keeps_the_lowest_final_objective_and_leaves_training_unchanged(blobs):
@@ -455,7 +455,7 @@ def test_a_kept_interrupt_stops_the_remaining_n_init_runs(blobs, monkeypatch):
 # ---------------------------------------------------------- adaptation and score
 
 
-def test_norm_statistics_and_embeddings_are_exact_whatever_the_chunk_size(blobs, monkeypatch):
+def test_norm_statistics_and_embeddings_do_not_depend_on_the_chunk_size(blobs, monkeypatch):
     X, _ = blobs
     model = TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "hidden_dims": ()}).fit(X)
     X = model._smoothed(X, model._input_projection())  # the rows as fit clusters them
@@ -463,13 +463,15 @@ def test_norm_statistics_and_embeddings_are_exact_whatever_the_chunk_size(blobs,
     mean, var, Z = norm.running_mean.clone(), norm.running_var.clone(), model.transform(X)
     with torch.no_grad():
         raw = model.encoder_[0](model._tensor(X))  # the encoder sees the normalised input
-    torch.testing.assert_close(mean, raw.mean(0), rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(var, raw.var(0, unbiased=False), rtol=1e-10, atol=1e-12)
+    # Exact up to float32 rounding: the statistics are accumulated in float64 over the chunks.
+    torch.testing.assert_close(mean, raw.mean(0), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(var, raw.var(0, unbiased=False), rtol=1e-6, atol=1e-6)
     monkeypatch.setattr(tdcm, "chunked", lambda fn, X: chunked(fn, X, chunk_size=7))
     model._set_norm_stats(X)
-    torch.testing.assert_close(norm.running_mean, mean, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(norm.running_var, var, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(model._embed_all(X).numpy(), Z, rtol=1e-12, atol=1e-12)
+    # Chunks change only float32 rounding in the rows' codes (BLAS blocking).
+    torch.testing.assert_close(norm.running_mean, mean, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(norm.running_var, var, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(model._embed_all(X).numpy(), Z, rtol=1e-5, atol=1e-6)
 
 
 def test_labels_are_compacted_in_output_order_and_centroids_follow_them(blobs, monkeypatch):
@@ -556,7 +558,7 @@ def test_a_narrow_linear_encoder_sees_the_top_principal_axes_of_the_source():
     assert isinstance(proj, tdcm.attention.InputProjection)
     P = proj.components.numpy()
     assert P.shape == (12, 784)
-    np.testing.assert_allclose(P @ P.T, np.eye(12), atol=1e-10)
+    np.testing.assert_allclose(P @ P.T, np.eye(12), atol=1e-6)  # float32 weights
     # Same subspace as the top 12 right singular vectors of the centred source.
     V = np.linalg.svd(X - X.mean(0), full_matrices=False)[2][:12]
     np.testing.assert_allclose(P.T @ P, V.T @ V, atol=1e-6)

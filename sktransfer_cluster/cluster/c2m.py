@@ -282,6 +282,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
     _requires_y = True
     _width_params = ("gae_dims", "critic_dims")
+    _cpu_dtype = torch.float32
 
     _parameter_constraints = {
         "max_clusters": [Interval(Integral, 1, None, closed="left")],

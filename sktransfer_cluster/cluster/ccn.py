@@ -32,7 +32,7 @@ from ..base import (
     minibatches,
 )
 from ..metrics import n_dominant_clusters
-from ..nn import SimilarityEnsemble, init_module, knn_indices
+from ..nn import SimilarityEnsemble, fold_batch_norm, init_module, knn_indices
 
 __all__ = ["CCNCluster", "PAPER_PARAMS"]
 
@@ -202,6 +202,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     _requires_y = True
     _width_params = ("hidden_dims", "similarity_hidden_dims", "conv_channels")
     _input_normalization = "affine"
+    _cpu_dtype = torch.float32
 
     _parameter_constraints = {
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
@@ -447,7 +448,9 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         whose most probable output is a minor one goes to its most probable
         dominant output, so the labels have as many clusters as estimated.
         """
-        logits = chunked(f, Xt)
+        # Inference only from here on: batch norm folded into the Linear layers.
+        self._inference_net = fold_batch_norm(f)
+        logits = chunked(self._inference_net, Xt)
         out = logits.argmax(1).cpu().numpy()
         self.n_dominant_clusters_ = n_dominant_clusters(out, n_clusters=self.n_clusters)
         if self.estimate_n_clusters:
@@ -558,7 +561,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         return self._tensor(Xs), torch.as_tensor(codes.astype(np.int64), device=self.device_)
 
     def _predict(self, X):
-        logits = self.clustering_net_(self._tensor(X))
+        logits = self._inference_net(self._tensor(X))
         # Most probable *used* output: returns labels 0 .. len(cluster_outputs_) - 1 only.
         return logits[:, self._outputs].argmax(1).cpu().numpy()
 

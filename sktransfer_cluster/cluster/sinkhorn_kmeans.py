@@ -212,6 +212,11 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         # at large offsets); the autoencoder needs unit-scale input.
         return "centre" if self.embedding is None else "affine"
 
+    @property
+    def _cpu_dtype(self):
+        # The autoencoder is matmul-bound (float32 twice as fast); plain OT k-means keeps float64.
+        return torch.float64 if self.embedding is None else torch.float32
+
     def __init__(
         self,
         n_clusters=8,
@@ -342,13 +347,17 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         The kept run's plan at its final centres is checked to ``_CHECK_TOL``
         (warm-started, usually no extra pass); a ``ConvergenceWarning`` names
         ``what`` if that fails. The check only reports: centres, labels and
-        ``reg_`` do not depend on it.
+        ``reg_`` do not depend on it. On the CPU the solver works in float64
+        whatever ``Z``'s dtype (the autoencoder's codes are float32): its marginals
+        and Newton systems need it, and the codes are narrow.
         """
+        work = torch.float64 if Z.device.type == "cpu" else Z.dtype
         with self._progress(1, f"OT-Lloyd ({init_centers.shape[0]} start(s))") as bar:
             cost, centers, reg, n_iter, check = lloyd.ot_lloyd_best(
-                Z, init_centers, self.epsilon, self._log_weights(), self.max_iter, self._abs_tol(Z),
-                check_tol=_CHECK_TOL, check_max_iter=_CHECK_MAX_ITER,
+                Z.to(work), init_centers.to(work), self.epsilon, self._log_weights(), self.max_iter,
+                self._abs_tol(Z), check_tol=_CHECK_TOL, check_max_iter=_CHECK_MAX_ITER,
             )
+            centers = centers.to(Z.dtype)
             self._tick(bar, cost=float(cost), iterations=float(n_iter))
         # stacklevel 5: the user's call of fit/transfer (> _fit/_transfer > _lloyd > here).
         self._warn_not_converged(check, what, _CHECK_TOL, _CHECK_MAX_ITER, stacklevel=5)
@@ -510,7 +519,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         """
         X = self._fitted_input(X)
         return self._chunked(
-            lambda xc: squared_distances(self._embed(xc), self._centers).sqrt().cpu().numpy(), X
+            lambda xc: squared_distances(self._embed(xc), self._centers).sqrt().cpu().numpy(), X, dtype=np.float64
         )
 
     def transport_plan(self, X):

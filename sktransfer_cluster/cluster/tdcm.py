@@ -236,6 +236,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
 
     _width_params = ("hidden_dims",)
     _input_normalization = "affine"
+    _cpu_dtype = torch.float32
 
     _parameter_constraints = {
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
@@ -544,7 +545,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         Z : ndarray of shape (n_samples, embedding_dim_)
         """
         X = self._fitted_input(X)
-        return self._chunked(lambda xc: self._embed(xc).cpu().numpy(), X)
+        return self._chunked(lambda xc: self._embed(xc).cpu().numpy(), X, dtype=np.float64)
 
     def score(self, X, y=None):
         """Minus the within-cluster sum of squares of the partition :meth:`predict` gives ``X``.
