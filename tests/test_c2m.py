@@ -172,8 +172,8 @@ def _population_scores(est, Xs, W, chunk_elements=2**22, **critic_kwargs):
 def test_estimator_scores_a_cem_population_as_one_by_one():
     est = C2MCluster(**FAST).fit(*make_blobs(60, centers=3, random_state=0))
     gen = torch.Generator().manual_seed(7)
-    Xs = torch.randn(50, 2, generator=gen, dtype=torch.float32)
-    W = torch.randn(9, n_mlp_params(2, est.cem_hidden, est.max_clusters), generator=gen, dtype=torch.float32)
+    Xs = torch.randn(50, 2, generator=gen, dtype=est._dtype())
+    W = torch.randn(9, n_mlp_params(2, est.cem_hidden, est.max_clusters), generator=gen, dtype=est._dtype())
     with torch.no_grad():
         batched = _population_scores(est, Xs, W)
         chunked = _population_scores(est, Xs, W, chunk_elements=2 * 50 * 16)  # chunks of 2 MLPs
@@ -278,8 +278,8 @@ def test_neighbour_critic_is_invariant_to_renaming_and_scores_a_population_as_on
     assert est.labels_.shape == (60,)
     assert est.score(X, y) == est.score(X, (y + 1) * 10)
     gen = torch.Generator().manual_seed(7)
-    Xs = torch.randn(50, 2, generator=gen, dtype=torch.float32)
-    W = torch.randn(9, n_mlp_params(2, est.cem_hidden, est.max_clusters), generator=gen, dtype=torch.float32)
+    Xs = torch.randn(50, 2, generator=gen, dtype=est._dtype())
+    W = torch.randn(9, n_mlp_params(2, est.cem_hidden, est.max_clusters), generator=gen, dtype=est._dtype())
     kw = est._neighbour_kwargs(est.critic_, Xs)
     with torch.no_grad():
         batched = _population_scores(est, Xs, W, **kw)
@@ -536,7 +536,7 @@ def test_labels_are_the_used_mlp_outputs_in_increasing_order():
     X, y = make_blobs(120, centers=4, random_state=2)
     est = C2MCluster(**FAST).fit(X, y)
     labels = est.transfer(X)
-    Xs = ((torch.as_tensor(X) - torch.as_tensor(est.input_mean_)) / est.input_scale_).float()
+    Xs = ((torch.as_tensor(X) - torch.as_tensor(est.input_mean_)) / est.input_scale_).to(est._dtype())
     H = graph.mlp_inputs(Xs, est._mlp_ref)
     raw = graph.mlp_labels(torch.as_tensor(est.cem_weights_), H, est.cem_hidden, est.max_clusters).numpy()
     expected, used = compact_labels(raw, est.max_clusters)
@@ -549,7 +549,7 @@ def test_labels_are_the_used_mlp_outputs_in_increasing_order():
 def test_row_chunks_do_not_change_the_mlp_inputs_or_labels(monkeypatch):
     X, y = make_blobs(150, centers=3, random_state=0)
     est = C2MCluster(**{**FAST, "spectral_features": 2}).fit(X, y)
-    Xs = torch.as_tensor(make_blobs(50, centers=3, random_state=1)[0], dtype=torch.float32)
+    Xs = torch.as_tensor(make_blobs(50, centers=3, random_state=1)[0], dtype=est._dtype())
     W = torch.as_tensor(est.cem_weights_)
     whole_inputs = graph.mlp_inputs(Xs, est._mlp_ref)
     whole_labels = graph.mlp_labels(W, whole_inputs, est.cem_hidden, est.max_clusters)

@@ -282,7 +282,8 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
     _requires_y = True
     _width_params = ("gae_dims", "critic_dims")
-    _cpu_dtype = torch.float32
+    # float64 on the CPU: in float32 the critic's scores of one cluster and of the right
+    # clustering came within rounding on digits (seed 0 chose one cluster), for 1.3x speed.
 
     _parameter_constraints = {
         "max_clusters": [Interval(Integral, 1, None, closed="left")],
