@@ -794,9 +794,14 @@ class TransferClusterMixin(ABC):
         affine = getattr(self, "_input_affine", None)
         if affine is None:
             return torch.as_tensor(X, dtype=self._dtype(), device=self.device_)
-        shift, scale = affine
-        t = (torch.as_tensor(X, dtype=torch.float64) - torch.from_numpy(shift)) / scale
-        return t.to(dtype=self._dtype(), device=self.device_)
+        shift, scale = torch.from_numpy(affine[0]), affine[1]
+        # Row chunks into one buffer: peak memory is X, the result and one float64 chunk.
+        out = torch.empty(X.shape, dtype=self._dtype(), device=self.device_)
+        step = chunk_rows(X.shape[1])
+        for start in range(0, X.shape[0], step):
+            rows = torch.as_tensor(X[start : start + step], dtype=torch.float64)
+            out[start : start + step] = ((rows - shift) / scale).to(out.device)
+        return out
 
     # --------------------------------------------------------------- protocol
     def fit_predict(self, X, y=None, **fit_params):
