@@ -469,3 +469,63 @@ def test_transfer_iter_defaults_to_the_parameter(blobs):
     model.set_params(transfer_iter=None, n_iter=8)
     model.transfer(blobs[0])
     assert model.n_iter_ == 2  # n_iter // 4
+
+
+def test_transfer_trains_a_fresh_linear_classifier_in_the_span_of_the_generated_points(blobs):
+    # After transfer the linear C restarts from zero weights and follows plain gradient descent
+    # on G's final samples, so its weights hold no direction the generated points do not span
+    # (none left from the source), and it tells G's points apart.
+    X, _ = blobs
+    X_source = np.hstack([X, np.zeros((X.shape[0], 6))])
+    X_target = X_source.copy()
+    X_target[:, 4:] += np.random.default_rng(0).normal(size=(1, 6)) * 3.0  # directions the source never had
+    model = PreciseFeatureGAN(n_clusters=3, random_state=0, **TINY).fit(X_source)
+    assert isinstance(model.classifier_, torch.nn.Linear)
+    model.transfer(X_target, transfer_iter=60)
+    with torch.no_grad():
+        points = model.generator_(model._latent(torch.arange(3), None))
+        assert (model.classifier_(points).argmax(1) == torch.arange(3)).all()
+    basis = torch.linalg.qr(points.T.double())[0]  # orthonormal basis of span{G(y)}
+    W = model.classifier_.weight.detach().double()
+    outside = W - (W @ basis) @ basis.T
+    assert float(outside.norm()) < 1e-4 * float(W.norm())
+
+
+def test_transfer_keeps_the_fine_tuned_network_classifier():
+    # Only a linear C is re-fitted after transfer; a network C (2 features < 8 - 1) keeps the
+    # weights transfer's own classifier steps left.
+    X, _ = make_gaussian_ring(n_samples=200, random_state=0)
+    model = PreciseFeatureGAN(n_clusters=8, random_state=0, **TINY).fit(X)
+    assert not isinstance(model.classifier_, torch.nn.Linear)
+    seen, refit = {}, model._refit_classifier
+
+    def spy(n_steps, torch_gen):
+        seen.update(copy.deepcopy(model.classifier_.state_dict()))
+        return refit(n_steps, torch_gen)
+
+    model._refit_classifier = spy
+    model.transfer(X + 0.05, transfer_iter=3)
+    assert seen
+    for key, value in seen.items():
+        assert torch.equal(model.classifier_.state_dict()[key], value)
+
+
+def test_noise_free_generator_is_run_on_the_distinct_ids_only(tiny_model):
+    # noise_dim=0: G sees n_clusters distinct inputs; _fake indexes their rows by the drawn ids,
+    # which must equal G applied to every row.
+    model = copy.deepcopy(tiny_model)
+    calls = []
+    model.generator_.register_forward_hook(lambda m, inp, out: calls.append(inp[0].shape[0]))
+    fake, ids = model._fake(50, torch.Generator().manual_seed(0))
+    assert calls == [3]
+    with torch.no_grad():
+        full = model.generator_(model._latent(ids, None))
+    torch.testing.assert_close(fake.detach(), full)
+
+
+def test_default_conv_channels_are_16_and_32():
+    model = PreciseFeatureGAN(n_clusters=2, architecture="conv", image_shape=(28, 28), n_iter=1,
+                              n_critic=1, batch_size=4, device="cpu", random_state=0)
+    model.fit(np.random.default_rng(0).random((8, 784)))
+    widths = [m.out_channels for m in model.critic_.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert widths == [16, 32]

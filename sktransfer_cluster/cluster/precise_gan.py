@@ -93,7 +93,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     ``eta_t = eta * eta_gamma ** floor(t / eta_step)``. Ids ``y`` are drawn from
     the cluster prior (uniform by default). A point's cluster is ``argmax C(x)``.
     :meth:`transfer` fine-tunes the three networks from their source weights on
-    the target.
+    the target, then trains a linear ``C`` afresh on the final generator's samples.
 
     Parameters
     ----------
@@ -257,8 +257,12 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     ``predict`` never adapts: it applies the current ``C``, so a row's label
     does not depend on the other rows. ``transfer`` fine-tunes ``D``, ``C`` and
     ``G`` from their current weights on the target (fresh Adam states, the same
-    staircase restarted, the source's standardisation kept) and recomputes
-    ``cluster_ids_`` on the target.
+    staircase restarted, the source's standardisation kept), then trains a
+    linear ``C`` afresh from zero weights (``n_classifier`` steps per transfer
+    step, on the final ``G``'s samples), and recomputes ``cluster_ids_`` on the
+    target. The fine-tuned ``C`` itself classifies the moving generated
+    samples without error long before its boundaries have left the source's,
+    so labels from it lag the generator.
 
     Examples
     --------
@@ -522,8 +526,10 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     def transfer(self, X, *, transfer_iter=None):
         """Cluster an unlabelled target by fine-tuning the GAN from its source weights.
 
-        Critic, classifier and generator continue training on ``X``; afterwards
-        ``labels_`` holds the target's labels and ``predict`` serves the target.
+        Critic, classifier and generator continue training on ``X``, then a
+        linear classifier is trained afresh on the final generator's samples;
+        afterwards ``labels_`` holds the target's labels and ``predict`` serves
+        the target.
 
         Parameters
         ----------
@@ -549,7 +555,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         return super().transfer(X, transfer_iter=transfer_iter)
 
     def _transfer(self, X, transfer_iter=None):
-        """Fine-tune ``D``, ``C`` and ``G`` from their current weights on the target ``X``.
+        """Fine-tune ``D``, ``C`` and ``G`` from their current weights on the target ``X``, then re-fit a linear ``C``.
 
         ``transfer_iter`` generator steps; None is the ``transfer_iter``
         parameter (None there is ``max(1, n_iter // 4)``).
@@ -562,7 +568,37 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         Xt = self._prep(X)
         with _one_thread(self.device_):
             self._train(Xt, int(transfer_iter), torch_gen, "transfer")
+            self._refit_classifier(self.n_classifier * int(transfer_iter), torch_gen)
         return self._assign(Xt)
+
+    def _refit_classifier(self, n_steps, torch_gen):
+        """Train a linear ``C`` afresh for ``n_steps`` cross-entropy steps on the final generator's samples.
+
+        At the end of :meth:`transfer`, the fine-tuned ``C`` still carries its
+        source weights: while it classifies the moving generated samples
+        without error its loss is near zero, so its boundaries stay where the
+        source put them and the generator's points move within them instead.
+        The linear ``C`` restarts from zero weights with plain gradient descent
+        (step ``1 / (1 + mean squared norm)`` of the first minibatch), which
+        keeps its weights in the span of the generated samples. A network
+        ``C`` (``classifier="network"``) keeps its fine-tuned weights: from a
+        fresh initialisation a few hundred Adam steps did not always separate
+        the generated points again.
+        """
+        C, bs = self.classifier_, int(self.batch_size)
+        if not isinstance(C, torch.nn.Linear):
+            return
+        with torch.no_grad():
+            fake, ids = self._fake(bs, torch_gen)
+            C.weight.zero_()
+            C.bias.zero_()
+        lr = 1.0 / (1.0 + float(fake.reshape(bs, -1).pow(2).sum(1).mean()))
+        opt = torch.optim.SGD(C.parameters(), lr=lr)
+        for step in range(n_steps):
+            if step:
+                with torch.no_grad():
+                    fake, ids = self._fake(bs, torch_gen)
+            classifier_step(C, opt, fake, ids)
 
     def _log_proba(self, X):
         """Log-posterior over the used ids (the labels), rows of standardised ``X``."""
