@@ -655,3 +655,31 @@ def test_paper_params_build_the_papers_model_and_fit_on_tiny_data(blobs):
     assert not any(isinstance(m, tdcm.attention.InputProjection) for m in model.encoder_.modules())
     assert sum(isinstance(m, torch.nn.Linear) for m in model.encoder_.modules()) == 3
     assert model.transfer(X + 1.0).shape == (120,)
+
+
+def _block_labels(model, X):
+    """predict's labels computed the unfolded way: encoder, then the last block's scores."""
+    return model._chunked(model._predict, model._fitted_input(X), dtype=np.int64)
+
+
+def test_predict_with_the_default_affine_encoder_is_one_linear_map_with_the_blocks_labels():
+    X, _ = make_blobs(n_samples=600, centers=4, n_features=12, cluster_std=0.5, random_state=1)
+    model = TDCMCluster(4, max_epochs=3, random_state=0, device="cpu").fit(X)
+    assert model._linear_predictor() is not None  # default: affine encoder, PSD score
+    W, b = model._linear_predictor()
+    assert W.shape == (12, 4) and b.shape == (4,)
+    Xn, _ = make_blobs(n_samples=300, centers=4, n_features=12, cluster_std=0.5, random_state=1)
+    np.testing.assert_array_equal(model.predict(Xn), _block_labels(model, Xn))
+    np.testing.assert_array_equal(model.predict(X), model.labels_)
+
+
+def test_predict_falls_back_to_the_blocks_for_a_nonlinear_encoder_or_an_indefinite_score(blobs):
+    X, _ = blobs
+    mlp = TDCMCluster(3, random_state=0, **FAST).fit(X)
+    assert mlp._affine_encoder() is None and mlp._linear_predictor() is None
+    np.testing.assert_array_equal(mlp.predict(X), _block_labels(mlp, X))
+    model = TDCMCluster(3, max_epochs=3, random_state=0, device="cpu").fit(X)
+    with torch.no_grad():  # W_Q = -W_K: S negative definite, every score clipped by the ReLU
+        model.blocks_[-1].A_q.copy_(-model.blocks_[-1].A_k)
+    assert model._linear_predictor() is None
+    np.testing.assert_array_equal(model.predict(X), _block_labels(model, X))

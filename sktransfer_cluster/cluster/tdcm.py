@@ -23,6 +23,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Cluster
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import attention
+from ..nn import CentroidUpdateBlock
 from ..base import (
     COMMON_PARAMETER_CONSTRAINTS,
     TransferClusterMixin,
@@ -533,6 +534,79 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
     def _predict(self, X):
         return self._assign(self._embed(X), self._centroids)
 
+    @torch.no_grad()
+    def _affine_encoder(self):
+        """The eval-mode encoder as one map ``x -> x @ A + c`` in float64, or None.
+
+        None when a layer is not affine (an MLP's activations). The default encoder
+        (principal-axis projection, Linear, scalar norm) is affine. ``A`` and ``c``
+        are probed in float64: the encoder's output at 0 and at the unit vectors.
+        """
+        affine = (attention.InputProjection, torch.nn.Linear, torch.nn.BatchNorm1d, torch.nn.Sequential)
+        if any(m.training or not isinstance(m, affine) for m in self.encoder_.modules()):
+            return None
+        enc = copy.deepcopy(self.encoder_).to(torch.float64)
+        d = self.n_features_in_
+        probe = torch.cat([torch.zeros(1, d), torch.eye(d)]).to(device=self.device_, dtype=torch.float64)
+        out = enc(probe)
+        return out[1:] - out[0], out[0]
+
+    @torch.no_grad()
+    def _linear_predictor(self):
+        """``(W, b)`` with ``predict(x) = argmax(x @ W + b)``, or None when that does not hold.
+
+        The last block scores centroid ``j`` by ``-act(q_j) / tau`` with
+        ``q_j = (z - c_j)^T S (z - c_j)``. When ``S`` is positive semi-definite
+        every ``q_j >= 0``, the activation is the identity there, and the argmax
+        is the argmin of ``q_j``, in which ``z^T S z`` is the same for every
+        ``j``: with an affine encoder ``z = x A + c`` the labels are those of one
+        linear map ``x @ (2 A S C^T) + 2 c S C^T - diag(C S C^T)``, the cost of
+        k-means' assignment, instead of the encoder and the ``(n, K)`` quadratic
+        form. Built in float64 and cast to the working dtype.
+        """
+        encoder = self._affine_encoder()
+        block = self.blocks_[-1]
+        if encoder is None or type(block).quadratic is not CentroidUpdateBlock.quadratic:
+            return None
+        A, c = encoder
+        WQ, WK = (w.to(torch.float64) for w in block.matrices())
+        M = WQ.T @ WK
+        S = 0.5 * (M + M.T)
+        if float(torch.linalg.eigvalsh(S).min()) < 0.0:
+            return None
+        C = self._centroids.to(torch.float64)
+        SC = S @ C.T
+        W = 2.0 * A @ SC
+        b = 2.0 * c @ SC - (C * SC.T).sum(1)
+        return W.to(self._dtype()), b.to(self._dtype())
+
+    def predict(self, X):
+        """Assign each sample of ``X`` to the centroid the last block scores highest.
+
+        Never adapts the model to ``X`` (use :meth:`transfer` for that): rows are
+        labelled one by one, in row chunks (bounded memory). With the default
+        affine encoder and a positive semi-definite score (see
+        :meth:`_linear_predictor`) this is one linear map and an argmax per row.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        return self._labels(self._fitted_input(X))
+
+    def _labels(self, X):
+        """:meth:`predict` of validated rows ``X``."""
+        linear = self._linear_predictor()
+        if linear is None:
+            return self._chunked(self._predict, X, dtype=np.int64)
+        W, b = linear
+        return self._chunked(lambda xc: torch.addmm(b, self._tensor(xc), W).argmax(1).cpu().numpy(), X,
+                             dtype=np.int64)
+
     def transform(self, X):
         """Embed ``X`` with the encoder.
 
@@ -572,8 +646,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         score : float
         """
         X = self._fitted_input(X)
-        labels = self._chunked(self._predict, X, dtype=np.int64)
-        return -within_cluster_sum_of_squares(X, labels, self.n_clusters)
+        return -within_cluster_sum_of_squares(X, self._labels(X), self.n_clusters)
 
     def _full_objective(self, X):
         """The training objective on all of ``X`` (blocks streamed), as a float."""
