@@ -418,6 +418,18 @@ def test_semi_dual_newton_gives_the_sinkhorn_plan(seed):
     torch.testing.assert_close(P.sum(1), torch.full((M.shape[0],), 1 / M.shape[0], dtype=M.dtype))  # rows exact
 
 
+@pytest.mark.parametrize("d", [3, 50])  # the moment inside the passes (narrow X) or after them (wide X)
+def test_semi_dual_newton_moment_is_the_plan_times_x(d):
+    from sktransfer_cluster.ot import _semi_dual_newton
+
+    M = _cluster_problem(0)
+    X = torch.as_tensor(np.random.default_rng(1).normal(size=(M.shape[0], d)))
+    log_b = torch.full((4,), -np.log(4.0), dtype=torch.float64)
+    res, _, moment = _semi_dual_newton(M, log_b, None, None, 100, 1e-10, 30.0, X)
+    P = plan_from_potentials(M, res.f, res.g, 1.0, None, log_b)
+    torch.testing.assert_close(moment, (P * M.shape[0]).T @ X, rtol=1e-10, atol=1e-10)
+
+
 def test_semi_dual_newton_converges_where_sinkhorn_stalls():
     """Separated blobs at a tiny reg under a size prior far from the blob sizes."""
     M = _cluster_problem(0, n=60, k=3, reg_rel=1e-4)
