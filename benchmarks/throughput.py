@@ -1,0 +1,299 @@
+"""Predict and training throughput of the neural estimators in float32 and float64, beside
+the machine's measured matmul rate (issue 18, parts 3 and 5).
+
+    python benchmarks/throughput.py [--parts predict train] [--predict-n 1e6]
+        [--train-n 1e4 1e5] [--methods NAME ...] [--quick] [--name NAME]
+
+Everything runs in one process with one thread (``torch.set_num_threads(1)``; start it with
+``OMP_NUM_THREADS=1``); times are process CPU seconds (``time.process_time``).
+
+* **matmul rate**: ``torch.mm`` of two 2,048 x 2,048 matrices in float32 and float64, best of 3:
+  the arithmetic limit the networks are measured against.
+* **predict**: each estimator fitted on 2,000 x 64 blobs at its shortest training (predict's
+  cost does not depend on it), then ``predict`` on ``--predict-n`` x 64 float32 rows, best of 2,
+  beside ``KMeans.predict`` in the same run. The estimators whose working dtype is float32 on the
+  CPU (TDCM, CCN, SinkhornKMeans with the autoencoder) are fitted and timed twice: as shipped and
+  with the class's ``_cpu_dtype`` set back to float64. FLOPs per row come from
+  ``torch.utils.flop_counter.FlopCounterMode`` on a 8,192-row predict (matmuls and
+  convolutions), plus ``2 d n_ref`` for C2M's k-NN distances (``cdist`` is not counted by it).
+* **train**: per-epoch process time of each training phase (read at the epoch boundaries of
+  ``base.TrainingRun.epochs``) at n rows of 64-feature blobs, float32 (as shipped) against
+  float64; samples/s = rows per epoch / seconds per epoch (the GAN: minibatch rows through a
+  network per second, ``batch_size * (n_critic + n_classifier + 1)`` per generator step).
+  FLOPs per epoch are counted in a separate float32 run at n = 2,000 and scaled by n; the
+  fraction of peak is the achieved GFLOP/s over the float32 (or float64) matmul rate.
+
+Writes benchmarks/results/scaling/variants/<name>.{json,md} (default name ``throughput``).
+"""
+
+import argparse
+import contextlib
+import time
+
+import numpy as np
+import torch
+from _common import add_name_argument, fit_source, write
+from sklearn.cluster import KMeans
+from sklearn.datasets import make_blobs
+from torch.utils.flop_counter import FlopCounterMode
+
+import sktransfer_cluster as stc
+from sktransfer_cluster import base
+
+K, D = 10, 64
+
+# Shortest training: predict's cost does not depend on how long the model trained.
+PREDICT_SPECS = {
+    "SinkhornKMeans": lambda: stc.SinkhornKMeans(K, random_state=0, device="cpu"),
+    "SinkhornKMeans-AE": lambda: stc.SinkhornKMeans(
+        K, embedding="autoencoder", pretrain_epochs=1, max_epochs=1, random_state=0, device="cpu"
+    ),
+    "TDCMCluster": lambda: stc.TDCMCluster(K, max_epochs=1, random_state=0, device="cpu"),
+    "CCNCluster": lambda: stc.CCNCluster(K, similarity_epochs=1, clustering_epochs=1, random_state=0, device="cpu"),
+    "PreciseFeatureGAN": lambda: stc.PreciseFeatureGAN(K, n_iter=20, random_state=0, device="cpu"),
+    "C2MCluster": lambda: stc.C2MCluster(max_epochs=1, sets_per_epoch=1, cem_iter=1, random_state=0, device="cpu"),
+}
+
+# Training budgets: epochs (the GAN: generator steps) per phase; only the per-epoch time is used.
+TRAIN_SPECS = {
+    "SinkhornKMeans-AE": lambda e: stc.SinkhornKMeans(
+        K, embedding="autoencoder", pretrain_epochs=e, max_epochs=e, random_state=0, device="cpu"
+    ),
+    "TDCMCluster": lambda e: stc.TDCMCluster(K, max_epochs=e, random_state=0, device="cpu"),
+    "CCNCluster": lambda e: stc.CCNCluster(K, similarity_epochs=e, clustering_epochs=e, random_state=0, device="cpu"),
+    "PreciseFeatureGAN": lambda e: stc.PreciseFeatureGAN(K, n_iter=20 * e, random_state=0, device="cpu"),
+}
+
+# The class attribute that sets each estimator's working dtype on the CPU, and its float64 value.
+_DTYPE_ATTR = {
+    "SinkhornKMeans-AE": (stc.SinkhornKMeans, "_cpu_dtype", property(lambda self: torch.float64)),
+    "TDCMCluster": (stc.TDCMCluster, "_cpu_dtype", torch.float64),
+    "CCNCluster": (stc.CCNCluster, "_cpu_dtype", torch.float64),
+    "PreciseFeatureGAN": (stc.PreciseFeatureGAN, "_dtype", lambda self: torch.float64),
+}
+
+
+@contextlib.contextmanager
+def working_dtype(method, dtype):
+    """The estimator class as shipped (``dtype=None``) or with its CPU working dtype set to float64."""
+    if dtype is None:
+        yield
+        return
+    cls, attr, value = _DTYPE_ATTR[method]
+    old = cls.__dict__[attr]
+    setattr(cls, attr, value)
+    try:
+        yield
+    finally:
+        setattr(cls, attr, old)
+
+
+def shipped_dtype(method):
+    est = PREDICT_SPECS[method]()
+    if method == "PreciseFeatureGAN":
+        return "float32"
+    if method == "SinkhornKMeans-AE" or method == "SinkhornKMeans":
+        return str(type(est)._cpu_dtype.fget(est)).replace("torch.", "")
+    return str(type(est)._cpu_dtype).replace("torch.", "")
+
+
+def best_time(fn, repeat):
+    best, out = np.inf, None
+    for _ in range(repeat):
+        t0 = time.process_time()
+        out = fn()
+        best = min(best, time.process_time() - t0)
+    return best, out
+
+
+def matmul_rates(size=2048):
+    rates = {}
+    for dtype in (torch.float32, torch.float64):
+        a = torch.randn(size, size, dtype=dtype)
+        b = torch.randn(size, size, dtype=dtype)
+        t, _ = best_time(lambda: torch.mm(a, b), 3)
+        rates[str(dtype).replace("torch.", "")] = 2 * size**3 / t / 1e9
+    return rates
+
+
+def fit(est, X, y):
+    return fit_source(est, X, y)
+
+
+def predict_flops_per_row(method, est, X):
+    rows = X[:8192]
+    with FlopCounterMode(display=False) as fc:
+        est.predict(rows)
+    flops = fc.get_total_flops() / rows.shape[0]
+    if method == "C2MCluster" and est._mlp_ref is not None:
+        ref = est._mlp_ref["ref"]
+        flops += 2 * ref.shape[1] * ref.shape[0]  # k-NN distances to the reference rows (cdist)
+    return flops
+
+
+def predict_part(args, rates, methods):
+    n_pred = int(args.predict_n)
+    X, y = make_blobs(n_samples=n_pred, centers=K, n_features=D, random_state=0)
+    X = X.astype(np.float32)
+    Xs, ys = X[:2000], y[:2000]
+    km = KMeans(K, n_init=10, random_state=0).fit(Xs)
+    t_km, _ = best_time(lambda: km.predict(X), 3)
+    rows = [{"method": "KMeans", "dtype": "float32", "predict_s": t_km, "ratio": 1.0,
+             "flops_per_row": 2 * D * K, "gflops": 2 * D * K * n_pred / t_km / 1e9}]
+    print(f"KMeans.predict {t_km:.3f} s", flush=True)
+    for method in methods:
+        if method not in PREDICT_SPECS:
+            continue
+        arms = [None] + (["float64"] if method in _DTYPE_ATTR and method != "PreciseFeatureGAN" else [])
+        for arm in arms:
+            with working_dtype(method, arm):
+                est = fit(PREDICT_SPECS[method](), Xs, ys)
+                est.predict(X[:1000])  # warm-up
+                t, labels = best_time(lambda: est.predict(X), 2)
+                flops = predict_flops_per_row(method, est, X)
+            dtype = arm or shipped_dtype(method)
+            row = {"method": method, "dtype": dtype, "shipped": arm is None, "predict_s": t, "ratio": t / t_km,
+                   "flops_per_row": flops, "gflops": flops * n_pred / t / 1e9}
+            row["fraction_of_mm"] = row["gflops"] / rates[dtype]
+            rows.append(row)
+            print(row, flush=True)
+    return rows
+
+
+class EpochClock:
+    """Process time (and, optionally, counted FLOPs) of every epoch of every training phase."""
+
+    def __init__(self, counter=None):
+        self.records, self.counter = [], counter
+
+    def _now(self):
+        return time.process_time(), (self.counter.get_total_flops() if self.counter is not None else 0)
+
+    @contextlib.contextmanager
+    def installed(self):
+        orig = base.TrainingRun.epochs
+        clock = self
+
+        def epochs(run):
+            t, f = clock._now()
+            for e in orig(run):
+                yield e
+                t2, f2 = clock._now()
+                clock.records.append({"phase": run.phase, "unit": run.unit, "s": t2 - t, "flops": f2 - f})
+                t, f = clock._now()
+
+        base.TrainingRun.epochs = epochs
+        try:
+            yield self
+        finally:
+            base.TrainingRun.epochs = orig
+
+    def per_phase(self):
+        out = {}
+        for r in self.records:
+            out.setdefault(r["phase"], []).append(r)
+        return out
+
+
+def rows_per_epoch(method, est, n):
+    if method == "PreciseFeatureGAN":
+        return est.batch_size * (est.n_critic + est.n_classifier + 1)
+    return n
+
+
+def train_part(args, rates, methods):
+    rows = []
+    n_flops = 2000
+    for n in [int(v) for v in args.train_n]:
+        X, y = make_blobs(n_samples=n, centers=K, n_features=D, random_state=0)
+        X = X.astype(np.float32)
+        for method in methods:
+            if method not in TRAIN_SPECS:
+                continue
+            # FLOPs per row of each phase's epoch, counted on a small float32 run.
+            Xf, yf = X[:n_flops], y[:n_flops]
+            with FlopCounterMode(display=False) as fc, EpochClock(fc).installed() as clock:
+                est = fit(TRAIN_SPECS[method](1), Xf, yf)
+            flops_row = {p: float(np.median([r["flops"] for r in recs])) / rows_per_epoch(method, est, n_flops)
+                         for p, recs in clock.per_phase().items()}
+            epochs = 2 if n <= 10_000 else 1
+            for arm in (None, "float64"):
+                with working_dtype(method, arm), EpochClock().installed() as clock:
+                    t0 = time.process_time()
+                    est = fit(TRAIN_SPECS[method](epochs), X, y)
+                    total = time.process_time() - t0
+                dtype = arm or "float32"
+                for phase, recs in clock.per_phase().items():
+                    s = float(np.median([r["s"] for r in recs]))
+                    per = rows_per_epoch(method, est, n)
+                    fl = flops_row.get(phase, np.nan)
+                    row = {"method": method, "n": n, "dtype": dtype, "phase": phase, "unit": recs[0]["unit"],
+                           "epochs_timed": len(recs), "s_per_epoch": s, "rows_per_epoch": per,
+                           "samples_per_s": per / s, "flops_per_sample": fl,
+                           "gflops": fl * per / s / 1e9, "fit_s": total}
+                    row["fraction_of_mm"] = row["gflops"] / rates[dtype]
+                    rows.append(row)
+                    print(row, flush=True)
+    return rows
+
+
+def markdown(res, args):
+    r = res["matmul_gflops"]
+    md = [f"Every measurement in one process, 1 thread (`torch.set_num_threads(1)`, `OMP_NUM_THREADS=1`), "
+          "process CPU seconds. Data: `make_blobs` with 10 centres, 64 features, float32.", "",
+          f"**Matmul rate** (`torch.mm` 2,048 x 2,048, best of 3): float32 {r['float32']:.1f} GFLOP/s, "
+          f"float64 {r['float64']:.1f} GFLOP/s.", ""]
+    if res.get("predict"):
+        n_pred = int(args.predict_n)
+        md += [f"### predict on {n_pred:,} x 64 float32 rows (fit on 2,000 x 64, shortest training)", "",
+               "| method | working dtype | predict s | / KMeans.predict | FLOPs per row | GFLOP/s | of mm peak |",
+               "|---|---|---|---|---|---|---|"]
+        for row in res["predict"]:
+            tag = row["dtype"] + ("" if row.get("shipped", True) else " (before)")
+            frac = f"{100 * row['fraction_of_mm']:.0f}%" if "fraction_of_mm" in row else "-"
+            md.append(f"| {row['method']} | {tag} | {row['predict_s']:.3g} | {row['ratio']:.1f}x | "
+                      f"{row['flops_per_row']:,.0f} | {row['gflops']:.2f} | {frac} |")
+        md.append("")
+    if res.get("train"):
+        md += ["### training throughput per epoch (d = 64, K = 10)", "",
+               "Seconds per epoch of each phase (the GAN: per generator step), median over the timed "
+               "epochs; samples/s = rows per epoch / s; FLOPs per sample counted in float32 at n = 2,000.", "",
+               "| method | phase | n | dtype | s / epoch | samples / s | f32 speed-up | FLOPs / sample | GFLOP/s | of mm peak |",
+               "|---|---|---|---|---|---|---|---|---|---|"]
+        f32 = {(x["method"], x["phase"], x["n"]): x for x in res["train"] if x["dtype"] == "float32"}
+        for row in res["train"]:
+            ref = f32.get((row["method"], row["phase"], row["n"]))
+            sp = f"{row['s_per_epoch'] / ref['s_per_epoch']:.2f}x" if row["dtype"] == "float64" and ref else ""
+            md.append(f"| {row['method']} | {row['phase']} | {row['n']:,} | {row['dtype']} | "
+                      f"{row['s_per_epoch']:.3g} | {row['samples_per_s']:,.0f} | {sp} | "
+                      f"{row['flops_per_sample']:,.0f} | {row['gflops']:.2f} | {100 * row['fraction_of_mm']:.0f}% |")
+    return "\n".join(md)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--parts", nargs="+", default=["predict", "train"], choices=["predict", "train"])
+    parser.add_argument("--methods", nargs="+", default=list(PREDICT_SPECS), choices=list(PREDICT_SPECS))
+    parser.add_argument("--predict-n", type=float, default=1e6)
+    parser.add_argument("--train-n", type=float, nargs="+", default=[1e4, 1e5])
+    parser.add_argument("--quick", action="store_true", help="smoke run: 2*10^4 predict rows, n = 2,000")
+    add_name_argument(parser, "scaling")
+    args = parser.parse_args()
+    if args.name == "scaling":
+        args.name = "throughput"
+    if args.quick:
+        args.predict_n, args.train_n = 2e4, [2e3]
+    torch.set_num_threads(1)
+    rates = matmul_rates()
+    print("matmul GFLOP/s", rates, flush=True)
+    res = {"matmul_gflops": rates, "torch_threads": torch.get_num_threads()}
+    if "predict" in args.parts:
+        res["predict"] = predict_part(args, rates, args.methods)
+    if "train" in args.parts:
+        res["train"] = train_part(args, rates, args.methods)
+    res["matmul_gflops_end"] = matmul_rates()
+    write("scaling", args.name, res, markdown(res, args), quick=args.quick)
+
+
+if __name__ == "__main__":
+    main()
