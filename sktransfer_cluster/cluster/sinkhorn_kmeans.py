@@ -100,7 +100,9 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         embedding dimension. With ``image_shape`` the leading entries are the
         channels of the 5x5 stride-2 convolutions and the last one the code.
         ``"auto"``: ``(256, 128, 10)`` for the MLP, ``(16, 32, 10)`` with
-        ``image_shape``.
+        ``image_shape``. A wider code such as ``(256, 128, 32)`` keeps more of
+        what separates classes absent from the source, so it transfers better
+        to unseen classes, and clusters the data it was trained on worse.
     image_shape : tuple of int, default=None
         ``(h, w)`` or ``(c, h, w)`` of one image, rows of X read channel-major
         (``h * w * c`` must equal the number of features): the autoencoder
