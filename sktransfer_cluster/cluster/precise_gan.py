@@ -283,6 +283,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     """
 
     _width_params = ("hidden_dims", "conv_channels")
+    _cpu_dtype = torch.float32  # compute-bound training: float64 doubles the CPU time
     _parameter_constraints = {
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
         "noise_dim": [Interval(Integral, 0, None, closed="left")],
@@ -386,10 +387,6 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             check_image_shape(self.image_shape, X.shape[1])
 
     # ----------------------------------------------------------------- helpers
-    def _dtype(self):
-        """float32 on every device: GAN training is compute-bound (float64 doubles CPU time)."""
-        return torch.float32
-
     def _prep(self, X):
         """Standardised torch tensor of (validated, numpy) rows ``X``.
 
