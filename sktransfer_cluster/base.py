@@ -10,6 +10,9 @@ its abstract hooks:
   set ``labels_`` and ``n_iter_``.
 * ``_transfer(X, **kwargs)`` -- adapt to an unlabelled target; returns its labels.
 * ``_predict(X_chunk)`` -- labels for a chunk, from the current model state only.
+  An estimator whose labels are the argmax of an affine map of its (normalised)
+  input also returns that map from ``_linear_predictor()``; ``predict`` then
+  runs one matmul per chunk of raw rows (:func:`fold_affine`).
 * ``score(X, y=None)`` -- higher is better, needs no labels.
 
 and, where they need more than the shared checks, ``_check_params_vs_input``
@@ -50,6 +53,7 @@ __all__ = [
     "input_affine",
     "check_resolution",
     "chunk_rows",
+    "fold_affine",
 ]
 
 # Parameter constraints every estimator shares (sklearn's _parameter_constraints).
@@ -102,6 +106,35 @@ def chunked(fn, X, chunk_size=None):
     if torch.is_tensor(parts[0]):
         return torch.cat(parts, 0)
     return np.concatenate([np.asarray(p) for p in parts], axis=0)
+
+
+def fold_affine(W, b, shift, scale):
+    """``(W', b')`` with ``((x - shift) / scale) @ W + b == x @ W' + b'``, in float64.
+
+    Lets a model of normalised rows score raw rows with one matmul, without a
+    normalised copy of each chunk.
+
+    Parameters
+    ----------
+    W : torch.Tensor of shape (n_features, n_outputs)
+    b : torch.Tensor of shape (n_outputs,)
+    shift : array-like of shape (n_features,)
+    scale : float
+
+    Returns
+    -------
+    W, b : torch.Tensor, float64, on ``W``'s device
+
+    Examples
+    --------
+    >>> import torch
+    >>> W, b = fold_affine(torch.eye(2), torch.zeros(2), [1.0, 3.0], 2.0)
+    >>> (torch.tensor([[3.0, 5.0]], dtype=torch.float64) @ W + b).tolist()
+    [[1.0, 1.0]]
+    """
+    W = W.to(torch.float64) / float(scale)
+    shift = torch.as_tensor(np.asarray(shift, dtype=np.float64), device=W.device)
+    return W, b.to(torch.float64) - shift @ W
 
 
 def compact_labels(outputs, n_outputs=None):
@@ -866,8 +899,40 @@ class TransferClusterMixin(ABC):
         -------
         labels : ndarray of shape (n_samples,)
         """
-        X = self._fitted_input(X)
-        return self._chunked(self._predict, X, dtype=np.int64)
+        return self._labels(self._fitted_input(X))
+
+    def _linear_predictor(self):
+        """``(W, b)`` with labels ``argmax(x @ W + b)`` for normalised rows ``x``, or None.
+
+        Override where the model allows it; ``predict`` is then one matmul per
+        chunk of raw rows instead of ``_predict``.
+        """
+        return None
+
+    def _labels(self, X):
+        """:meth:`predict` of validated rows ``X``.
+
+        With a :meth:`_linear_predictor`, the fitted input normalisation is folded
+        into it (:func:`fold_affine`) and each chunk of raw rows costs one matmul
+        and an argmax, in X's dtype: float32 rows give float32 scores, whose
+        rounding is of the order of the rounding already in the rows.
+        """
+        linear = self._linear_predictor()
+        if linear is None:
+            return self._chunked(self._predict, X, dtype=np.int64)
+        W, b = linear
+        affine = getattr(self, "_input_affine", None)
+        if affine is not None:
+            W, b = fold_affine(W, b, *affine)
+        dtype = torch.float32 if X.dtype == np.float32 else torch.float64
+        W, b = W.to(device=self.device_, dtype=dtype), b.to(device=self.device_, dtype=dtype)
+
+        def labels(rows):
+            # torch wraps neither negative strides nor read-only memory: copy such chunks.
+            rows = torch.as_tensor(np.require(rows, requirements="CW"), device=self.device_)
+            return torch.addmm(b, rows, W).argmax(1).cpu().numpy()
+
+        return self._chunked(labels, X, dtype=np.int64)
 
     def _chunked(self, fn, X, dtype=None, chunk_size=None):
         """:func:`chunked` with numpy output (cast to ``dtype`` when given)."""

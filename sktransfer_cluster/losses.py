@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
-from .ot import plan_from_potentials, sinkhorn_potentials
+from .ot import plan_from_potentials, semi_dual_newton
 
 __all__ = [
     "squared_distances",
@@ -53,36 +55,56 @@ def regularized_ot_cost(M, P, reg, log_a, log_b):
     return t.sum((-1, -2)) + reg * (1.0 - P.sum((-1, -2)))
 
 
-def ot_clustering_loss(Z, centers, reg, log_w, *, init=None, max_iter=1000, tol=1e-6):
+def ot_clustering_loss(Z, centers, reg, log_w, *, init=None, max_iter=100, tol=1e-6):
     """Entropic-OT k-means loss of Genevay et al., differentiable in ``Z`` and ``centers``.
 
     ``loss = min_P <P, C> + reg KL(P | a w^T)`` with ``C_ik = ||z_i - mu_k||^2``,
     ``a`` uniform over the batch and ``w`` the cluster proportions. By the envelope
     theorem its gradient with respect to ``C`` is the optimal plan, so the plan is
-    computed without autograd and the loss is ``<P, C>`` plus a constant.
+    computed without autograd and the loss is ``<P, C>`` plus a constant. The plan
+    comes from damped Newton on the semi-dual (:func:`~sktransfer_cluster.ot.semi_dual_newton`):
+    a few passes over the ``(n, k)`` costs, fewer still from the column potentials
+    of a previous minibatch.
 
     Parameters
     ----------
     Z : torch.Tensor of shape (n, d)
     centers : torch.Tensor of shape (k, d)
-    reg : float
+    reg : float or torch.Tensor (scalar)
         Absolute entropic regularisation.
     log_w : torch.Tensor of shape (k,)
         Log cluster proportions.
-    init : tuple, default=None
-        Warm-start potentials.
+    init : torch.Tensor of shape (k,), default=None
+        Warm-start column potentials, in cost units (``result.g`` of an earlier call).
+    max_iter : int, default=100
+        Maximum passes of the solver.
+    tol : float, default=1e-6
+        Threshold on the plan's column-marginal L1 error.
 
     Returns
     -------
     loss : torch.Tensor (scalar)
     result : SinkhornResult
-        The potentials, for warm starts.
+        The solve, with potentials ``f`` and ``g`` in cost units (for warm starts).
+
+    Examples
+    --------
+    >>> import torch
+    >>> Z = torch.tensor([[0.0], [0.1], [5.0], [5.1]])
+    >>> mu = torch.tensor([[0.0], [5.0]], requires_grad=True)
+    >>> loss, res = ot_clustering_loss(Z, mu, 0.01, torch.log(torch.tensor([0.5, 0.5])))
+    >>> round(loss.item(), 4), bool(res.converged)
+    (0.005, True)
     """
     C = squared_distances(Z, centers)
     with torch.no_grad():
-        res = sinkhorn_potentials(C.detach(), reg, None, log_w, init=init, max_iter=max_iter, tol=tol)
-        P = plan_from_potentials(C.detach(), res.f, res.g, reg, None, log_w)
-    return (P * C).sum(), res
+        # A minibatch's (n, k) problem is small: solved in float64 whatever the network's
+        # dtype, so that tol is reachable and the plan is exact to it.
+        M = C.detach().to(torch.float64) / reg
+        g = None if init is None else init / reg
+        res = semi_dual_newton(M, log_w, g, max_iter=max_iter, tol=tol)
+        P = plan_from_potentials(M, res.f, res.g, 1.0, None, log_w).to(C.dtype)
+    return (P * C).sum(), dataclasses.replace(res, f=res.f * reg, g=res.g * reg)
 
 
 # --------------------------------------------------------------------------- KCL / LCO

@@ -538,7 +538,7 @@ def _semi_dual_newton(M, log_b, g, log_a, max_iter, tol, max_step, X=None):
     F, c, (H, moment) = objective(g, f)
     passes = 1
     errors = []
-    eye = torch.eye(m, dtype=M.dtype, device=M.device)
+    eye = torch.eye(m, dtype=torch.float64, device=M.device)
     radius = max_step
     while True:
         grad = b - c
@@ -548,9 +548,9 @@ def _semi_dual_newton(M, log_b, g, log_a, max_iter, tol, max_step, X=None):
             break
         # Newton direction: (diag(c) - H) step = b - c. The rank-one term removes the
         # Laplacian's null vector (a constant shift of g); the ridge keeps an empty
-        # cluster's row solvable.
-        L = torch.diag(c) - H + c.mean() / m + eye * (1e-12 * c.max())
-        step = torch.linalg.solve(L, grad.unsqueeze(-1)).squeeze(-1)
+        # cluster's row solvable, in float64 (in float32 it vanishes beside that term).
+        L = (torch.diag(c) - H + c.mean() / m).to(torch.float64) + eye * (1e-12 * float(c.max()))
+        step = torch.linalg.solve(L, grad.to(torch.float64).unsqueeze(-1)).squeeze(-1).to(M.dtype)
         step = step - step.mean()
         slope = float((grad * step).sum())
         big = float(step.abs().max())

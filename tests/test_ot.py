@@ -462,3 +462,47 @@ def test_semi_dual_newton_reports_non_convergence_within_its_budget():
     res = semi_dual_newton(M, log_b, tol=1e-12, max_iter=2)
     assert res.n_iter <= 2 and not res.converged and res.err > 1e-12
     assert torch.isfinite(res.f).all() and torch.isfinite(res.g).all()
+
+
+def test_semi_dual_newton_in_float32_solves_with_two_clusters_out_of_reach():
+    """Two columns whose every entry underflows at the start: float32 must not make the
+    Newton system singular."""
+    M = _cluster_problem(0, n=64, k=4).to(torch.float32)
+    M[:, 2:] += 200.0
+    log_b = torch.full((4,), -np.log(4.0), dtype=torch.float32)
+    res = semi_dual_newton(M, log_b, tol=1e-4, max_iter=200)
+    P = plan_from_potentials(M, res.f, res.g, 1.0, None, log_b)
+    assert res.converged and P.dtype == torch.float32
+    torch.testing.assert_close(P.sum(0), log_b.exp(), atol=1e-4, rtol=0)
+
+
+# --------------------------------------------------------------------------- the OT clustering loss
+from sktransfer_cluster.losses import ot_clustering_loss  # noqa: E402
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_ot_clustering_loss_is_pots_transport_cost_and_its_plan_is_the_centres_gradient(dtype):
+    rng = np.random.default_rng(0)
+    Z = torch.as_tensor(rng.normal(size=(64, 3)), dtype=dtype)
+    mu = torch.as_tensor(rng.normal(size=(5, 3)), dtype=dtype).requires_grad_()
+    w = np.array([0.3, 0.3, 0.2, 0.1, 0.1])
+    reg = 0.5
+    loss, res = ot_clustering_loss(Z, mu, reg, torch.log(torch.as_tensor(w, dtype=dtype)))
+    (grad,) = torch.autograd.grad(loss, mu)
+    Z64, mu64 = Z.double().numpy(), mu.detach().double().numpy()
+    C = ot.dist(Z64, mu64)
+    P = ot.sinkhorn(np.full(64, 1 / 64), w, C, reg, stopThr=1e-13, numItermax=100000)
+    tol = 1e-9 if dtype == torch.float64 else 1e-4
+    assert res.converged and loss.dtype == dtype
+    assert loss.item() == pytest.approx((P * C).sum(), rel=tol)
+    # d/dmu_k sum_i P_ik ||z_i - mu_k||^2 = 2 (P^T 1)_k mu_k - 2 (P^T Z)_k
+    np.testing.assert_allclose(grad.double().numpy(), 2 * (P.sum(0)[:, None] * mu64 - P.T @ Z64), atol=tol)
+
+
+def test_ot_clustering_loss_warm_started_from_its_own_potentials_solves_in_one_pass():
+    rng = np.random.default_rng(1)
+    Z, mu = torch.as_tensor(rng.normal(size=(40, 2))), torch.as_tensor(rng.normal(size=(3, 2)))
+    log_w = torch.full((3,), -np.log(3.0), dtype=torch.float64)
+    loss, res = ot_clustering_loss(Z, mu, 0.2, log_w, tol=1e-10)
+    again, warm = ot_clustering_loss(Z, mu, 0.2, log_w, init=res.g, tol=1e-9)
+    assert warm.n_iter == 1 and float(again) == pytest.approx(float(loss), rel=1e-9)

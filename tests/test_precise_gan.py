@@ -254,6 +254,14 @@ def test_predict_proba_rows_sum_to_one_and_argmax_is_predict(tiny_model, blobs):
     np.testing.assert_array_equal(proba.argmax(axis=1), tiny_model.predict(blobs[0]))
 
 
+def test_predict_with_a_linear_classifier_is_one_matmul_on_raw_rows(tiny_model, blobs):
+    X = blobs[0] * 100.0 + 5e3  # far from the standardised scale the classifier was fitted on
+    assert tiny_model._linear_predictor() is not None
+    unfolded = tiny_model._chunked(tiny_model._predict, X, dtype=np.int64)
+    np.testing.assert_array_equal(tiny_model.predict(X), unfolded)
+    np.testing.assert_array_equal(tiny_model.predict(blobs[0]), tiny_model.labels_)
+
+
 def test_labels_map_to_the_classifier_ids_in_increasing_order(tiny_model, blobs):
     X = blobs[0]
     ids = tiny_model.classifier_(tiny_model._prep(X)).argmax(1).numpy()

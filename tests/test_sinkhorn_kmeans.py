@@ -46,6 +46,33 @@ def test_labels_are_nearest_centre_and_equal_predict_on_training_data(blobs):
     assert km.inertia_ == pytest.approx(d.min(1).sum())
 
 
+def _chunk_labels(model, X):
+    """predict's labels computed the unfolded way: normalise each chunk, then nearest centre."""
+    return model._chunked(model._predict, model._fitted_input(X), dtype=np.int64)
+
+
+def test_predict_is_one_matmul_on_raw_rows_with_the_nearest_centre_labels():
+    X, _ = make_blobs(n_samples=600, centers=4, n_features=5, cluster_std=3.0, random_state=0)
+    model = SinkhornKMeans(4, **FAST).fit(X + 1e4)  # an offset the fold must carry exactly
+    assert model._linear_predictor() is not None
+    Xn = make_blobs(n_samples=2000, centers=4, n_features=5, cluster_std=3.0, random_state=1)[0] + 1e4
+    np.testing.assert_array_equal(model.predict(Xn), _chunk_labels(model, Xn))
+    assert SinkhornKMeans(3, **AE).fit(X)._linear_predictor() is None  # the encoder is not affine
+
+
+def test_predict_gives_the_same_labels_for_any_memory_layout_and_float_dtype():
+    X, _ = make_blobs(n_samples=600, centers=4, n_features=5, cluster_std=3.0, random_state=0)
+    model = SinkhornKMeans(4, **FAST).fit(X)
+    expected = _chunk_labels(model, X)
+    frozen = X.copy()
+    frozen.setflags(write=False)
+    np.testing.assert_array_equal(model.predict(frozen), expected)
+    np.testing.assert_array_equal(model.predict(np.asfortranarray(X)), expected)
+    np.testing.assert_array_equal(model.predict(X[::-1])[::-1], expected)
+    X32 = X.astype(np.float32)
+    np.testing.assert_array_equal(model.predict(X32), _chunk_labels(model, X32))
+
+
 def test_transform_returns_euclidean_distances_to_centres(blobs):
     X, _ = blobs
     km = SinkhornKMeans(3, **FAST).fit(X)

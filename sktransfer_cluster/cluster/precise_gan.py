@@ -37,7 +37,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
 from ..base import (COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_image_shape, chunked,
-                    compact_labels, input_affine, make_generators)
+                    compact_labels, fold_affine, input_affine, make_generators)
 from ..gan import (build_networks, classifier_step, critic_step, default_eta_step,
                    draw_ids, eta_schedule, generator_step, latent, mean_entropy, set_requires_grad)
 
@@ -603,6 +603,13 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
     def _predict(self, X):
         return self.classifier_(self._prep(X))[:, self._used].argmax(1).cpu().numpy()
+
+    def _linear_predictor(self):
+        # A linear C (softmax regression) labels by the argmax of its logits.
+        if not isinstance(self.classifier_, torch.nn.Linear):
+            return None
+        W = self.classifier_.weight.detach().T[:, self._used]
+        return fold_affine(W, self.classifier_.bias.detach()[self._used], self._shift, self._scale)
 
     def predict_proba(self, X):
         """Posterior ``q(label | x)`` of the classifier ``C``, over the labels.

@@ -388,6 +388,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         n = Xt.shape[0]
         with self._training(phase, epochs, state=[ae] if recon_only else [ae, centers]) as run:
             for _ in run.epochs():
+                # Totals stay on the device: one host sync per epoch, not per minibatch.
                 tot_rec = tot_ot = 0.0
                 for idx in run.batches(n, self.batch_size, torch_gen, Xt.device):
                     xb = Xt[idx]
@@ -396,19 +397,20 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
                     loss = loss_rec
                     if not recon_only:
                         with torch.no_grad():
-                            reg = lloyd.relative_reg(squared_distances(z, centers), self.epsilon).item()
+                            reg = lloyd.relative_reg(squared_distances(z, centers), self.epsilon)
                         loss_ot, _ = ot_clustering_loss(z, centers, reg, log_w)
                         loss = loss + loss_ot
-                        tot_ot += loss_ot.item() * xb.shape[0]
+                        tot_ot = tot_ot + loss_ot.detach() * xb.shape[0]
                     run.check_finite(loss)
                     opt.zero_grad()
                     loss.backward()
                     opt.step()
-                    tot_rec += loss_rec.item() * xb.shape[0]
+                    tot_rec = tot_rec + loss_rec.detach() * xb.shape[0]
+                rec_mean, ot_mean = float(tot_rec) / n, float(tot_ot) / n
                 if recon_only:
-                    run.end_epoch(tot_rec / n, reconstruction=tot_rec / n)
+                    run.end_epoch(rec_mean, reconstruction=rec_mean)
                 else:
-                    run.end_epoch(tot_rec / n + tot_ot / n, reconstruction=tot_rec / n, ot=tot_ot / n)
+                    run.end_epoch(rec_mean + ot_mean, reconstruction=rec_mean, ot=ot_mean)
         return (None if recon_only else centers.detach()), run.completed
 
     def _finish(self, Z, centers, reg, n_iter):
@@ -508,6 +510,13 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         Z = self._embed(X)
         return nearest_centre(Z, self._centers).cpu().numpy()
 
+    def _linear_predictor(self):
+        # Without an embedding the nearest centre maximises 2 x.c - |c|^2: k-means' assignment.
+        if self.autoencoder_ is not None:
+            return None
+        C = self._centers.to(torch.float64)
+        return 2.0 * C.T, -(C * C).sum(1)
+
     def transform(self, X):
         """Euclidean distances of each sample to each centre (in the embedding space if any).
 
@@ -581,8 +590,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         score : float
         """
         X = self._fitted_input(X)
-        labels = self._chunked(self._predict, X, dtype=np.int64)
-        return -within_cluster_sum_of_squares(X, labels, self.n_clusters)
+        return -within_cluster_sum_of_squares(X, self._labels(X), self.n_clusters)
 
     @property
     def _n_features_out(self):

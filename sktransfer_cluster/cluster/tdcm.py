@@ -562,7 +562,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         ``j``: with an affine encoder ``z = x A + c`` the labels are those of one
         linear map ``x @ (2 A S C^T) + 2 c S C^T - diag(C S C^T)``, the cost of
         k-means' assignment, instead of the encoder and the ``(n, K)`` quadratic
-        form. Built in float64 and cast to the working dtype.
+        form (``predict`` folds the input normalisation in). Built in float64.
         """
         encoder = self._affine_encoder()
         block = self.blocks_[-1]
@@ -578,34 +578,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         SC = S @ C.T
         W = 2.0 * A @ SC
         b = 2.0 * c @ SC - (C * SC.T).sum(1)
-        return W.to(self._dtype()), b.to(self._dtype())
-
-    def predict(self, X):
-        """Assign each sample of ``X`` to the centroid the last block scores highest.
-
-        Never adapts the model to ``X`` (use :meth:`transfer` for that): rows are
-        labelled one by one, in row chunks (bounded memory). With the default
-        affine encoder and a positive semi-definite score (see
-        :meth:`_linear_predictor`) this is one linear map and an argmax per row.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        labels : ndarray of shape (n_samples,)
-        """
-        return self._labels(self._fitted_input(X))
-
-    def _labels(self, X):
-        """:meth:`predict` of validated rows ``X``."""
-        linear = self._linear_predictor()
-        if linear is None:
-            return self._chunked(self._predict, X, dtype=np.int64)
-        W, b = linear
-        return self._chunked(lambda xc: torch.addmm(b, self._tensor(xc), W).argmax(1).cpu().numpy(), X,
-                             dtype=np.int64)
+        return W, b
 
     def transform(self, X):
         """Embed ``X`` with the encoder.
