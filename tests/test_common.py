@@ -489,6 +489,45 @@ def _check_records(history):
         assert isinstance(record["loss"], float) and math.isfinite(record["loss"]), record
 
 
+def _threads_in_training(est, X, y, monkeypatch, *, fail=False):
+    """torch's thread count at each epoch end of a fit started at 2 threads, and after it."""
+    seen = []
+    original = TrainingRun.end_epoch
+
+    def spy(run, loss, **extras):
+        seen.append(torch.get_num_threads())
+        if fail:
+            raise RuntimeError("training failed")
+        return original(run, loss, **extras)
+
+    monkeypatch.setattr(TrainingRun, "end_epoch", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        if fail:
+            with pytest.raises(RuntimeError, match="training failed"):
+                _fit(est, X, y)
+        else:
+            _fit(est, X, y)
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    return seen, after
+
+
+def test_training_runs_on_one_cpu_thread_and_restores_the_callers_count(estimator, data, monkeypatch):
+    X, y, _, _ = data
+    seen, after = _threads_in_training(_trains(estimator), X, y, monkeypatch)
+    assert seen and set(seen) == {1}
+    assert after == 2
+
+
+def test_the_callers_thread_count_is_restored_when_training_fails(estimator, data, monkeypatch):
+    X, y, _, _ = data
+    seen, after = _threads_in_training(_trains(estimator), X, y, monkeypatch, fail=True)
+    assert seen == [1] and after == 2
+
+
 def test_history_records_have_phase_epoch_and_loss(estimator, data):
     X, y, Xt, _ = data
     phases = _training_phases(estimator, X, y)

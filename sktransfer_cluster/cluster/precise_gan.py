@@ -26,7 +26,6 @@ what was measured, with which command, is in ``docs/notes/precise_gan.md``.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from numbers import Integral, Real
 
 import numpy as np
@@ -37,7 +36,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
 from ..base import (COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_image_shape, chunked,
-                    compact_labels, fold_affine, input_affine, make_generators)
+                    compact_labels, fold_affine, input_affine, make_generators, torch_threads)
 from ..gan import (build_networks, classifier_step, critic_step, default_eta_step,
                    draw_ids, eta_schedule, generator_step, latent, mean_entropy, set_requires_grad)
 
@@ -57,25 +56,6 @@ PAPER_PARAMS = {
     "learning_rate": 1e-4,
     "gp_weight": 100.0,
 }
-
-@contextmanager
-def _one_thread(device):
-    """Run torch with one intra-op thread on the CPU, restoring the count afterwards.
-
-    A generator step is ten small, sequential network updates: they are bound by
-    per-operation latency, which a second thread does not shorten, and spinning
-    OpenMP threads lose most of their time when other processes hold the cores.
-    """
-    if device.type != "cpu":
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
 
 # Per-step quantities averaged into each history record, besides the generator loss.
 _MONITORED = ("critic_loss", "wasserstein", "gradient_penalty", "classifier_loss", "fake_accuracy")
@@ -516,8 +496,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             m.to(device=self.device_, dtype=self._dtype()) for m in nets
         )
         Xt = self._prep(X)
-        with _one_thread(self.device_):
-            self._train(Xt, int(self.n_iter), torch_gen, "fit")
+        self._train(Xt, int(self.n_iter), torch_gen, "fit")
         self.labels_ = self._assign(Xt)
 
     def transfer(self, X, *, transfer_iter=None):
@@ -563,7 +542,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             raise ValueError(f"transfer_iter must be an int >= 1, got {transfer_iter!r}.")
         _, torch_gen = make_generators(self.random_state, "cpu")
         Xt = self._prep(X)
-        with _one_thread(self.device_):
+        with torch_threads(self.device_, 1):  # the re-fit of C runs outside _training
             self._train(Xt, int(transfer_iter), torch_gen, "transfer")
             self._refit_classifier(self.n_classifier * int(transfer_iter), torch_gen)
         return self._assign(Xt)
