@@ -35,6 +35,7 @@ CANONICAL = {
     "pipeline": "pipeline_transfer",
     "scaling": "scaling",
     "model_selection": "model_selection",
+    "busy": "busy",
 }
 
 

@@ -21,7 +21,10 @@ Everything runs in one process with one thread (``torch.set_num_threads(1)``; st
   float64; samples/s = rows per epoch / seconds per epoch (the GAN: minibatch rows through a
   network per second, ``batch_size * (n_critic + n_classifier + 1)`` per generator step).
   FLOPs per epoch are counted in a separate float32 run at n = 2,000 and scaled by n; the
-  fraction of peak is the achieved GFLOP/s over the float32 (or float64) matmul rate.
+  fraction of peak is the achieved GFLOP/s over the float32 (or float64) matmul rate. Aten
+  operations per sample are counted in the same small run; times the process time of one small
+  eager op measured in the same process, they give the share of an epoch that per-operation
+  overhead alone accounts for.
 
 Writes benchmarks/results/scaling/variants/<name>.{json,md} (default name ``throughput``).
 """
@@ -35,6 +38,7 @@ import torch
 from _common import add_name_argument, fit_source, write
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 import sktransfer_cluster as stc
@@ -69,7 +73,7 @@ _DTYPE_ATTR = {
     "SinkhornKMeans-AE": (stc.SinkhornKMeans, "_cpu_dtype", property(lambda self: torch.float64)),
     "TDCMCluster": (stc.TDCMCluster, "_cpu_dtype", torch.float64),
     "CCNCluster": (stc.CCNCluster, "_cpu_dtype", torch.float64),
-    "PreciseFeatureGAN": (stc.PreciseFeatureGAN, "_dtype", lambda self: torch.float64),
+    "PreciseFeatureGAN": (stc.PreciseFeatureGAN, "_cpu_dtype", torch.float64),
 }
 
 
@@ -160,14 +164,37 @@ def predict_part(args, rates, methods):
     return rows
 
 
-class EpochClock:
-    """Process time (and, optionally, counted FLOPs) of every epoch of every training phase."""
+class OpCounter(TorchDispatchMode):
+    """Counts the aten operations run under it (forward and backward)."""
 
-    def __init__(self, counter=None):
-        self.records, self.counter = [], counter
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+def op_floor(repeat=20000):
+    """Process seconds of one small eager op (a 64 x 10 add, a minibatch-by-K shape): torch's
+    per-operation cost, which no arithmetic hides at this size."""
+    a, b = torch.randn(64, K), torch.randn(64, K)
+    t0 = time.process_time()
+    for _ in range(repeat):
+        torch.add(a, b)
+    return (time.process_time() - t0) / repeat
+
+
+class EpochClock:
+    """Process time (and, optionally, counted FLOPs and aten ops) of every epoch of every training phase."""
+
+    def __init__(self, counter=None, ops=None):
+        self.records, self.counter, self.ops = [], counter, ops
 
     def _now(self):
-        return time.process_time(), (self.counter.get_total_flops() if self.counter is not None else 0)
+        flops = self.counter.get_total_flops() if self.counter is not None else 0
+        return time.process_time(), (flops, self.ops.n if self.ops is not None else 0)
 
     @contextlib.contextmanager
     def installed(self):
@@ -179,7 +206,8 @@ class EpochClock:
             for e in orig(run):
                 yield e
                 t2, f2 = clock._now()
-                clock.records.append({"phase": run.phase, "unit": run.unit, "s": t2 - t, "flops": f2 - f})
+                clock.records.append({"phase": run.phase, "unit": run.unit, "s": t2 - t, "flops": f2[0] - f[0],
+                                      "ops": f2[1] - f[1]})
                 t, f = clock._now()
 
         base.TrainingRun.epochs = epochs
@@ -203,6 +231,8 @@ def rows_per_epoch(method, est, n):
 
 def train_part(args, rates, methods):
     rows = []
+    floor = op_floor()
+    print(f"small-op floor {1e6 * floor:.2f} us", flush=True)
     n_flops = 2000
     for n in [int(v) for v in args.train_n]:
         X, y = make_blobs(n_samples=n, centers=K, n_features=D, random_state=0)
@@ -212,10 +242,11 @@ def train_part(args, rates, methods):
                 continue
             # FLOPs per row of each phase's epoch, counted on a small float32 run.
             Xf, yf = X[:n_flops], y[:n_flops]
-            with FlopCounterMode(display=False) as fc, EpochClock(fc).installed() as clock:
+            with FlopCounterMode(display=False) as fc, OpCounter() as ops, EpochClock(fc, ops).installed() as clock:
                 est = fit(TRAIN_SPECS[method](1), Xf, yf)
-            flops_row = {p: float(np.median([r["flops"] for r in recs])) / rows_per_epoch(method, est, n_flops)
-                         for p, recs in clock.per_phase().items()}
+            per_row = {key: {p: float(np.median([r[key] for r in recs])) / rows_per_epoch(method, est, n_flops)
+                             for p, recs in clock.per_phase().items()} for key in ("flops", "ops")}
+            flops_row, ops_row = per_row["flops"], per_row["ops"]
             epochs = 2 if n <= 10_000 else 1
             for arm in (None, "float64"):
                 with working_dtype(method, arm), EpochClock().installed() as clock:
@@ -232,6 +263,10 @@ def train_part(args, rates, methods):
                            "samples_per_s": per / s, "flops_per_sample": fl,
                            "gflops": fl * per / s / 1e9, "fit_s": total}
                     row["fraction_of_mm"] = row["gflops"] / rates[dtype]
+                    # The share of the epoch that its op count costs at the small-op floor.
+                    row["ops_per_sample"] = ops_row.get(phase, np.nan)
+                    row["op_floor_us"] = 1e6 * floor
+                    row["op_floor_share"] = row["ops_per_sample"] * per * floor / s
                     rows.append(row)
                     print(row, flush=True)
     return rows
@@ -257,16 +292,22 @@ def markdown(res, args):
     if res.get("train"):
         md += ["### training throughput per epoch (d = 64, K = 10)", "",
                "Seconds per epoch of each phase (the GAN: per generator step), median over the timed "
-               "epochs; samples/s = rows per epoch / s; FLOPs per sample counted in float32 at n = 2,000.", "",
-               "| method | phase | n | dtype | s / epoch | samples / s | f32 speed-up | FLOPs / sample | GFLOP/s | of mm peak |",
-               "|---|---|---|---|---|---|---|---|---|---|"]
+               "epochs; samples/s = rows per epoch / s; FLOPs and aten operations (forward and backward) per "
+               "sample counted in float32 at n = 2,000. *ops x floor*: the epoch's operation count times the "
+               f"cost of one small eager op ({res['train'][0]['op_floor_us']:.2f} us: a 64 x 10 add, same "
+               "process), as a share of the epoch's time; near 100 % the phase is bound by per-operation "
+               "overhead, not arithmetic.", "",
+               "| method | phase | n | dtype | s / epoch | samples / s | f32 speed-up | FLOPs / sample | GFLOP/s "
+               "| of mm peak | aten ops / sample | ops x floor |",
+               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         f32 = {(x["method"], x["phase"], x["n"]): x for x in res["train"] if x["dtype"] == "float32"}
         for row in res["train"]:
             ref = f32.get((row["method"], row["phase"], row["n"]))
             sp = f"{row['s_per_epoch'] / ref['s_per_epoch']:.2f}x" if row["dtype"] == "float64" and ref else ""
             md.append(f"| {row['method']} | {row['phase']} | {row['n']:,} | {row['dtype']} | "
                       f"{row['s_per_epoch']:.3g} | {row['samples_per_s']:,.0f} | {sp} | "
-                      f"{row['flops_per_sample']:,.0f} | {row['gflops']:.2f} | {100 * row['fraction_of_mm']:.0f}% |")
+                      f"{row['flops_per_sample']:,.0f} | {row['gflops']:.2f} | {100 * row['fraction_of_mm']:.0f}% | "
+                      f"{row.get('ops_per_sample', float('nan')):.2f} | {100 * row.get('op_floor_share', float('nan')):.0f}% |")
     return "\n".join(md)
 
 
