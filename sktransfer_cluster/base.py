@@ -124,7 +124,7 @@ def fold_affine(W, b, shift, scale):
 
     Returns
     -------
-    W, b : torch.Tensor, float64, on ``W``'s device
+    W, b : torch.Tensor, float64, on the CPU (MPS has no float64)
 
     Examples
     --------
@@ -133,9 +133,9 @@ def fold_affine(W, b, shift, scale):
     >>> (torch.tensor([[3.0, 5.0]], dtype=torch.float64) @ W + b).tolist()
     [[1.0, 1.0]]
     """
-    W = W.to(torch.float64) / float(scale)
-    shift = torch.as_tensor(np.asarray(shift, dtype=np.float64), device=W.device)
-    return W, b.to(torch.float64) - shift @ W
+    W = W.detach().to("cpu", torch.float64) / float(scale)
+    shift = torch.as_tensor(np.asarray(shift, dtype=np.float64))
+    return W, b.detach().to("cpu", torch.float64) - shift @ W
 
 
 def compact_labels(outputs, n_outputs=None):
@@ -960,12 +960,14 @@ class TransferClusterMixin(ABC):
         affine = getattr(self, "_input_affine", None)
         if affine is not None:
             W, b = fold_affine(W, b, *affine)
-        dtype = torch.float32 if X.dtype == np.float32 else torch.float64
+        # MPS has no float64.
+        wide = X.dtype == np.float64 and self.device_.type != "mps"
+        dtype = torch.float64 if wide else torch.float32
         W, b = W.to(device=self.device_, dtype=dtype), b.to(device=self.device_, dtype=dtype)
 
         def labels(rows):
             # torch wraps neither negative strides nor read-only memory: copy such chunks.
-            rows = torch.as_tensor(np.require(rows, requirements="CW"), device=self.device_)
+            rows = torch.as_tensor(np.require(rows, requirements="CW"), dtype=dtype, device=self.device_)
             return torch.addmm(b, rows, W).argmax(1).cpu().numpy()
 
         return self._chunked(labels, X, dtype=np.int64)

@@ -63,8 +63,8 @@ def ot_clustering_loss(Z, centers, reg, log_w, *, init=None, max_iter=100, tol=1
     theorem its gradient with respect to ``C`` is the optimal plan, so the plan is
     computed without autograd and the loss is ``<P, C>`` plus a constant. The plan
     comes from damped Newton on the semi-dual (:func:`~sktransfer_cluster.ot.semi_dual_newton`):
-    a few passes over the ``(n, k)`` costs, fewer still from the column potentials
-    of a previous minibatch.
+    a few passes over the ``(n, k)`` costs (one from the converged column
+    potentials of the same problem, ``init``).
 
     Parameters
     ----------

@@ -514,7 +514,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         # Without an embedding the nearest centre maximises 2 x.c - |c|^2: k-means' assignment.
         if self.autoencoder_ is not None:
             return None
-        C = self._centers.to(torch.float64)
+        C = self._centers.to("cpu", torch.float64)
         return 2.0 * C.T, -(C * C).sum(1)
 
     def transform(self, X):
