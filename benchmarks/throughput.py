@@ -22,9 +22,9 @@ Everything runs in one process with one thread (``torch.set_num_threads(1)``; st
   network per second, ``batch_size * (n_critic + n_classifier + 1)`` per generator step).
   FLOPs per epoch are counted in a separate float32 run at n = 2,000 and scaled by n; the
   fraction of peak is the achieved GFLOP/s over the float32 (or float64) matmul rate. Aten
-  operations per sample are counted in the same small run; times the process time of one small
-  eager op measured in the same process, they give the share of an epoch that per-operation
-  overhead alone accounts for.
+  operations per sample are counted in the same small run; times the cost per operation of an
+  Adam step of a tiny MLP (ops too small to cost anything but eager overhead), measured in the
+  same process, they give the share of an epoch that per-operation overhead alone accounts for.
 
 Writes benchmarks/results/scaling/variants/<name>.{json,md} (default name ``throughput``).
 """
@@ -176,14 +176,28 @@ class OpCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def op_floor(repeat=20000):
-    """Process seconds of one small eager op (a 64 x 10 add, a minibatch-by-K shape): torch's
-    per-operation cost, which no arithmetic hides at this size."""
-    a, b = torch.randn(64, K), torch.randn(64, K)
+def op_floor(steps=2000):
+    """Process seconds per aten operation of an Adam training step of a tiny MLP (batch 4,
+    widths 4): every op is too small to cost anything but torch's eager overhead (Python,
+    autograd, dispatch), so this is the per-op cost no arithmetic hides."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4))
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    x = torch.randn(4, 4)
+
+    def step():
+        loss = (net(x) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    step()
+    with OpCounter() as ops:
+        step()
     t0 = time.process_time()
-    for _ in range(repeat):
-        torch.add(a, b)
-    return (time.process_time() - t0) / repeat
+    for _ in range(steps):
+        step()
+    return (time.process_time() - t0) / steps / ops.n
 
 
 class EpochClock:
@@ -232,7 +246,7 @@ def rows_per_epoch(method, est, n):
 def train_part(args, rates, methods):
     rows = []
     floor = op_floor()
-    print(f"small-op floor {1e6 * floor:.2f} us", flush=True)
+    print(f"per-op floor of a tiny training step {1e6 * floor:.2f} us", flush=True)
     n_flops = 2000
     for n in [int(v) for v in args.train_n]:
         X, y = make_blobs(n_samples=n, centers=K, n_features=D, random_state=0)
@@ -294,9 +308,9 @@ def markdown(res, args):
                "Seconds per epoch of each phase (the GAN: per generator step), median over the timed "
                "epochs; samples/s = rows per epoch / s; FLOPs and aten operations (forward and backward) per "
                "sample counted in float32 at n = 2,000. *ops x floor*: the epoch's operation count times the "
-               f"cost of one small eager op ({res['train'][0]['op_floor_us']:.2f} us: a 64 x 10 add, same "
-               "process), as a share of the epoch's time; near 100 % the phase is bound by per-operation "
-               "overhead, not arithmetic.", "",
+               f"cost per operation of an Adam step of a tiny MLP ({res['train'][0]['op_floor_us']:.2f} us: "
+               "batch 4, widths 4, same process), as a share of the epoch's time; near 100 % the phase is "
+               "bound by torch's per-operation overhead, not by arithmetic.", "",
                "| method | phase | n | dtype | s / epoch | samples / s | f32 speed-up | FLOPs / sample | GFLOP/s "
                "| of mm peak | aten ops / sample | ops x floor |",
                "|---|---|---|---|---|---|---|---|---|---|---|---|"]
