@@ -1,6 +1,6 @@
 """``compare`` on an idle machine and beside a CPU-bound process (issue 18, part 6).
 
-    python benchmarks/busy.py [--data digits tdcm] [--quick] [--name NAME]
+    python benchmarks/busy.py [--data digits tdcm] [--quick] [--timeout SECONDS] [--name NAME]
 
 Runs ``python -m sktransfer_cluster compare`` in a fresh subprocess, first alone and then beside
 ``python -c "while True: pass"``, which this script starts before the run and stops after it.
@@ -9,7 +9,8 @@ removed, so compare uses its default thread count (the physical cores) and OpenM
 (spinning) wait policy. Recorded per run: wall and CPU seconds of the whole compare (the child's
 ``resource`` usage), each method's fit and transfer seconds from its ``results.json``, the thread
 count compare reports, and the load average just before the run. The loaded run should take no
-more than about 2.5x the idle one.
+more than about 2.5x the idle one. A run still going after ``--timeout`` seconds is stopped and
+marked as such.
 
 Writes benchmarks/results/busy/busy.{json,md} (another ``--name``, or ``--quick``, goes to
 ``busy/variants/``).
@@ -37,7 +38,7 @@ def user_environment():
     return env
 
 
-def run_compare(data, quick, busy):
+def run_compare(data, quick, busy, timeout):
     """One compare in a fresh process; returns its timings and rows."""
     hog = None
     if busy:
@@ -51,17 +52,21 @@ def run_compare(data, quick, busy):
             cmd.append("--quick")
         t0 = time.perf_counter()
         try:
-            subprocess.run(cmd, check=True, cwd=ROOT, env=user_environment(), stdout=subprocess.DEVNULL)
+            subprocess.run(cmd, check=True, cwd=ROOT, env=user_environment(), stdout=subprocess.DEVNULL,
+                           timeout=timeout)
+            finished = True
+        except subprocess.TimeoutExpired:  # run() kills and reaps the child
+            finished = False
+        finally:
             wall = time.perf_counter() - t0
             # Read before the hog is reaped: a child's CPU time counts once it is waited for.
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        finally:
             if hog is not None:
                 hog.kill()
                 hog.wait()
-        result = json.loads(Path(out, "results.json").read_text())
+        result = json.loads(Path(out, "results.json").read_text()) if finished else {"metadata": {}, "rows": []}
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"busy": busy, "wall_s": wall, "cpu_s": cpu, "load_before": load,
+    return {"busy": busy, "finished": finished, "wall_s": wall, "cpu_s": cpu, "load_before": load,
             "threads": result["metadata"].get("threads"), "rows": result["rows"]}
 
 
@@ -79,9 +84,11 @@ def markdown(runs):
           f"stopped by the benchmark. compare's thread count: {idle['threads']}.", "",
           "| run | wall s | CPU s | load before |", "|---|---|---|---|"]
     for r in runs:
-        md.append(f"| {'beside a busy process' if r['busy'] else 'alone'} | {r['wall_s']:.1f} | "
+        stopped = "" if r["finished"] else " (stopped at the timeout)"
+        md.append(f"| {'beside a busy process' if r['busy'] else 'alone'}{stopped} | {r['wall_s']:.1f} | "
                   f"{r['cpu_s']:.1f} | {r['load_before']:.2f} |")
-    md += ["", f"**Loaded / idle wall time: {busy['wall_s'] / idle['wall_s']:.2f}x** (goal: at most about 2.5x).",
+    ratio = f"{busy['wall_s'] / idle['wall_s']:.2f}x" + ("" if busy["finished"] else " or more (stopped)")
+    md += ["", f"**Loaded / idle wall time: {ratio}** (goal: at most about 2.5x).",
            "", "Per method, fit + transfer wall seconds summed over the tasks (compare's own timings):", "",
            "| method | alone s | beside a busy process s | ratio |", "|---|---|---|---|"]
     a, b = per_method(idle), per_method(busy)
@@ -94,11 +101,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", nargs="+", default=["digits", "tdcm"])
     parser.add_argument("--quick", action="store_true", help="compare --quick; written to variants/")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds after which a run is stopped")
     _common.add_name_argument(parser, "busy")
     args = parser.parse_args()
     runs = []
     for busy in (False, True):
-        runs.append(run_compare(args.data, args.quick, busy))
+        runs.append(run_compare(args.data, args.quick, busy, args.timeout))
         print({k: v for k, v in runs[-1].items() if k != "rows"}, flush=True)
     for r in runs:
         for row in r["rows"]:
