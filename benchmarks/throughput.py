@@ -288,7 +288,7 @@ def train_part(args, rates, methods):
 
 def markdown(res, args):
     r = res["matmul_gflops"]
-    md = [f"Every measurement in one process, 1 thread (`torch.set_num_threads(1)`, `OMP_NUM_THREADS=1`), "
+    md = ["Every measurement in one process, 1 thread (`torch.set_num_threads(1)`, `OMP_NUM_THREADS=1`), "
           "process CPU seconds. Data: `make_blobs` with 10 centres, 64 features, float32.", "",
           f"**Matmul rate** (`torch.mm` 2,048 x 2,048, best of 3): float32 {r['float32']:.1f} GFLOP/s, "
           f"float64 {r['float64']:.1f} GFLOP/s.", ""]
