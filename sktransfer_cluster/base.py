@@ -41,6 +41,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_consistent_length, check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .ot import exact_dtype
+
 __all__ = [
     "TransferClusterMixin",
     "TrainingRun",
@@ -322,7 +324,7 @@ def resolve_device(device):
 
 @contextmanager
 def torch_threads(device, n):
-    """torch's intra-op threads on the CPU set to ``n`` (None: left alone), restored afterwards.
+    """torch's intra-op threads on the CPU set to ``n`` (at most the current count), restored afterwards.
 
     Training steps of small networks are chains of small operations, bound by per-operation
     latency: a second thread does not shorten them, and where another process holds a core
@@ -339,7 +341,7 @@ def torch_threads(device, n):
     >>> torch.get_num_threads() == before
     True
     """
-    if n is None or device.type != "cpu":
+    if device.type != "cpu":
         yield
         return
     before = torch.get_num_threads()
@@ -795,13 +797,11 @@ class TransferClusterMixin(ABC):
             self.__dict__.pop("_training_stopped", None)
 
     @contextmanager
-    def _training(self, phase, n_epochs, *, state=(), select="min", unit="epoch", hint=None, keeps_model=True,
-                  threads=1):
+    def _training(self, phase, n_epochs, *, state=(), select="min", unit="epoch", hint=None, keeps_model=True):
         """A :class:`TrainingRun` for one training phase, with its progress bar.
 
-        On the CPU the phase runs with ``threads`` intra-op threads (at most the
-        caller's count; None: the caller's), restored afterwards: minibatch steps
-        are latency-bound (:func:`torch_threads`).
+        On the CPU the phase runs on one intra-op thread, the caller's count
+        restored afterwards: minibatch steps are latency-bound (:func:`torch_threads`).
 
         ``state`` lists the modules and tensors this phase trains; ``unit``
         names a training step in messages and ``hint`` replaces the default
@@ -818,7 +818,7 @@ class TransferClusterMixin(ABC):
         ``keeps_model=False``, one that cannot give a usable model by itself
         (a later phase builds the model that predicts).
         """
-        with self._progress(n_epochs, phase) as bar, torch_threads(self.device_, threads):
+        with self._progress(n_epochs, phase) as bar, torch_threads(self.device_, 1):
             run = TrainingRun(self, phase, n_epochs, state, select, bar, unit, hint)
             run.keeps_model = keeps_model
             try:
@@ -960,9 +960,7 @@ class TransferClusterMixin(ABC):
         affine = getattr(self, "_input_affine", None)
         if affine is not None:
             W, b = fold_affine(W, b, *affine)
-        # MPS has no float64.
-        wide = X.dtype == np.float64 and self.device_.type != "mps"
-        dtype = torch.float64 if wide else torch.float32
+        dtype = exact_dtype(self.device_) if X.dtype == np.float64 else torch.float32
         W, b = W.to(device=self.device_, dtype=dtype), b.to(device=self.device_, dtype=dtype)
 
         def labels(rows):

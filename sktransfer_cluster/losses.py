@@ -6,7 +6,7 @@ import dataclasses
 
 import torch
 
-from .ot import plan_from_potentials, semi_dual_newton
+from .ot import exact_dtype, plan_from_potentials, semi_dual_newton
 
 __all__ = [
     "squared_distances",
@@ -100,7 +100,7 @@ def ot_clustering_loss(Z, centers, reg, log_w, *, init=None, max_iter=100, tol=1
     with torch.no_grad():
         # A minibatch's (n, k) problem is small: solved in float64 whatever the network's
         # dtype, so that tol is reachable and the plan is exact to it.
-        M = C.detach().to(torch.float64) / reg
+        M = C.detach().to(exact_dtype(C.device)) / reg
         g = None if init is None else init / reg
         res = semi_dual_newton(M, log_w, g, max_iter=max_iter, tol=tol)
         P = plan_from_potentials(M, res.f, res.g, 1.0, None, log_w).to(C.dtype)

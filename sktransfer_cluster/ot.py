@@ -103,6 +103,11 @@ class SinkhornResult:
     errors: list = field(default_factory=list)
 
 
+def exact_dtype(device):
+    """float64, the dtype small problems are solved in, or float32 on MPS (it has no float64)."""
+    return torch.float32 if torch.device(device).type == "mps" else torch.float64
+
+
 def _scheme(method):
     """The scheme ("auto", "stabilized" or "log") an accepted method name stands for."""
     scheme = _METHODS.get(method.lower()) if isinstance(method, str) else None
@@ -538,7 +543,7 @@ def _semi_dual_newton(M, log_b, g, log_a, max_iter, tol, max_step, X=None):
     F, c, (H, moment) = objective(g, f)
     passes = 1
     errors = []
-    eye = torch.eye(m, dtype=torch.float64, device=M.device)
+    eye = torch.eye(m, dtype=torch.float64)
     radius = max_step
     while True:
         grad = b - c
@@ -548,9 +553,11 @@ def _semi_dual_newton(M, log_b, g, log_a, max_iter, tol, max_step, X=None):
             break
         # Newton direction: (diag(c) - H) step = b - c. The rank-one term removes the
         # Laplacian's null vector (a constant shift of g); the ridge keeps an empty
-        # cluster's row solvable, in float64 (in float32 it vanishes beside that term).
-        L = (torch.diag(c) - H + c.mean() / m).to(torch.float64) + eye * (1e-12 * float(c.max()))
-        step = torch.linalg.solve(L, grad.to(torch.float64).unsqueeze(-1)).squeeze(-1).to(M.dtype)
+        # cluster's row solvable. The (m, m) system is solved on the CPU in float64 on any
+        # device: in float32 the ridge vanishes beside the rank-one term (MPS has no float64).
+        L = (torch.diag(c) - H + c.mean() / m).to("cpu", torch.float64) + eye * (1e-12 * float(c.max()))
+        rhs = grad.to("cpu", torch.float64).unsqueeze(-1)
+        step = torch.linalg.solve(L, rhs).squeeze(-1).to(M.device, M.dtype)
         step = step - step.mean()
         slope = float((grad * step).sum())
         big = float(step.abs().max())
