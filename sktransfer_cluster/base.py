@@ -328,8 +328,8 @@ def torch_threads(device, n):
 
     Training steps of small networks are chains of small operations, bound by per-operation
     latency: a second thread does not shorten them, and where another process holds a core
-    every parallel region waits for a descheduled thread (a GAN fit on 40 rows took 173 s at
-    torch's default threads beside one busy process, 5.8 s at one thread).
+    every parallel region waits for a descheduled thread (measurements:
+    ``docs/notes/performance.md``).
 
     Examples
     --------
