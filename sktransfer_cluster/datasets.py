@@ -2,6 +2,9 @@
 for the protocols of the five papers. Nothing here downloads anything.
 
 Every generator takes ``random_state`` and is deterministic for a fixed value.
+A user's own ``.npz``/``.csv`` task is read by
+:func:`sktransfer_cluster.files.load_transfer_file`; that module imports
+:class:`TransferTask` from here, and this module never imports it back.
 """
 
 from __future__ import annotations
@@ -16,8 +19,6 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC
 from sklearn.utils import check_array, check_random_state
 
-from .files import load_transfer_file  # re-exported: its home is files.py
-
 __all__ = [
     "TransferTask",
     "load_digits_transfer",
@@ -29,7 +30,6 @@ __all__ = [
     "make_c2m_sets",
     "make_gaussian_ring",
     "make_artifact_digits",
-    "load_transfer_file",
 ]
 
 

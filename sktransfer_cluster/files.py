@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .datasets import TransferTask
+
 __all__ = ["load_transfer_file", "MAX_ARRAY_BYTES"]
 
 #: Largest array, in bytes once loaded, that :func:`load_transfer_file` reads by
@@ -75,8 +77,6 @@ def load_transfer_file(path, *, label_column="label", max_bytes=MAX_ARRAY_BYTES)
     >>> task.X_target.shape, task.y_source.tolist(), task.y_target
     ((2, 2), [0, 1], None)
     """
-    from .datasets import TransferTask
-
     path = Path(path)
     if not path.exists():
         raise ValueError(f"{path}: no such file.")

