@@ -21,15 +21,15 @@ from sklearn.utils import check_array, check_random_state
 
 __all__ = [
     "TransferTask",
+    "dihedral_classes",
     "load_digits_transfer",
     "load_mnist_5k",
     "load_mnist_transfer",
+    "make_artifact_digits",
     "make_artifact_mnist",
-    "dihedral_classes",
-    "make_tdcm_transfer",
     "make_c2m_sets",
     "make_gaussian_ring",
-    "make_artifact_digits",
+    "make_tdcm_transfer",
 ]
 
 

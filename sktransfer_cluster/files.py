@@ -2,25 +2,47 @@
 
 Every problem with a file -- a wrong format, a missing member or column, a bad
 value, an array too large to load -- raises one ``ValueError`` that names the
-file and says what to do. Nothing in a file is ever executed (no pickles).
+file and says what to do. Nothing in a file is ever executed (no pickles), and
+the file is never modified.
 
 ``.npz``
     Arrays ``X_source`` and ``X_target`` (2-D, real numbers) and optional
     ``y_source`` and ``y_target`` (1-D, one label per row).
 ``.csv``
-    A header row; a ``domain`` column whose values are ``source`` or ``target``
-    (any case); an optional label column (``label`` unless told otherwise);
-    every other column is a feature.
+    UTF-8, with or without the byte-order mark that Excel's "CSV UTF-8" writes.
+    A header row; a ``domain`` column whose value on every row is ``source`` or
+    ``target`` (any case, spaces ignored) -- any other value, such as a typo,
+    is refused with its lines, never dropped; an optional label column
+    (``label`` unless told otherwise; never the ``domain`` column itself);
+    every other column is a feature and must hold a number on every row.
+
+    **Index columns.** Leading columns with an empty name -- the index that
+    pandas' ``df.to_csv()`` writes unless given ``index=False``, or R's row
+    names -- and pandas' ``Unnamed: 0`` (such a file read back and written
+    again) are row labels, not data: they are skipped, so the features are the
+    same as those of the file written with ``index=False``. An unnamed column
+    after a named one is refused, and so is a feature named ``index`` that
+    numbers the rows (``df.reset_index()``). Any other named index (such as
+    ``df.index.name = "id"``) cannot be told from a feature: write such files
+    with ``index=False``.
 
 Labels may be numbers or strings; they are encoded as integers ``0..n-1`` in
 sorted order. A blank label (an empty CSV cell) is missing, never a class: a
 side whose labels are all blank has no labels, and a side with some blank
 labels is refused.
+
+Size. ``max_bytes`` bounds the arrays once loaded, not the file: for a CSV,
+rows x (features + label column) x 8 bytes, checked after a first pass that
+only counts rows and before anything is allocated. The second pass parses each
+row straight into preallocated float64 arrays, so loading takes about the
+arrays' size in memory, whatever the file's size.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import re
 import zipfile
 from pathlib import Path
 
@@ -28,7 +50,7 @@ import numpy as np
 
 from .datasets import TransferTask
 
-__all__ = ["load_transfer_file", "MAX_ARRAY_BYTES"]
+__all__ = ["MAX_ARRAY_BYTES", "load_transfer_file"]
 
 #: Largest array, in bytes once loaded, that :func:`load_transfer_file` reads by
 #: default (1 GiB): a small compressed ``.npz`` can expand to many GB.
@@ -48,18 +70,23 @@ def load_transfer_file(path, *, label_column="label", max_bytes=MAX_ARRAY_BYTES)
     path : str or path-like
         A ``.npz`` with arrays ``X_source``, ``X_target`` and optional
         ``y_source``, ``y_target``; or a ``.csv`` with a header, a ``domain``
-        column (``source``/``target``, any case), an optional label column and
-        feature columns.
+        column (``source``/``target``, any case, on every row), an optional
+        label column and feature columns. Leading unnamed columns (pandas'
+        index, R's row names) are skipped; see the module notes.
     label_column : str or None, default="label"
-        The CSV column holding labels; None: the file has none. Ignored for
-        ``.npz``.
+        The CSV column holding labels (any case); None: the file has none. It
+        may not be the ``domain`` column. Ignored for ``.npz``.
     max_bytes : int, default=MAX_ARRAY_BYTES
-        Refuse any array larger than this once loaded.
+        Refuse a file whose arrays would take more bytes than this once loaded:
+        each ``.npz`` member, or a CSV's rows x (features + labels) x 8.
 
     Returns
     -------
     TransferTask
-        Features as float64; labels as integers (None where a side has none).
+        Features as float64; labels as integers (None where a side has none);
+        ``name`` is the file's stem, which two files in different folders can
+        share (``a/t.csv``, ``b/t.csv``): a caller keying tasks by name must
+        tell them apart.
 
     Raises
     ------
@@ -122,8 +149,8 @@ def _read_member(path, archive, member, max_bytes):
             nbytes = int(np.prod(shape, dtype=float)) * dtype.itemsize
             if nbytes > max_bytes:
                 raise ValueError(
-                    f"{path}: {name} would take {nbytes / 2**20:,.0f} MiB once loaded, above the limit of "
-                    f"{max_bytes / 2**20:,.0f} MiB; raise it (compare --max-array-mb) if this is intended."
+                    f"{path}: {name} would take {_size(nbytes)} once loaded, above the limit of "
+                    f"{_size(max_bytes)}; raise it (compare --max-array-mb) if this is intended."
                 )
             if dtype.hasobject:
                 raise ValueError(f"{path}: {name} holds Python objects, which are never loaded; save numbers or strings.")
@@ -139,64 +166,237 @@ def _read_member(path, archive, member, max_bytes):
 
 
 def _read_csv(path, label_column, max_bytes):
-    if path.stat().st_size > max_bytes:
-        raise ValueError(
-            f"{path}: {path.stat().st_size / 2**20:,.0f} MiB is above the limit of {max_bytes / 2**20:,.0f} MiB; "
-            "raise it (compare --max-array-mb) if this is intended."
-        )
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            rows = [r for r in csv.reader(fh) if r]
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise ValueError(f"{path}: not a readable UTF-8 CSV file ({exc}).") from exc
-    if not rows:
-        raise ValueError(f"{path}: empty file; expected a header with a 'domain' column (source/target).")
-    header = [h.strip() for h in rows[0]]
-    lower = [h.lower() for h in header]
-    if "domain" not in lower:
-        raise ValueError(
-            f"{path}: expected a header with a 'domain' column (source/target); found columns {header[:10]}."
-        )
-    dom_i = lower.index("domain")
-    lab_i = None
-    if label_column is not None:
-        if label_column.lower() in lower:
-            lab_i = lower.index(label_column.lower())
-        elif label_column != "label":
-            raise ValueError(f"{path}: no label column {label_column!r}; found columns {header[:10]}.")
-        else:
-            suspects = [h for h in header if h.lower() in _LABEL_LIKE]
-            if suspects:
-                raise ValueError(
-                    f"{path}: no 'label' column, but {suspects[0]!r} looks like one; pass "
-                    f"--label-column {suspects[0]} to use it as labels, or --label-column none "
-                    "to treat it as a feature."
-                )
-    feat_i = [i for i in range(len(header)) if i not in (dom_i, lab_i)]
+    # Two streaming passes, so no cell is ever held as a Python object beyond its
+    # row: the first checks the layout and counts each side's rows (the size guard
+    # then bounds the arrays before they exist); the second parses the numbers
+    # straight into preallocated float64 arrays.
+    raw = _csv_header(path)
+    n_fields = len(raw)
+    header = [h.strip() for h in raw]
+    n_index = _n_index_columns(header)
+    dom_i, lab_i = _key_columns(path, header, n_index, label_column)
+    feat_i = [i for i in range(n_index, n_fields) if i not in (dom_i, lab_i)]
     if not feat_i:
         raise ValueError(f"{path}: no feature columns besides 'domain' and the labels.")
-    body = rows[1:]
-    for line, r in enumerate(body, start=2):
-        if len(r) != len(header):
-            raise ValueError(f"{path}: line {line} has {len(r)} fields, the header has {len(header)}.")
-    domain = np.array([r[dom_i].strip().lower() for r in body], dtype=object)
-    found = sorted({str(d) for d in domain})
-    if not {"source", "target"} <= set(found):
+
+    sides = bytearray()  # one byte per row: _SOURCE or _TARGET
+    bad = {}  # unknown domain value -> [its row count, its first lines]; a few values only
+    n_bad = 0
+    with contextlib.closing(_rows(path)) as rows:  # closed at once, even on an error
+        for line, row in rows:
+            if len(row) != n_fields:
+                raise ValueError(f"{path}: line {line} has {len(row)} fields, the header has {n_fields}.")
+            side = _SIDES.get(row[dom_i].strip().lower())
+            if side is None:
+                n_bad += 1
+                if row[dom_i] in bad or len(bad) < _SHOWN:
+                    seen = bad.setdefault(row[dom_i], [0, []])
+                    seen[0] += 1
+                    if len(seen[1]) < _SHOWN:
+                        seen[1].append(line)
+                continue
+            sides.append(side)
+    if n_bad:
+        # S4: such rows used to vanish; a typo must never shrink a side unseen.
+        shown = ", ".join(f"{value!r} ({_lines(*seen)})" for value, seen in bad.items())
+        more = ", and other values" if n_bad > sum(count for count, _ in bad.values()) else ""
         raise ValueError(
-            f"{path}: the 'domain' column must hold 'source' and 'target' rows; found {found[:10]}."
+            f"{path}: the 'domain' column must be 'source' or 'target' (any case) on every row, but "
+            f"{n_bad} {'row holds' if n_bad == 1 else 'rows hold'} other values: {shown}{more}. "
+            "Correct them, or delete the rows that belong to neither side."
         )
+    n_src, n_tgt = sides.count(_SOURCE), sides.count(_TARGET)
+    if not sides:
+        raise ValueError(f"{path}: no data rows below the header; expected source and target rows.")
+    for name, count in (("source", n_src), ("target", n_tgt)):
+        if not count:
+            raise ValueError(
+                f"{path}: no '{name}' rows in the 'domain' column; a transfer task needs both sides."
+            )
+    n_rows, n_cols = n_src + n_tgt, len(feat_i) + (lab_i is not None)
+    nbytes = n_rows * n_cols * 8  # float64 features and int64 label codes
+    if nbytes > max_bytes:
+        raise ValueError(
+            f"{path}: {n_rows:,} rows x {n_cols:,} columns would take {_size(nbytes)} once loaded, above the "
+            f"limit of {_size(max_bytes)}; raise it (compare --max-array-mb) if this is intended."
+        )
+
+    X = {_SOURCE: np.empty((n_src, len(feat_i))), _TARGET: np.empty((n_tgt, len(feat_i)))}
+    codes = {_SOURCE: np.empty(n_src, dtype=np.intp), _TARGET: np.empty(n_tgt, dtype=np.intp)}
+    filled = {_SOURCE: 0, _TARGET: 0}
+    texts = {}  # each distinct label text once -> its code; rows keep only the code
+    # A feature named 'index' (pandas' df.reset_index()) that counts the rows from 0 or 1
+    # is a row number, not data: it would decide the clusters (S5).
+    row_number = [feat_i.index(i) for i in feat_i if header[i].lower() == "index"]
+    counts_from = {0, 1} if row_number else set()
+    n_read = 0
+    with contextlib.closing(_rows(path)) as rows:
+        for line, row in rows:
+            if n_read == n_rows or len(row) != n_fields:
+                raise ValueError(f"{path}: the file changed while it was read; try again.")
+            side = sides[n_read]
+            k = filled[side]
+            try:
+                X[side][k] = [float(row[j]) for j in feat_i]
+            except ValueError:
+                raise ValueError(_bad_number(path, line, row, feat_i, header)) from None
+            if lab_i is not None:
+                codes[side][k] = texts.setdefault(row[lab_i].strip(), len(texts))
+            if counts_from:
+                counts_from = {c for c in counts_from if X[side][k, row_number[0]] == n_read + c}
+            filled[side] = k + 1
+            n_read += 1
+    if n_read != n_rows:
+        raise ValueError(f"{path}: the file changed while it was read; try again.")
+    if counts_from and n_rows > 1:
+        first, name = min(counts_from), header[feat_i[row_number[0]]]
+        raise ValueError(
+            f"{path}: column {name!r} numbers the rows {first}..{n_rows - 1 + first}, as pandas writes "
+            "after df.reset_index(); a row number is not a feature. Write the file with "
+            "df.to_csv(path, index=False) before reset_index, or delete the column."
+        )
+    if lab_i is None:
+        return X[_SOURCE], X[_TARGET], None, None
+    values = np.array(list(texts), dtype=object)
+    return X[_SOURCE], X[_TARGET], _Coded(values, codes[_SOURCE]), _Coded(values, codes[_TARGET])
+
+
+_SOURCE, _TARGET = 1, 2
+_SIDES = {"source": _SOURCE, "target": _TARGET}
+
+
+class _Coded:
+    """CSV labels as each distinct text once plus one integer code per row."""
+
+    def __init__(self, values, codes):
+        self.values, self.codes = values, codes
+
+
+def _rows(path):
+    """``(line number, fields)`` of each non-blank CSV record after the header."""
+    with contextlib.closing(_records(path)) as records:
+        next(records, None)
+        yield from records
+
+
+def _records(path):
+    # utf-8-sig: Excel's "CSV UTF-8" starts with a byte-order mark, which plain
+    # utf-8 would glue onto the first column's name.
     try:
-        feats = np.array([[float(r[i]) for i in feat_i] for r in body], dtype=float)
-    except ValueError as exc:
-        raise ValueError(f"{path}: non-numeric or missing feature value ({exc}).") from exc
-    labels = None if lab_i is None else np.array([r[lab_i].strip() for r in body], dtype=object)
-    src, tgt = domain == "source", domain == "target"
-    return (
-        feats[src],
-        feats[tgt],
-        None if labels is None else labels[src],
-        None if labels is None else labels[tgt],
-    )
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            reader = csv.reader(fh)
+            for row in reader:
+                if row:
+                    yield reader.line_num, row
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise ValueError(f"{path}: not a readable UTF-8 CSV file ({exc}); save it as CSV UTF-8.") from exc
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot be read ({exc}).") from exc
+
+
+def _csv_header(path):
+    records = _records(path)
+    try:
+        first = next(records, None)
+    finally:
+        records.close()
+    if first is None:
+        raise ValueError(f"{path}: empty file; expected a header with a 'domain' column (source/target).")
+    return first[1]
+
+
+def _n_index_columns(header):
+    """How many leading columns are row labels, never features.
+
+    An unnamed first column is pandas' index (``df.to_csv()``) or R's row
+    names; ``Unnamed: 0`` is such an index read back by pandas and written again.
+    """
+    n = 0
+    while n < len(header) and _unnamed(header[n]):
+        n += 1
+    return n
+
+
+def _unnamed(name):
+    return name == "" or _PANDAS_UNNAMED.fullmatch(name) is not None
+
+
+_PANDAS_UNNAMED = re.compile(r"Unnamed: \d+")  # pandas' name for a column without one
+
+
+def _key_columns(path, header, n_index, label_column):
+    """Indices of the domain column and the label column (None: no labels)."""
+    named = header[n_index:]
+    lower = [h.lower() for h in header]
+    for i in range(n_index, len(header)):
+        if _unnamed(header[i]):
+            raise ValueError(
+                f"{path}: column {i + 1} has no name ({header[i]!r}); name it in the header, or delete it. "
+                "(Only the first columns may be unnamed: they are taken as a row index, as pandas and R "
+                "write one.)"
+            )
+    if "domain" not in lower[n_index:]:
+        semicolons = any(";" in h for h in named)
+        hint = " The file looks ';'-separated: save it with ',' between fields." if semicolons else ""
+        raise ValueError(
+            f"{path}: expected a header with a 'domain' column (source/target); {_columns(header)}.{hint}"
+        )
+    if lower.count("domain") > 1:
+        raise ValueError(f"{path}: {lower.count('domain')} columns named 'domain'; keep one.")
+    dom_i = lower.index("domain")
+    if label_column is None:
+        return dom_i, None
+    want = str(label_column).strip().lower()
+    if want == "domain":
+        raise ValueError(
+            f"{path}: label column {label_column!r} is the domain column, which says source/target, not "
+            "the classes; name the column that holds the labels (--label-column NAME), or none."
+        )
+    if want in lower[n_index:]:
+        if lower.count(want) > 1:
+            raise ValueError(f"{path}: {lower.count(want)} columns named {label_column!r}; keep one.")
+        return dom_i, lower.index(want)
+    if want != "label":
+        raise ValueError(f"{path}: no label column {label_column!r}; {_columns(header)}.")
+    suspects = [h for h in named if h.lower() in _LABEL_LIKE]
+    if suspects:
+        raise ValueError(
+            f"{path}: no 'label' column, but {suspects[0]!r} looks like one; pass "
+            f"--label-column {suspects[0]} to use it as labels, or --label-column none "
+            "to treat it as a feature."
+        )
+    return dom_i, None
+
+
+def _columns(header, shown=10):
+    """'the file has N columns: [...]', with '...' when the list is cut."""
+    names = ", ".join(repr(h) for h in header[:shown]) + (", ..." if len(header) > shown else "")
+    return f"the file has {len(header)} column{'s' * (len(header) != 1)}: [{names}]"
+
+
+_SHOWN = 5  # unknown domain values, and lines of each, named in the error
+
+
+def _lines(count, lines):
+    if count == 1:
+        return f"line {lines[0]}"
+    return f"{count} rows: lines {', '.join(map(str, lines))}{', ...' if count > len(lines) else ''}"
+
+
+def _bad_number(path, line, row, feat_i, header):
+    """The message for the first feature cell of ``row`` that is not a number."""
+    for j in feat_i:
+        try:
+            float(row[j])
+        except ValueError:
+            where = f"{path}: line {line}, column {header[j]!r}"
+            what = " is empty" if not row[j].strip() else f": {row[j]!r} is not a number"
+            return f"{where}{what}; every feature cell must hold a number (missing values are not filled in)."
+    return f"{path}: line {line}: a feature value is not a number."
+
+
+def _size(nbytes):
+    return f"{nbytes / 2**20:,.0f} MiB" if nbytes >= 10 * 2**20 else f"{nbytes:,} bytes"
 
 
 def _features(path, name, X):
@@ -208,7 +408,7 @@ def _features(path, name, X):
     if not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
         raise ValueError(f"{path}: {name} is not numeric (dtype {X.dtype}).")
     with np.errstate(over="ignore"):
-        X = X.astype(float)
+        X = X.astype(np.float64, copy=False)  # a CSV's float64 array is not copied again
     if not np.isfinite(X).all():
         raise ValueError(f"{path}: {name} contains NaN or infinity (or values too large for float64).")
     return X
@@ -218,25 +418,43 @@ def _labels(path, name, y, n_rows):
     """Integer labels 0..n-1 in sorted order, None when absent or all blank."""
     if y is None:
         return None
+    if isinstance(y, _Coded):
+        return _text_labels(path, name, y.values, y.codes, n_rows)
     y = np.asarray(y)
     if y.ndim != 1 or y.shape[0] != n_rows:
         raise ValueError(f"{path}: {name} must hold one label per row ({n_rows}), got shape {y.shape}.")
     if np.iscomplexobj(y):
         raise ValueError(f"{path}: {name} holds complex numbers; labels must be integers or strings.")
     if y.dtype.kind in "OUS":
-        text = np.array([_label_text(v) for v in y], dtype=object)
-        blank = text == ""
-        if blank.all():
-            return None
-        if blank.any():
-            raise ValueError(
-                f"{path}: {name} has {int(blank.sum())} blank labels among {n_rows} rows; "
-                "give every row of a side a label, or none."
-            )
-        y = _as_numbers(text)
-    elif y.dtype.kind == "f" and not np.isfinite(y).all():
+        values, codes = np.unique(y, return_inverse=True)
+        return _text_labels(path, name, values, codes.ravel(), n_rows)
+    if y.dtype.kind == "f" and not np.isfinite(y).all():
         raise ValueError(f"{path}: {name} contains NaN or infinity; labels must be integers or strings.")
     return np.unique(y, return_inverse=True)[1].astype(np.int64)
+
+
+def _text_labels(path, name, values, codes, n_rows):
+    """Labels given as distinct texts ``values`` and a code per row into them.
+
+    The work is on the distinct texts only, so a long file costs one integer
+    per row, never a Python string per row.
+    """
+    text = np.array([_label_text(v) for v in values], dtype=object)
+    n_blank = int(np.count_nonzero((text == "")[codes]))
+    if n_blank == n_rows:
+        return None
+    if n_blank:
+        raise ValueError(
+            f"{path}: {name} has {n_blank} blank labels among {n_rows} rows; "
+            "give every row of a side a label, or none."
+        )
+    used = np.zeros(len(text), dtype=bool)
+    used[codes] = True
+    # Texts that differ only in spaces, or numbers written differently ("2", "2.0"), are one class.
+    classes = np.unique(_as_numbers(text[used]), return_inverse=True)[1]
+    rank = np.zeros(len(text), dtype=np.int64)
+    rank[used] = classes.ravel()
+    return rank[codes]
 
 
 def _label_text(value):

@@ -112,7 +112,7 @@ def test_make_artifact_mnist_plants_the_artifact_in_the_first_pixel():
     X, y_art, y_digit = make_artifact_mnist(random_state=0)
     np.testing.assert_array_equal(X[:, 0], np.array([0.1, 0.5, 0.9])[y_art])
     assert set(y_art) == {0, 1, 2} and np.bincount(y_digit).tolist() == [500] * 10
-    X_again, y_again, _ = make_artifact_mnist(random_state=0)
+    _, y_again, _ = make_artifact_mnist(random_state=0)
     np.testing.assert_array_equal(y_again, y_art)
 
 

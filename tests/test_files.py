@@ -54,7 +54,7 @@ def test_csv_domain_values_match_in_any_case_and_with_spaces(tmp_path):
 
 
 def test_csv_without_source_or_target_rows_names_the_values_found(tmp_path):
-    with pytest.raises(ValueError, match=r"found \['src', 'tgt'\]"):
+    with pytest.raises(ValueError, match=r"'src' \(line 2\), 'tgt' \(line 3\)"):
         load_transfer_file(_csv(tmp_path, "domain,x\nsrc,1\ntgt,2\n"))
 
 
@@ -221,3 +221,173 @@ def test_fuzzed_csv_gives_a_task_or_a_value_error(tmp_path, header, body):
     assert np.isfinite(task.X_source).all() and np.isfinite(task.X_target).all()
     for y, X in ((task.y_source, task.X_source), (task.y_target, task.X_target)):
         assert y is None or (y.dtype == np.int64 and y.shape == (X.shape[0],))
+
+
+# ------------------------------------------------- issue 30: S4, S5, S6, R2, R4
+def _two_blobs_rows(n=20, seed=0):
+    """Rows (domain, x1, x2, label) of two far-apart blobs on each side."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for dom in ("source", "target"):
+        for label, centre in (("a", 0.0), ("b", 5.0)):
+            rows += [(dom, *map(float, rng.normal(centre, 0.3, 2)), label) for _ in range(n // 2)]
+    rng.shuffle(rows)  # pandas' index is then unrelated to the blobs: a feature that ruins ACC
+    return rows
+
+
+def test_csv_domain_typo_is_refused_naming_the_value_its_lines_and_what_is_accepted(tmp_path):
+    # S4: the 'tagret' rows were dropped without a word.
+    text = "domain,x\nsource,1\nsource,2\ntagret,3\ntarget,4\nTagret ,5\nsrc,6\n"
+    with pytest.raises(ValueError) as info:
+        load_transfer_file(_csv(tmp_path, text))
+    msg = str(info.value)
+    assert "3 rows" in msg and "'tagret' (line 4)" in msg
+    assert "'Tagret ' (line 6)" in msg and "'src' (line 7)" in msg
+    assert "'source' or 'target'" in msg
+
+
+def test_csv_domain_typo_lines_count_blank_lines(tmp_path):
+    with pytest.raises(ValueError, match=r"'' \(line 5\)"):
+        load_transfer_file(_csv(tmp_path, "domain,x\n\nsource,1\ntarget,2\n,3\n"))
+
+
+def test_csv_with_only_one_side_says_which_side_is_missing(tmp_path):
+    with pytest.raises(ValueError, match="no 'target' rows"):
+        load_transfer_file(_csv(tmp_path, "domain,x\nsource,1\nSOURCE,2\n"))
+
+
+@pytest.mark.parametrize("index_header", ["", "Unnamed: 0"])
+def test_csv_written_with_a_pandas_index_loads_the_same_features_as_without(tmp_path, index_header):
+    # S5: pandas' df.to_csv() writes its index as an unnamed first column; it was
+    # loaded as a feature (ACC 0.993 -> 0.367). It is a row label, never a feature.
+    rows = _two_blobs_rows()
+    plain = ["domain,x1,x2,label"] + [f"{d},{a!r},{b!r},{c}" for d, a, b, c in rows]
+    indexed = [f"{index_header},domain,x1,x2,label"] + [f"{i},{r}" for i, r in enumerate(plain[1:])]
+    want = load_transfer_file(_csv(tmp_path, "\n".join(plain) + "\n", "plain.csv"))
+    got = load_transfer_file(_csv(tmp_path, "\n".join(indexed) + "\n", "indexed.csv"))
+    assert got.X_source.shape == (20, 2)
+    for attr in ("X_source", "X_target", "y_source", "y_target"):
+        np.testing.assert_array_equal(getattr(got, attr), getattr(want, attr))
+    # The features that decide ACC: the two blobs, not the row number.
+    assert set(np.round(got.X_target[:, 0] / 5).astype(int)) == {0, 1}
+
+
+def test_csv_r_style_row_names_and_a_pandas_multiindex_are_dropped_too(tmp_path):
+    r_style = '"","domain","x"\n"1","source",0.5\n"2","target",1.5\n'
+    task = load_transfer_file(_csv(tmp_path, r_style, "r.csv"))
+    assert task.X_source.tolist() == [[0.5]] and task.X_target.tolist() == [[1.5]]
+    two_levels = ",,domain,x\na,0,source,0.5\nb,1,target,1.5\n"
+    task = load_transfer_file(_csv(tmp_path, two_levels, "m.csv"))
+    assert task.X_source.tolist() == [[0.5]] and task.X_target.tolist() == [[1.5]]
+
+
+def test_csv_index_column_from_reset_index_is_refused_not_a_feature(tmp_path):
+    # df.reset_index().to_csv(index=False) names the row numbers 'index'.
+    with pytest.raises(ValueError, match=r"column 'index' numbers the rows 0..2,.* index=False"):
+        load_transfer_file(_csv(tmp_path, "index,domain,x\n0,source,1\n1,target,2\n2,source,3\n"))
+    with pytest.raises(ValueError, match=r"column 'Index' numbers the rows 1..2"):
+        load_transfer_file(_csv(tmp_path, "domain,Index,x\nsource,1,1\ntarget,2,2\n"))
+    # An 'index' feature that is not the row numbers is data like any other.
+    task = load_transfer_file(_csv(tmp_path, "index,domain,x\n5,source,1\n3,target,2\n"))
+    assert task.X_source.tolist() == [[5.0, 1.0]]
+
+
+def test_csv_unnamed_column_after_named_ones_is_refused_not_a_feature(tmp_path):
+    with pytest.raises(ValueError, match="column 3 has no name"):
+        load_transfer_file(_csv(tmp_path, "domain,x,\nsource,1,7\ntarget,2,8\n"))
+
+
+@pytest.mark.parametrize("label_column", ["domain", "Domain", " DOMAIN "])
+def test_label_column_that_is_the_domain_column_is_refused(tmp_path, label_column):
+    # S6: it gave K = 1 and a perfect 1.000 for every method.
+    path = _csv(tmp_path, "domain,x,label\nsource,1,a\nsource,2,b\ntarget,3,a\ntarget,4,b\n")
+    with pytest.raises(ValueError, match=r"is the domain column.*source/target"):
+        load_transfer_file(path, label_column=label_column)
+
+
+def test_csv_with_two_domain_columns_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="2 columns named 'domain'"):
+        load_transfer_file(_csv(tmp_path, "domain,x,Domain\nsource,1,target\ntarget,2,source\n"))
+
+
+def test_csv_guard_bounds_the_loaded_array_not_the_file_size(tmp_path):
+    # R2: the guard compared the file size; "0," is 2 bytes of text but 8 loaded.
+    n_rows, n_cols = 200, 50
+    lines = ["domain," + ",".join(f"x{j}" for j in range(n_cols))]
+    lines += [f"{('source', 'target')[i % 2]}," + ",".join(["0"] * n_cols) for i in range(n_rows)]
+    small_text = _csv(tmp_path, "\n".join(lines) + "\n", "zeros.csv")
+    loaded = n_rows * n_cols * 8  # 80,000 bytes
+    assert small_text.stat().st_size < loaded // 3
+    with pytest.raises(ValueError, match=r"200 rows x 50 columns would take 80,000 bytes once loaded, above .* 79,999"):
+        load_transfer_file(small_text, max_bytes=loaded - 1)
+    assert load_transfer_file(small_text, max_bytes=loaded).X_source.shape == (100, 50)
+    # Long number text loads into fewer bytes than the file: admitted.
+    long_rows = "".join(f"{d},0.{'0' * 60}1\n" for d in ("source", "target") * 50)
+    long_text = _csv(tmp_path, "domain,x\n" + long_rows, "long.csv")
+    assert long_text.stat().st_size > 5_000
+    assert load_transfer_file(long_text, max_bytes=100 * 8).X_target.shape == (50, 1)
+
+
+def test_csv_guard_counts_the_label_column(tmp_path):
+    path = _csv(tmp_path, "domain,x,label\nsource,1,a\ntarget,2,b\n")
+    with pytest.raises(ValueError, match="2 rows x 2 columns would take 32 bytes"):
+        load_transfer_file(path, max_bytes=31)
+
+
+def test_csv_is_parsed_into_arrays_without_a_python_object_per_cell(tmp_path):
+    # R2: rows were held as Python lists (a 21 MB file peaked at 756 MB). Count
+    # the bytes allocated while loading: about the arrays, not 10x them.
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    n_rows, n_cols = 4000, 20
+    X = rng.normal(size=(n_rows, n_cols))
+    lines = ["domain," + ",".join(f"x{j}" for j in range(n_cols)) + ",label"]
+    for i in range(n_rows):
+        lines.append(f"{('source', 'target')[i % 2]}," + ",".join(f"{v:.6f}" for v in X[i]) + f",c{i % 7}")
+    path = _csv(tmp_path, "\n".join(lines) + "\n", "big.csv")
+    tracemalloc.start()
+    try:
+        task = load_transfer_file(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    arrays = task.X_source.nbytes + task.X_target.nbytes  # 640,000 bytes
+    assert peak < 2.5 * arrays, f"peak {peak:,} bytes for {arrays:,} bytes of features"
+    np.testing.assert_allclose(task.X_source, X[0::2], atol=5e-7)  # even rows are source
+
+
+def test_csv_with_a_utf8_bom_from_excel_is_read(tmp_path):
+    # R4: Excel's "CSV UTF-8" starts with a byte-order mark, which hid the 'domain' header.
+    path = tmp_path / "excel.csv"
+    path.write_bytes("domain,x,label\r\nsource,1,é\r\ntarget,2,a\r\n".encode("utf-8-sig"))
+    task = load_transfer_file(path)
+    assert task.X_source.tolist() == [[1.0]] and task.y_source.tolist() == [0]
+
+
+def test_missing_label_column_error_counts_the_columns_and_marks_the_cut(tmp_path):
+    # R4: it listed 10 of the columns with no "...", so the list looked complete.
+    header = ["domain"] + [f"f{j}" for j in range(14)]
+    path = _csv(tmp_path, ",".join(header) + "\n" + "source," + ",".join(["1"] * 14) + "\n")
+    with pytest.raises(ValueError) as info:
+        load_transfer_file(path, label_column="cls")
+    msg = str(info.value)
+    assert "15 columns" in msg and "'f8', ...]" in msg and "'f9'" not in msg
+    short = _csv(tmp_path, "domain,x\nsource,1\ntarget,2\n", "short.csv")
+    with pytest.raises(ValueError, match=r"2 columns: \['domain', 'x'\]\."):
+        load_transfer_file(short, label_column="cls")
+
+
+def test_non_numeric_feature_names_its_line_and_column(tmp_path):
+    with pytest.raises(ValueError, match=r"line 3, column 'z': 'abc' is not a number"):
+        load_transfer_file(_csv(tmp_path, "domain,x,z\nsource,1,2\ntarget,3,abc\n"))
+    with pytest.raises(ValueError, match=r"line 2, column 'x' is empty"):
+        load_transfer_file(_csv(tmp_path, "domain,x,z\nsource,,2\ntarget,3,4\n"))
+
+
+def test_loading_leaves_the_file_unchanged(tmp_path):
+    path = tmp_path / "excel.csv"
+    data = "\ufeff,domain,x,label\r\n0,source,1,a\r\n1,target,2,\r\n".encode()
+    path.write_bytes(data)
+    load_transfer_file(path)
+    assert path.read_bytes() == data
