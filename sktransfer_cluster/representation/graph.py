@@ -1,0 +1,255 @@
+"""k-nearest-neighbour graphs and their fuzzy simplicial sets (UMAP's graph).
+
+Everything here is exact (chunked matrix products, no approximate search) and
+deterministic: the graph of a data set does not depend on a random state. For
+images, :func:`neighbour_graph` can make the distance invariant to small shifts
+(the smallest distance over every translation of up to ``max_shift`` pixels),
+which is the "small transformations" invariance of IIC applied to the graph.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+__all__ = ["knn", "shifted_images", "fuzzy_graph", "neighbour_graph", "prepare_rows", "shared_neighbour_weights"]
+
+
+def _as_shape(image_shape, n_features):
+    shape = tuple(int(v) for v in image_shape)
+    if len(shape) == 2:
+        shape = (1, *shape)
+    if len(shape) != 3 or min(shape) < 1:
+        raise ValueError(f"image_shape must be (h, w) or (c, h, w), got {image_shape!r}.")
+    if int(np.prod(shape)) != n_features:
+        raise ValueError(
+            f"image_shape {image_shape!r} has {int(np.prod(shape))} pixels but X has {n_features} columns."
+        )
+    return shape
+
+
+def shifted_images(X, image_shape, dy, dx):
+    """Each row of ``X`` (a flattened image) translated by ``(dy, dx)`` pixels, zero-filled.
+
+    Parameters
+    ----------
+    X : torch.Tensor of shape (n, c * h * w)
+    image_shape : tuple
+        ``(h, w)`` or ``(c, h, w)``.
+    dy, dx : int
+        Rows down and columns right (negative: up and left).
+
+    Returns
+    -------
+    torch.Tensor of shape (n, c * h * w)
+
+    Examples
+    --------
+    >>> import torch
+    >>> x = torch.arange(9.0).reshape(1, 9)
+    >>> shifted_images(x, (3, 3), 0, 1).reshape(3, 3)
+    tensor([[0., 0., 1.],
+            [0., 3., 4.],
+            [0., 6., 7.]])
+    """
+    c, h, w = _as_shape(image_shape, X.shape[1])
+    im = X.reshape(-1, c, h, w)
+    out = torch.zeros_like(im)
+    ys, yd = (slice(0, h - dy), slice(dy, h)) if dy >= 0 else (slice(-dy, h), slice(0, h + dy))
+    xs, xd = (slice(0, w - dx), slice(dx, w)) if dx >= 0 else (slice(-dx, w), slice(0, w + dx))
+    out[:, :, yd, xd] = im[:, :, ys, xs]
+    return out.reshape(X.shape[0], -1)
+
+
+def _shifts(max_shift):
+    return [(dy, dx) for dy in range(-max_shift, max_shift + 1) for dx in range(-max_shift, max_shift + 1)]
+
+
+@torch.no_grad()
+def knn(X, n_neighbors, *, query=None, image_shape=None, max_shift=0, chunk_elements=2**24):
+    """Exact Euclidean k nearest neighbours (chunked), optionally shift-invariant.
+
+    Parameters
+    ----------
+    X : array-like of shape (n, d)
+        Reference rows.
+    n_neighbors : int
+        Neighbours per query row. Without ``query`` the row itself is excluded.
+    query : array-like of shape (m, d), optional
+        Rows whose neighbours in ``X`` are sought (default: ``X`` itself).
+    image_shape : tuple, optional
+        With ``max_shift > 0``: the distance between two images is the smallest
+        over every translation of the query image by up to ``max_shift`` pixels.
+    max_shift : int, default=0
+    chunk_elements : int
+        Size of the distance blocks (rows x references).
+
+    Returns
+    -------
+    indices : ndarray of int64, shape (m, n_neighbors)
+    distances : ndarray of float32, shape (m, n_neighbors)
+        Ascending within each row.
+    """
+    R = torch.as_tensor(np.asarray(X, dtype=np.float32))
+    self_query = query is None
+    Q = R if self_query else torch.as_tensor(np.asarray(query, dtype=np.float32))
+    n, m = R.shape[0], Q.shape[0]
+    k = int(n_neighbors)
+    if k < 1 or k > n - (1 if self_query else 0):
+        raise ValueError(f"n_neighbors={k} must lie in [1, {n - (1 if self_query else 0)}].")
+    shifts = _shifts(int(max_shift)) if (image_shape is not None and max_shift > 0) else [(0, 0)]
+    rn = (R * R).sum(1)
+    rows = max(1, int(chunk_elements) // max(n, 1))
+    out_i = np.empty((m, k), dtype=np.int64)
+    out_d = np.empty((m, k), dtype=np.float32)
+    for s in range(0, m, rows):
+        q = Q[s : s + rows]
+        best = None
+        for dy, dx in shifts:
+            qs = q if (dy, dx) == (0, 0) else shifted_images(q, image_shape, dy, dx)
+            d2 = (qs * qs).sum(1, keepdim=True) - 2.0 * qs @ R.T + rn
+            best = d2 if best is None else torch.minimum(best, d2)
+        if self_query:
+            best[torch.arange(best.shape[0]), torch.arange(s, s + best.shape[0])] = float("inf")
+        d, i = torch.topk(best, k, dim=1, largest=False)
+        out_i[s : s + rows] = i.numpy()
+        out_d[s : s + rows] = d.clamp_min(0).sqrt().numpy()
+    return out_i, out_d
+
+
+def fuzzy_graph(indices, distances, n_samples=None, *, local_connectivity=1.0, n_iter=64):
+    """UMAP's fuzzy simplicial set of a k-NN graph: symmetric edge weights in (0, 1].
+
+    For each row ``i`` with neighbour distances ``d_ij``, ``rho_i`` is the
+    distance to its nearest neighbour and ``sigma_i`` is found by bisection so
+    that ``sum_j exp(-(d_ij - rho_i) / sigma_i) = log2(k)``; the directed
+    weights ``w_ij = exp(-(d_ij - rho_i) / sigma_i)`` are then symmetrised by
+    the fuzzy union ``w + w^T - w * w^T`` (McInnes et al., 2018, section 3).
+
+    Parameters
+    ----------
+    indices, distances : ndarray of shape (n, k)
+        From :func:`knn`.
+    n_samples : int, optional
+        Number of nodes (default: ``indices.shape[0]``).
+    local_connectivity : float, default=1.0
+        Which neighbour's distance is ``rho`` (1: the nearest).
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix of shape (n, n)
+    """
+    idx = np.asarray(indices, dtype=np.int64)
+    d = np.asarray(distances, dtype=np.float64)
+    n, k = idx.shape
+    n_samples = n if n_samples is None else int(n_samples)
+    lc = int(np.clip(np.floor(local_connectivity), 1, k)) - 1
+    rho = d[:, lc]
+    target = np.log2(k)
+    shifted = np.maximum(d - rho[:, None], 0.0)
+    lo = np.zeros(n)
+    hi = np.full(n, np.inf)
+    sigma = np.ones(n)
+    for _ in range(n_iter):
+        total = np.exp(-shifted / sigma[:, None]).sum(1)
+        too_big = total > target
+        hi = np.where(too_big, sigma, hi)
+        lo = np.where(too_big, lo, sigma)
+        sigma = np.where(np.isinf(hi), sigma * 2.0, (lo + hi) / 2.0)
+    # Floor sigma as a fraction of the mean distance (flat neighbourhoods).
+    sigma = np.maximum(sigma, 1e-3 * np.maximum(d.mean(1), 1e-12))
+    w = np.exp(-shifted / sigma[:, None])
+    A = sp.csr_matrix((w.ravel(), (np.repeat(np.arange(n), k), idx.ravel())), shape=(n, n_samples))
+    if n != n_samples:
+        return A
+    At = A.T.tocsr()
+    G = (A + At - A.multiply(At)).tocsr()
+    G.eliminate_zeros()
+    return G
+
+
+def _blur(X, image_shape, sigma):
+    """Rows of ``X`` (flattened images) smoothed by a Gaussian of ``sigma`` pixels."""
+    from scipy.ndimage import gaussian_filter
+
+    c, h, w = _as_shape(image_shape, X.shape[1])
+    return gaussian_filter(X.reshape(-1, c, h, w), sigma=(0, 0, sigma, sigma)).reshape(X.shape[0], -1)
+
+
+def shared_neighbour_weights(graph, indices):
+    """Each edge ``(i, j)`` of ``graph`` times the share of neighbours ``i`` and ``j`` have in common.
+
+    With ``N(i)`` the ``k`` neighbours of ``i`` plus ``i`` itself, the factor is
+    ``|N(i) & N(j)| / (k + 1)``: an edge between two rows whose neighbourhoods
+    do not overlap (a bridge between clusters) is damped, as in shared-nearest-
+    neighbour clustering.
+    """
+    idx = np.asarray(indices, dtype=np.int64)
+    n, k = idx.shape
+    A = sp.csr_matrix(
+        (np.ones(n * (k + 1)), (np.repeat(np.arange(n), k + 1), np.c_[np.arange(n), idx].ravel())), shape=(n, n)
+    )
+    G = sp.csr_matrix(graph)
+    S = (A @ A.T).tocsr().multiply(G > 0).tocsr() / (k + 1.0)
+    out = G.multiply(S).tocsr()
+    out.eliminate_zeros()
+    return out
+
+
+def neighbour_graph(
+    X, n_neighbors=15, *, metric="euclidean", image_shape=None, max_shift=0, blur=0.0, shared_neighbours=False
+):
+    """The fuzzy k-NN graph of ``X`` (exact neighbours, UMAP's weights).
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+    n_neighbors : int, default=15
+    metric : {"euclidean", "cosine"}, default="euclidean"
+        "cosine": Euclidean distance between rows scaled to unit norm.
+    image_shape : tuple, optional
+        ``(h, w)`` or ``(c, h, w)`` of each row; only used with ``max_shift``
+        or ``blur``.
+    max_shift : int, default=0
+        With ``image_shape``: distances are the minimum over translations of up
+        to this many pixels (0: plain Euclidean; nothing about the data's shape
+        is inferred from its number of columns).
+    blur : float, default=0.0
+        With ``image_shape``: Gaussian smoothing (in pixels) of the images
+        before distances are measured.
+    shared_neighbours : bool, default=False
+        Multiply each weight by the neighbourhoods' overlap
+        (:func:`shared_neighbour_weights`).
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix of shape (n_samples, n_samples)
+        Symmetric, zero diagonal, weights in (0, 1].
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.r_[np.zeros((5, 2)), np.ones((5, 2))] + np.arange(10)[:, None] * 1e-3
+    >>> G = neighbour_graph(X, n_neighbors=3)
+    >>> G.shape, bool((G != G.T).nnz == 0), G[:5, 5:].nnz
+    ((10, 10), True, 0)
+    """
+    X = prepare_rows(X, metric=metric, image_shape=image_shape, blur=blur)
+    idx, dist = knn(X, n_neighbors, image_shape=image_shape, max_shift=max_shift)
+    G = fuzzy_graph(idx, dist)
+    return shared_neighbour_weights(G, idx) if shared_neighbours else G
+
+
+def prepare_rows(X, *, metric="euclidean", image_shape=None, blur=0.0):
+    """``X`` as float32 rows ready for :func:`knn`: blurred and/or unit-normed (a copy)."""
+    X = np.array(X, dtype=np.float32)
+    if metric not in ("euclidean", "cosine"):
+        raise ValueError(f"metric must be 'euclidean' or 'cosine', got {metric!r}.")
+    if image_shape is not None:
+        _as_shape(image_shape, X.shape[1])
+        if blur > 0:
+            X = _blur(X, image_shape, float(blur)).astype(np.float32)
+    if metric == "cosine":
+        X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+    return X
