@@ -1,6 +1,6 @@
 """``python -m sktransfer_cluster compare`` runs the main job (see :mod:`sktransfer_cluster.cli`)."""
 
-from ._entry import main
+from .cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

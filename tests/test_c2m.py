@@ -11,23 +11,23 @@ from sklearn.datasets import make_blobs, make_moons
 from sklearn.model_selection import GridSearchCV
 from sklearn.svm import LinearSVC
 
-from sktransfer_cluster import graph
+from sktransfer_cluster.cluster.c2m import graph
 from sktransfer_cluster.base import compact_labels
-from sktransfer_cluster.cem import cross_entropy_method
-from sktransfer_cluster.cluster import c2m
-from sktransfer_cluster.cluster.c2m import PAPER_PARAMS, C2MCluster
+from sktransfer_cluster.cluster.c2m.cem import cross_entropy_method
+from sktransfer_cluster.cluster.c2m import estimator as c2m
+from sktransfer_cluster.cluster.c2m import C2MCluster
+from sktransfer_cluster.cluster.c2m.estimator import PAPER_PARAMS
 from sktransfer_cluster.datasets import make_c2m_sets
-from sktransfer_cluster.graph import n_mlp_params, population_logits, score_population, spectral_embedding
+from sktransfer_cluster.cluster.c2m.graph import n_mlp_params, population_logits, score_population, spectral_embedding
 from sktransfer_cluster.metrics import clustering_accuracy
-from sktransfer_cluster.nn import (
-    knn_indices,
-    neighbour_label_features,
-    ClusteringCritic,
+from sktransfer_cluster.nn import init_module, knn_indices
+from sktransfer_cluster.cluster.c2m.critic import (
     CliqueGAE,
+    ClusteringCritic,
     clique_propagate,
     cluster_margin_features,
     gram_pool,
-    init_module,
+    neighbour_label_features,
 )
 
 torch.set_num_threads(1)

@@ -8,14 +8,16 @@ import torch
 import torch.nn.functional as F
 from sklearn.datasets import make_blobs
 
-import sktransfer_cluster.cluster.ccn as ccn_module
+import sktransfer_cluster.cluster.ccn.estimator as ccn_module
 from sktransfer_cluster.base import chunked, minibatches
-from sktransfer_cluster.cluster.ccn import PAPER_PARAMS, CCNCluster
+from sktransfer_cluster.cluster.ccn import CCNCluster
+from sktransfer_cluster.cluster.ccn.estimator import PAPER_PARAMS
 from sktransfer_cluster.datasets import load_digits_transfer
-from sktransfer_cluster.losses import kcl_loss, mcl_loss, pairwise_kl_detached
+from sktransfer_cluster.cluster.ccn.losses import kcl_loss, mcl_loss, pairwise_kl_detached
 from sktransfer_cluster.metrics import clustering_accuracy, n_dominant_clusters
-from sktransfer_cluster.nn import SimilarityNetwork, init_module, pair_enumerate
-from sktransfer_cluster.pairs import dominant_outputs, neighbor_pairs, second_order
+from sktransfer_cluster.nn import init_module
+from sktransfer_cluster.cluster.ccn.networks import SimilarityNetwork, pair_enumerate
+from sktransfer_cluster.cluster.ccn.pairs import dominant_outputs, neighbor_pairs, second_order
 
 torch.set_num_threads(1)
 

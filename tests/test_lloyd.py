@@ -9,8 +9,9 @@ from sklearn.cluster import kmeans_plusplus
 from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
-from sktransfer_cluster import SinkhornKMeans, lloyd
-from sktransfer_cluster.losses import regularized_ot_cost, squared_distances
+from sktransfer_cluster import SinkhornKMeans
+from sktransfer_cluster.cluster.sinkhorn_kmeans import lloyd
+from sktransfer_cluster.cluster.sinkhorn_kmeans.objective import regularized_ot_cost, squared_distances
 from sktransfer_cluster.ot import plan_from_potentials, semi_dual_newton, sinkhorn_potentials
 
 

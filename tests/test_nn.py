@@ -55,7 +55,8 @@ def test_knn_indices_query_row_in_the_reference_finds_itself_first():
 
 
 # ------------------------------------------------------------------ ConvAutoEncoder
-from sktransfer_cluster.nn import ConvAutoEncoder, init_module  # noqa: E402
+from sktransfer_cluster.nn import init_module  # noqa: E402
+from sktransfer_cluster.cluster.sinkhorn_kmeans.networks import ConvAutoEncoder  # noqa: E402
 
 
 @pytest.mark.parametrize("shape", [(28, 28), (1, 8, 8), (3, 9, 7)])
@@ -79,7 +80,8 @@ def test_conv_autoencoder_refuses_no_convolution():
 
 # --------------------------------------------------------------------------- inference helpers
 def test_fold_batch_norm_gives_the_eval_output_and_leaves_the_module_alone():
-    from sktransfer_cluster.nn import fold_batch_norm, inference_forward, mlp
+    from sktransfer_cluster.nn import inference_forward, mlp
+    from sktransfer_cluster.cluster.ccn.networks import fold_batch_norm
 
     torch.manual_seed(0)
     net = mlp([6, 16, 8, 3], batch_norm=True).double()

@@ -420,12 +420,12 @@ def test_semi_dual_newton_gives_the_sinkhorn_plan(seed):
 
 @pytest.mark.parametrize("d", [3, 50])  # the moment inside the passes (narrow X) or after them (wide X)
 def test_semi_dual_newton_moment_is_the_plan_times_x(d):
-    from sktransfer_cluster.ot import _semi_dual_newton
+    from sktransfer_cluster.ot.semi_dual import newton_solve
 
     M = _cluster_problem(0)
     X = torch.as_tensor(np.random.default_rng(1).normal(size=(M.shape[0], d)))
     log_b = torch.full((4,), -np.log(4.0), dtype=torch.float64)
-    res, _, moment = _semi_dual_newton(M, log_b, None, None, 100, 1e-10, 30.0, X)
+    res, _, moment = newton_solve(M, log_b, None, None, 100, 1e-10, 30.0, X)
     P = plan_from_potentials(M, res.f, res.g, 1.0, None, log_b)
     torch.testing.assert_close(moment, (P * M.shape[0]).T @ X, rtol=1e-10, atol=1e-10)
 
@@ -477,7 +477,7 @@ def test_semi_dual_newton_in_float32_solves_with_two_clusters_out_of_reach():
 
 
 # --------------------------------------------------------------------------- the OT clustering loss
-from sktransfer_cluster.losses import ot_clustering_loss  # noqa: E402
+from sktransfer_cluster.cluster.sinkhorn_kmeans.objective import ot_clustering_loss  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])

@@ -3,7 +3,7 @@
 import numpy as np
 
 from sktransfer_cluster.metrics import n_dominant_clusters
-from sktransfer_cluster.pairs import dominant_outputs
+from sktransfer_cluster.cluster.ccn.pairs import dominant_outputs
 
 
 def test_rows_of_minor_outputs_move_to_their_most_probable_dominant_output():

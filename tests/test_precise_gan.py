@@ -9,9 +9,11 @@ import torch
 from sklearn.datasets import load_digits, make_blobs
 
 from sktransfer_cluster import base
-from sktransfer_cluster.cluster import precise_gan
-from sktransfer_cluster.cluster.precise_gan import PAPER_PARAMS, PreciseFeatureGAN, eta_schedule
-from sktransfer_cluster.gan import build_networks, critic_step
+from sktransfer_cluster.cluster.precise_gan import estimator as precise_gan
+from sktransfer_cluster.cluster.precise_gan import PreciseFeatureGAN
+from sktransfer_cluster.cluster.precise_gan.estimator import PAPER_PARAMS
+from sktransfer_cluster.cluster.precise_gan.networks import eta_schedule
+from sktransfer_cluster.cluster.precise_gan.networks import build_networks, critic_step
 from sktransfer_cluster.datasets import make_gaussian_ring
 from sktransfer_cluster.losses import gradient_penalty
 from sktransfer_cluster.metrics import clustering_accuracy

@@ -16,10 +16,10 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 
 from sktransfer_cluster import SinkhornKMeans
-from sktransfer_cluster.cluster.sinkhorn_kmeans import PAPER_PARAMS
+from sktransfer_cluster.cluster.sinkhorn_kmeans.estimator import PAPER_PARAMS
 from sktransfer_cluster.base import TrainingRun
 from sktransfer_cluster.metrics import within_cluster_sum_of_squares
-from sktransfer_cluster.nn import AutoEncoder, ConvAutoEncoder
+from sktransfer_cluster.cluster.sinkhorn_kmeans.networks import AutoEncoder, ConvAutoEncoder
 
 FAST = dict(n_init=3, device="cpu", random_state=0)
 AE = dict(embedding="autoencoder", hidden_dims=(16, 2), batch_size=60, **FAST)
@@ -309,8 +309,8 @@ def unsolvable():
     (The semi-dual Newton solver converges for any epsilon and prior reachable
     at the real caps, so the caps are lowered instead.)
     """
-    from sktransfer_cluster import lloyd
-    from sktransfer_cluster.cluster import sinkhorn_kmeans as module
+    from sktransfer_cluster.cluster.sinkhorn_kmeans import estimator as module
+    from sktransfer_cluster.cluster.sinkhorn_kmeans import lloyd
 
     X, _ = make_blobs(n_samples=60, centers=3, cluster_std=0.6, random_state=3)
     km = SinkhornKMeans(
@@ -340,7 +340,7 @@ def test_score_solves_no_transport_problem_and_so_never_warns(unsolvable):
 
 
 def test_transport_plan_warns_when_its_solve_stops_at_the_cap(blobs, monkeypatch):
-    from sktransfer_cluster.cluster import sinkhorn_kmeans as module
+    from sktransfer_cluster.cluster.sinkhorn_kmeans import estimator as module
 
     X, _ = blobs
     km = SinkhornKMeans(3, cluster_weights=[0.6, 0.2, 0.2], **FAST).fit(X)

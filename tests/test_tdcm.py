@@ -13,17 +13,17 @@ from sklearn.preprocessing import StandardScaler
 
 from sktransfer_cluster import TDCMCluster
 from sktransfer_cluster.base import TrainingRun, chunked
-from sktransfer_cluster.attention import (
+from sktransfer_cluster.cluster.tdcm.model import (
     adapt_centroids,
     final_objective,
     initial_centroids,
     isometry_penalty,
     run_blocks,
 )
-from sktransfer_cluster.cluster import tdcm
+from sktransfer_cluster.cluster.tdcm import estimator as tdcm
 from sktransfer_cluster.datasets import make_tdcm_transfer
 from sktransfer_cluster.losses import negative_size_entropy
-from sktransfer_cluster.nn import CentroidUpdateBlock
+from sktransfer_cluster.cluster.tdcm.blocks import CentroidUpdateBlock
 
 FAST = dict(hidden_dims=(16,), embedding_dim=4, n_blocks=2, max_epochs=5, batch_size=64, n_init=1, device="cpu")
 
@@ -409,14 +409,14 @@ def test_a_one_row_tail_joins_the_previous_batch_and_every_row_is_trained_on(blo
 def test_the_epoch_loss_is_the_row_weighted_mean_over_all_rows(blobs, monkeypatch):
     X = blobs[0][:97]  # batches of 64 and 33 rows
     losses = []
-    objective = tdcm.attention.objective
+    objective = tdcm.model.objective
 
     def recording(Z, *args):
         terms = objective(Z, *args)
         losses.append((Z.shape[0], float(terms[0].detach())))
         return terms
 
-    monkeypatch.setattr(tdcm.attention, "objective", recording)
+    monkeypatch.setattr(tdcm.model, "objective", recording)
     model = TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "max_epochs": 1}).fit(X)
     assert [n for n, _ in losses] == [64, 33]
     expected = sum(n * loss for n, loss in losses) / X.shape[0]
@@ -555,7 +555,7 @@ def test_a_narrow_linear_encoder_sees_the_top_principal_axes_of_the_source():
     X, _ = _pixel_blobs(n=300)
     model = TDCMCluster(10, **{**FAST, "hidden_dims": (), "embedding_dim": 12, "max_epochs": 1}).fit(X)
     proj = model.encoder_[0][0]
-    assert isinstance(proj, tdcm.attention.InputProjection)
+    assert isinstance(proj, tdcm.model.InputProjection)
     P = proj.components.numpy()
     assert P.shape == (12, 784)
     np.testing.assert_allclose(P @ P.T, np.eye(12), atol=1e-6)  # float32 weights
@@ -575,16 +575,16 @@ def test_no_input_projection_for_none_an_mlp_or_an_embedding_as_wide_as_the_inpu
     ]
     for kw in kinds:
         model = TDCMCluster(10, **{**FAST, "max_epochs": 1, **kw}).fit(X)
-        assert not any(isinstance(m, tdcm.attention.InputProjection) for m in model.encoder_.modules())
+        assert not any(isinstance(m, tdcm.model.InputProjection) for m in model.encoder_.modules())
     Xs = X[:, :20]
     model = TDCMCluster(10, **{**FAST, "hidden_dims": (), "embedding_dim": 20, "max_epochs": 1}).fit(Xs)
-    assert not any(isinstance(m, tdcm.attention.InputProjection) for m in model.encoder_.modules())
+    assert not any(isinstance(m, tdcm.model.InputProjection) for m in model.encoder_.modules())
 
 
 def test_principal_axes_are_deterministic_and_ordered_by_variance():
     X = np.random.default_rng(1).normal(size=(500, 6)) * np.array([8.0, 4.0, 2.0, 1.0, 0.5, 0.25])
-    mean, P = tdcm.attention.principal_axes(X, 3)
-    mean2, P2 = tdcm.attention.principal_axes(X.copy(), 3)
+    mean, P = tdcm.model.principal_axes(X, 3)
+    mean2, P2 = tdcm.model.principal_axes(X.copy(), 3)
     np.testing.assert_array_equal(P, P2)
     np.testing.assert_allclose(mean, X.mean(0))
     var = ((X - mean) @ P.T).var(0)
@@ -595,37 +595,37 @@ def test_principal_axes_are_deterministic_and_ordered_by_variance():
 # ------------------------------------------------ neighbour smoothing and the paper's settings
 def test_neighbor_mean_operator_averages_each_row_with_its_nearest_rows():
     G = np.array([[0.0], [1.0], [10.0], [11.5], [30.0]])
-    A = tdcm.attention.neighbor_mean_operator(G, 2).toarray()
+    A = tdcm.model.neighbor_mean_operator(G, 2).toarray()
     expected = np.zeros((5, 5))
     for i, j in [(0, 1), (1, 0), (2, 3), (3, 2), (4, 3)]:
         expected[i, [i, j]] = 0.5
     np.testing.assert_allclose(A, expected)
     # Capped at the number of rows: every row then averages all rows.
-    np.testing.assert_allclose(tdcm.attention.neighbor_mean_operator(G, 50).toarray(), np.full((5, 5), 0.2))
+    np.testing.assert_allclose(tdcm.model.neighbor_mean_operator(G, 50).toarray(), np.full((5, 5), 0.2))
 
 
 def test_smoothing_shrinks_each_separated_cluster_towards_its_mean():
     X, y = make_blobs(n_samples=300, centers=3, n_features=5, cluster_std=1.0, random_state=0)
-    Xs = tdcm.attention.smooth_rows(X, X, 10, 8)
+    Xs = tdcm.model.smooth_rows(X, X, 10, 8)
     assert Xs.shape == X.shape and Xs.dtype == X.dtype
     for c in range(3):
         # Rows average within their own cluster: its mean barely moves (< 0.3 of its std).
         np.testing.assert_allclose(Xs[y == c].mean(0), X[y == c].mean(0), atol=0.3)
         assert Xs[y == c].std(0).max() < 0.5 * X[y == c].std(0).min()
-    assert tdcm.attention.smooth_rows(X, X, 10, 0) is X
+    assert tdcm.model.smooth_rows(X, X, 10, 0) is X
 
 
 def test_fit_and_transfer_smooth_each_data_set_on_its_own_neighbours(blobs, monkeypatch):
     X, _ = blobs
     Xt = X[:90] + 5.0
     seen = []
-    real = tdcm.attention.smooth_rows
+    real = tdcm.model.smooth_rows
 
     def spy(X_, G, k, steps):
         seen.append((X_.shape[0], G.shape, k, steps))
         return real(X_, G, k, steps)
 
-    monkeypatch.setattr(tdcm.attention, "smooth_rows", spy)
+    monkeypatch.setattr(tdcm.model, "smooth_rows", spy)
     kw = {**FAST, "hidden_dims": (), "embedding_dim": 3, "n_neighbors": 7, "smoothing_steps": 3}
     model = TDCMCluster(3, **kw).fit(X)
     model.transfer(Xt)
@@ -640,7 +640,7 @@ def test_smoothing_steps_zero_searches_no_neighbours(blobs, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("neighbour search with smoothing_steps=0")
 
-    monkeypatch.setattr(tdcm.attention, "neighbor_mean_operator", refuse)
+    monkeypatch.setattr(tdcm.model, "neighbor_mean_operator", refuse)
     model = TDCMCluster(3, **{**FAST, "smoothing_steps": 0}).fit(X)
     assert model.transfer(X).shape == (120,)
     assert np.isfinite(model.score(X))
@@ -652,7 +652,7 @@ def test_paper_params_build_the_papers_model_and_fit_on_tiny_data(blobs):
     assert all(defaults[name] != value for name, value in tdcm.PAPER_PARAMS.items())
     model = TDCMCluster(3, **{**tdcm.PAPER_PARAMS, "max_epochs": 2, "device": "cpu", "random_state": 0}).fit(X)
     assert model.embedding_dim_ == 10 and model.n_iter_ == 2
-    assert not any(isinstance(m, tdcm.attention.InputProjection) for m in model.encoder_.modules())
+    assert not any(isinstance(m, tdcm.model.InputProjection) for m in model.encoder_.modules())
     assert sum(isinstance(m, torch.nn.Linear) for m in model.encoder_.modules()) == 3
     assert model.transfer(X + 1.0).shape == (120,)
 

@@ -18,8 +18,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .losses import kcl_loss, mcl_loss, negative_size_entropy
-from .nn import ConvNet, SimilarityNetwork, mlp
+from ...losses import negative_size_entropy
+from ...nn import ConvNet, mlp
+from .losses import kcl_loss, mcl_loss
+from .networks import SimilarityNetwork, WithInput
 
 __all__ = [
     "agree_with_neighbors",
@@ -276,9 +278,8 @@ def similarity_network(
     stem = _conv_stem(image_shape, conv_channels, dims[0], activate=len(dims) > 1 or not symmetric)
     g.backbone = torch.nn.Sequential(*stem, g.backbone)
     if raw:
-        from .nn import _WithInput
 
-        g.backbone = _WithInput(g.backbone)
+        g.backbone = WithInput(g.backbone)
         g.feature_dim += n_features
         g.head[0] = torch.nn.Linear(2 * g.feature_dim, pair_hidden)
     return g
@@ -334,7 +335,7 @@ def agree_with_neighbors(sim, knn, idx):
 def clustering_loss(log_p, sim, criterion, margin, mask=None, balance_weight=0.0):
     """Pairwise loss of a clustering network's log-probabilities ``log_p`` on pair labels ``sim``.
 
-    ``criterion`` "mcl" (:func:`~sktransfer_cluster.losses.mcl_loss`) or "kcl"
+    ``criterion`` "mcl" (:func:`~sktransfer_cluster.cluster.ccn.losses.mcl_loss`) or "kcl"
     (hinge ``margin``); a positive ``balance_weight`` adds that times minus the
     entropy of the mean assignment, which favours equal cluster sizes.
     """
@@ -368,7 +369,7 @@ def pair_probabilities(g, Xa, Xb=None, block=PAIR_BLOCK):
     """Probability that the similarity network ``g`` gives each pair ``(a, b)`` of being similar.
 
     ``g`` has ``backbone`` and ``pair_logits`` (see
-    :class:`~sktransfer_cluster.nn.SimilarityNetwork`); ``Xb`` defaults to ``Xa``.
+    :class:`~sktransfer_cluster.cluster.ccn.networks.SimilarityNetwork`); ``Xb`` defaults to ``Xa``.
     Pairs are processed ``block`` rows per side at a time; the (n, m) float64
     output is dense.
     """

@@ -7,8 +7,8 @@ reading of the paper's garbled equations implemented here (Eq. 1 normalised per
 centroid as in soft k-means, Eq. 5 with the sign that favours balanced
 clusters); the defaults depart from the paper where measurements said so
 (``docs/notes/tdcm.md``). Numeric kernels live in
-:mod:`sktransfer_cluster.attention`, the block in
-:class:`sktransfer_cluster.nn.CentroidUpdateBlock`.
+:mod:`sktransfer_cluster.cluster.tdcm.model`, the block in
+:class:`sktransfer_cluster.cluster.tdcm.blocks.CentroidUpdateBlock`.
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ import torch
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .. import attention
-from ..nn import CentroidUpdateBlock
-from ..base import (
+from . import model
+from .blocks import CentroidUpdateBlock
+from ...base import (
     COMMON_PARAMETER_CONSTRAINTS,
     TransferClusterMixin,
     chunked,
     compact_labels,
     make_generators,
 )
-from ..metrics import within_cluster_sum_of_squares
+from ...metrics import within_cluster_sum_of_squares
 
 __all__ = ["TDCMCluster", "PAPER_PARAMS"]
 
@@ -90,7 +90,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
     embedding_dim : int or "auto", default="auto"
         Embedding dimension ``b``, ``>= n_clusters`` (the starting centroids are
         orthogonal unit vectors). ``"auto"``: ``max(n_clusters, 10,
-        min(n_features, 32))`` (:func:`~sktransfer_cluster.attention.auto_embedding_dim`):
+        min(n_features, 32))`` (:func:`~sktransfer_cluster.cluster.tdcm.model.auto_embedding_dim`):
         a narrow input keeps all its directions, a wide one is reduced.
     input_projection : {"pca"} or None, default="pca"
         What a *linear* encoder narrower than the input sees. ``"pca"``: the
@@ -324,7 +324,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         super()._check_params_vs_input(X, reset=reset)
         if not reset:
             return
-        auto = attention.auto_embedding_dim(self.n_clusters, X.shape[1])
+        auto = model.auto_embedding_dim(self.n_clusters, X.shape[1])
         self.embedding_dim_ = auto if self.embedding_dim == "auto" else int(self.embedding_dim)
         if self.embedding_dim_ < self.n_clusters:
             raise ValueError(
@@ -344,7 +344,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
 
     # ----------------------------------------------------------------- helpers
     def _c0(self):
-        return attention.initial_centroids(self.n_clusters, self.embedding_dim_, self._dtype(), self.device_)
+        return model.initial_centroids(self.n_clusters, self.embedding_dim_, self._dtype(), self.device_)
 
     def _embed(self, X):
         return self.encoder_(self._tensor(X))
@@ -363,7 +363,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         return list(self.blocks_) + [self.blocks_[-1]] * int(self.extra_adapt_steps)
 
     def _objective_args(self):
-        """Everything but the embeddings that :func:`attention.objective` needs."""
+        """Everything but the embeddings that :func:`model.objective` needs."""
         W = self._linear_encoder_weight()
         return self.blocks_, self._c0(), self.tau, self.beta, self.ortho_weight, self.isometry_weight, W
 
@@ -376,7 +376,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
             for _ in run.epochs():
                 sums = np.zeros(5)
                 for idx in run.batches(n, self.batch_size, torch_gen, Xt.device):
-                    terms = attention.objective(self.encoder_(Xt[idx]), *self._objective_args())
+                    terms = model.objective(self.encoder_(Xt[idx]), *self._objective_args())
                     run.check_finite(terms[0].detach())
                     opt.zero_grad()
                     terms[0].backward()
@@ -414,9 +414,9 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         Z = self._embed_all(X)
         # c^(0), then adapt_n_init - 1 k-means++ seeds of Z (seeded: reproducible).
         rng, _ = make_generators(self.random_state, "cpu")
-        seeds = attention.kmeans_plusplus_starts(Z, self.n_clusters, self.adapt_n_init - 1, rng)
+        seeds = model.kmeans_plusplus_starts(Z, self.n_clusters, self.adapt_n_init - 1, rng)
         starts = [self._c0(), *seeds]
-        C = attention.best_adapted_centroids(Z, self._adapt_blocks(), starts, self.tau, self.beta)
+        C = model.best_adapted_centroids(Z, self._adapt_blocks(), starts, self.tau, self.beta)
         with torch.no_grad():
             labels, used = compact_labels(self._assign(Z, C), self.n_clusters)
         # Centroids in label order, then those of the clusters no sample chose.
@@ -438,17 +438,17 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         """
         if self.smoothing_steps == 0:
             return X
-        G = X if projection is None else attention.project_rows(X, projection)
-        return attention.smooth_rows(X, G, self.n_neighbors, self.smoothing_steps)
+        G = X if projection is None else model.project_rows(X, projection)
+        return model.smooth_rows(X, G, self.n_neighbors, self.smoothing_steps)
 
     def _input_projection(self):
-        """The fitted encoder's fixed :class:`~sktransfer_cluster.attention.InputProjection`, or None."""
-        return next((m for m in self.encoder_.modules() if isinstance(m, attention.InputProjection)), None)
+        """The fitted encoder's fixed :class:`~sktransfer_cluster.cluster.tdcm.model.InputProjection`, or None."""
+        return next((m for m in self.encoder_.modules() if isinstance(m, model.InputProjection)), None)
 
     def _fit(self, X, y, *, rng, torch_gen):
         b = self.embedding_dim_
         pca = self.input_projection == "pca" and len(self.hidden_dims) == 0
-        projection = attention.pca_projection(X, b) if pca else None
+        projection = model.pca_projection(X, b) if pca else None
         X = self._smoothed(X, projection)
         best = None
         for _ in range(self.n_init):
@@ -468,13 +468,13 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
     def _new_networks(self, X, torch_gen, projection):
         """A freshly initialised encoder and ``n_blocks`` blocks on the working device.
 
-        ``projection`` (the fixed ``"pca"`` :class:`~sktransfer_cluster.attention.InputProjection`
+        ``projection`` (the fixed ``"pca"`` :class:`~sktransfer_cluster.cluster.tdcm.model.InputProjection`
         of the raw training data, or None) goes in front of the encoder.
         """
         b = self.embedding_dim_
         norm = self.embedding_norm
-        encoder = attention.new_encoder(X.shape[1], self.hidden_dims, b, norm, projection, torch_gen)
-        blocks = attention.new_blocks(self.n_blocks, b, self.symmetric, self.activation, torch_gen)
+        encoder = model.new_encoder(X.shape[1], self.hidden_dims, b, norm, projection, torch_gen)
+        blocks = model.new_blocks(self.n_blocks, b, self.symmetric, self.activation, torch_gen)
         dtype = self._dtype()
         return encoder.to(device=self.device_, dtype=dtype), blocks.to(device=self.device_, dtype=dtype)
 
@@ -542,7 +542,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         (principal-axis projection, Linear, scalar norm) is affine. ``A`` and ``c``
         are probed in float64: the encoder's output at 0 and at the unit vectors.
         """
-        affine = (attention.InputProjection, torch.nn.Linear, torch.nn.BatchNorm1d, torch.nn.Sequential)
+        affine = (model.InputProjection, torch.nn.Linear, torch.nn.BatchNorm1d, torch.nn.Sequential)
         if any(m.training or not isinstance(m, affine) for m in self.encoder_.modules()):
             return None
         enc = copy.deepcopy(self.encoder_).to(torch.float64)
@@ -623,7 +623,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
 
     def _full_objective(self, X):
         """The training objective on all of ``X`` (blocks streamed), as a float."""
-        return attention.streamed_objective(self._embed_all(X), *self._objective_args())
+        return model.streamed_objective(self._embed_all(X), *self._objective_args())
 
     @property
     def _n_features_out(self):

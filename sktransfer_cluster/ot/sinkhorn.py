@@ -48,13 +48,14 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
-__all__ = ["sinkhorn", "sinkhorn_potentials", "semi_dual_newton", "plan_from_potentials", "SinkhornResult"]
+from .plan import SinkhornResult, log_marginals, plan_from_potentials
+
+__all__ = ["sinkhorn", "sinkhorn_potentials", "SinkhornResult"]
 
 # |log u| beyond this triggers absorption of the scalings into the potentials:
 # exp(50) ~ 5e21 is far from float64 (and float32) overflow yet rarely reached.
@@ -73,41 +74,6 @@ _METHODS = {
 }
 
 
-@dataclass
-class SinkhornResult:
-    """Potentials and diagnostics returned by :func:`sinkhorn_potentials`.
-
-    Attributes
-    ----------
-    f, g : torch.Tensor
-        Dual potentials, shapes ``(..., n)`` and ``(..., m)``.
-    n_iter : int
-        Sinkhorn iterations over all epsilon-scaling stages.
-    err : float
-        Final stopping criterion: the L1 row-marginal error (balanced) or the
-        largest potential change divided by ``reg`` (unbalanced), max over the batch.
-    converged : bool
-        Whether ``err < tol`` was reached within ``max_iter`` iterations.
-    method : str
-        ``"stabilized"`` or ``"log"``: the scheme that produced the result.
-    errors : list of float
-        The criterion at each check of the last (target ``reg``) stage.
-    """
-
-    f: torch.Tensor
-    g: torch.Tensor
-    n_iter: int
-    err: float
-    converged: bool
-    method: str
-    errors: list = field(default_factory=list)
-
-
-def exact_dtype(device):
-    """float64, the dtype small problems are solved in, or float32 on MPS (it has no float64)."""
-    return torch.float32 if torch.device(device).type == "mps" else torch.float64
-
-
 def _scheme(method):
     """The scheme ("auto", "stabilized" or "log") an accepted method name stands for."""
     scheme = _METHODS.get(method.lower()) if isinstance(method, str) else None
@@ -117,26 +83,11 @@ def _scheme(method):
     return scheme
 
 
-def _uniform_or(log_w, shape, like):
-    """A log-marginal expanded to ``shape``; ``None`` means uniform."""
-    if log_w is None:
-        return torch.full(shape, -math.log(shape[-1]), dtype=like.dtype, device=like.device)
-    return log_w.to(dtype=like.dtype, device=like.device).expand(shape)
-
-
 def _check_marginal_shape(name, log_w, shape):
     """A marginal (given as its log) must fit ``M``: shape ``(..., n)`` or ``(n,)``."""
     if log_w is not None and log_w.shape != shape and torch.Size(shape[-1:]) != log_w.shape:
         shared = f" (or {tuple(shape[-1:])}, shared by the batch)" if len(shape) > 1 else ""
         raise ValueError(f"{name} has shape {tuple(log_w.shape)}, but M needs {tuple(shape)}{shared}.")
-
-
-def _log_marginals(M, log_a, log_b):
-    """Both log-marginals of the problem(s) ``M``, batch-shaped; ``None`` means uniform."""
-    return (
-        _uniform_or(log_a, (*M.shape[:-2], M.shape[-2]), M),
-        _uniform_or(log_b, (*M.shape[:-2], M.shape[-1]), M),
-    )
 
 
 def _lse_rows(M, g, log_b, reg):
@@ -400,7 +351,7 @@ def sinkhorn_potentials(
         raise ValueError("The cost matrix M contains NaN or infinity.")
     _check_marginal_shape("a", log_a, (*M.shape[:-2], M.shape[-2]))
     _check_marginal_shape("b", log_b, (*M.shape[:-2], M.shape[-1]))
-    log_a, log_b = _log_marginals(M, log_a, log_b)
+    log_a, log_b = log_marginals(M, log_a, log_b)
     if init is not None:
         f, g = (t.to(dtype=M.dtype, device=M.device).expand(w.shape) for t, w in zip(init, (log_a, log_b)))
         schedule = [reg]
@@ -421,206 +372,6 @@ def sinkhorn_potentials(
     return SinkhornResult(
         f=f, g=g, n_iter=n_iter, err=float(err), converged=err < tol, method=used, errors=errors
     )
-
-
-# Rows per chunk of the semi-dual passes: a chunk of an (n, m) array stays in cache
-# (2^17 entries, 1 MiB in float64) and the temporaries are reused, not page-faulted.
-_CHUNK_ENTRIES = 2**17
-
-
-def _row_chunks(n, m):
-    rows = max(1, _CHUNK_ENTRIES // max(m, 1))
-    return [(start, min(start + rows, n)) for start in range(0, n, rows)]
-
-
-def _semi_dual_pass(M, h, log_a, f_out, chunks, X=None):
-    """One pass of the semi-dual at column potentials ``h`` (``log b`` included).
-
-    The row potentials ``f = -logsumexp_j (h_j - M_ij)`` make every row of the plan sum
-    to ``a``; they are written to ``f_out``. Returns ``(<a, f>, c, H, moment)``: the
-    column sums ``c = P^T 1``, ``H = P^T diag(1/a) P`` and, when ``X`` (n, d) is given,
-    ``moment = P^T diag(1/a) X`` (else None), accumulated chunk by chunk.
-    """
-    m = M.shape[-1]
-    c = torch.zeros(m, dtype=M.dtype, device=M.device)
-    H = torch.zeros(m, m, dtype=M.dtype, device=M.device)
-    af = torch.zeros((), dtype=M.dtype, device=M.device)
-    moment = None if X is None else torch.zeros(m, X.shape[-1], dtype=M.dtype, device=M.device)
-    uniform = log_a is None
-    for start, stop in chunks:
-        Q = torch.sub(h, M[start:stop])
-        top = Q.amax(-1, keepdim=True)
-        Q.sub_(top).exp_()
-        s = Q.sum(-1, keepdim=True)
-        Q.div_(s)  # rows of P / a
-        f = f_out[start:stop]
-        torch.add(top.squeeze(-1), s.squeeze(-1).log_(), out=f)
-        f.neg_()
-        if X is not None:
-            moment.addmm_(Q.transpose(0, 1), X[start:stop])
-        if uniform:
-            c += Q.sum(0)
-            H.addmm_(Q.transpose(0, 1), Q)
-            af += f.sum()
-        else:
-            a = log_a[start:stop].exp()
-            c.addmv_(Q.transpose(0, 1), a)
-            H.addmm_((Q * a.unsqueeze(-1)).transpose(0, 1), Q)
-            af += (a * f).sum()
-    if uniform:
-        n = M.shape[0]
-        c /= n
-        H /= n
-        af /= n
-    return af, c, H, moment
-
-
-def semi_dual_newton(M, log_b, g=None, *, log_a=None, max_iter=100, tol=1e-5, max_step=30.0):
-    """Balanced entropic OT with few columns, by damped Newton on the semi-dual (reg = 1).
-
-    For costs ``M`` (n, m) with ``m`` small (clusters), the row potentials have a
-    closed form given the column ones, ``f_i = -log sum_j b_j exp(g_j - M_ij)``, so the
-    problem is the concave maximisation of ``F(g) = <a, f(g)> + <b, g>`` over ``m``
-    variables. Its gradient is ``b - P^T 1`` and its Hessian the graph Laplacian
-    ``-(diag(P^T 1) - P^T diag(1/a) P)``, an (m, m) matrix accumulated in the same pass
-    over ``M``. An iteration costs about one Sinkhorn iteration and converges
-    quadratically near the optimum, where Sinkhorn's linear rate can need hundreds of
-    iterations (well-separated clusters under a size prior). Steps are capped (a
-    trust radius that grows while capped steps succeed) and halved until ``F``
-    increases enough (Armijo); when Newton's
-    direction fails, Sinkhorn's column update (never a descent step) is taken instead.
-    Passes run over row chunks, so the extra memory is ``O(n)`` beside ``M``.
-
-    Same plan convention as :func:`sinkhorn_potentials` with ``reg=1``:
-    ``P_ij = a_i b_j exp(f_i + g_j - M_ij)``. Rows are exact at every iterate; the
-    criterion is the L1 column-marginal error ``||P^T 1 - b||_1``.
-
-    Parameters
-    ----------
-    M : torch.Tensor of shape (n, m)
-        Cost divided by the regularisation.
-    log_b : torch.Tensor of shape (m,)
-        Log column marginal (sums to one).
-    g : torch.Tensor of shape (m,), default=None
-        Warm-start column potentials (zeros when None).
-    log_a : torch.Tensor of shape (n,), default=None
-        Log row marginal (sums to one); uniform when None.
-    max_iter : int, default=100
-        Maximum passes over ``M`` (objective evaluations).
-    tol : float, default=1e-5
-        Threshold on the column-marginal L1 error.
-    max_step : float, default=30.0
-        Initial cap on ``max_j |step_j|`` of a Newton step; a capped step accepted
-        whole quadruples the cap for the next one.
-
-    Returns
-    -------
-    SinkhornResult
-        ``f``, ``g``, ``n_iter`` (passes), ``err``, ``converged``,
-        ``method="newton"``, ``errors`` (the error at each accepted iterate).
-    """
-    return _semi_dual_newton(M, log_b, g, log_a, max_iter, tol, max_step)[0]
-
-
-def _semi_dual_newton(M, log_b, g, log_a, max_iter, tol, max_step, X=None):
-    """:func:`semi_dual_newton`; also returns ``P^T diag(1/a) X`` at the result (None without ``X``)."""
-    n, m = M.shape
-    log_b = log_b.to(M.dtype)
-    g = torch.zeros(m, dtype=M.dtype, device=M.device) if g is None else g.to(M.dtype).clone()
-    b = log_b.exp()
-    chunks = _row_chunks(n, m)
-    f, f_new = torch.empty(n, dtype=M.dtype, device=M.device), torch.empty(n, dtype=M.dtype, device=M.device)
-
-    # The moment P^T diag(1/a) X costs m*d per row, against about 3*m for the rest of a
-    # pass: for wide X it is cheaper to leave it out of the line search's passes and
-    # make one more pass at the result (same value, computed at the same g).
-    fused = X is not None and X.shape[-1] <= 2 * m
-
-    def objective(g, f_out):
-        af, c, H, moment = _semi_dual_pass(M, g + log_b, log_a, f_out, chunks, X if fused else None)
-        return af + (b * g).sum(), c, (H, moment)
-
-    F, c, (H, moment) = objective(g, f)
-    passes = 1
-    errors = []
-    eye = torch.eye(m, dtype=torch.float64)
-    radius = max_step
-    while True:
-        grad = b - c
-        err = float(grad.abs().sum())
-        errors.append(err)
-        if err < tol or passes >= max_iter:
-            break
-        # Newton direction: (diag(c) - H) step = b - c. The rank-one term removes the
-        # Laplacian's null vector (a constant shift of g); the ridge keeps an empty
-        # cluster's row solvable. The (m, m) system is solved on the CPU in float64 on any
-        # device: in float32 the ridge vanishes beside the rank-one term (MPS has no float64).
-        L = (torch.diag(c) - H + c.mean() / m).to("cpu", torch.float64) + eye * (1e-12 * float(c.max()))
-        rhs = grad.to("cpu", torch.float64).unsqueeze(-1)
-        step = torch.linalg.solve(L, rhs).squeeze(-1).to(M.device, M.dtype)
-        step = step - step.mean()
-        slope = float((grad * step).sum())
-        big = float(step.abs().max())
-        accepted = False
-        if math.isfinite(big) and slope > 0:
-            t = min(1.0, radius / big) if big > 0 else 1.0
-            for tries in range(4):
-                if passes >= max_iter:
-                    break
-                cand = g + t * step
-                F_new, c_new, (H_new, moment_new) = objective(cand, f_new)
-                passes += 1
-                if F_new >= F + 1e-4 * t * slope:
-                    g, F, c, H, moment = cand, F_new, c_new, H_new, moment_new
-                    f, f_new = f_new, f
-                    accepted = True
-                    # A capped step taken whole: the objective is close to linear that far
-                    # (near-hard assignments), so let the next one go further.
-                    radius = 4.0 * radius if tries == 0 and t < 1.0 else max(max_step, t * big)
-                    break
-                t *= 0.5
-        if not accepted:
-            if passes >= max_iter:
-                break
-            # Sinkhorn's column update g_j += log b_j - log c_j (never decreases F).
-            g = g + log_b - c.clamp_min(torch.finfo(M.dtype).tiny).log()
-            g = g - g.max()
-            F, c, (H, moment) = objective(g, f)
-            passes += 1
-    if X is not None and not fused:
-        moment = _semi_dual_pass(M, g + log_b, log_a, f_new, chunks, X)[3]
-    res = SinkhornResult(f=f, g=g, n_iter=passes, err=err, converged=err < tol, method="newton", errors=errors)
-    return res, c, moment
-
-
-def plan_from_potentials(M, f, g, reg, log_a=None, log_b=None, *, balanced=True):
-    """``P_ij = a_i b_j exp((f_i + g_j - M_ij)/reg)`` computed in the log domain, always finite.
-
-    Potentials that have not converged, or costs so large that float64 cannot resolve
-    ``reg`` beside them, can put entries above what a plan may hold; they are capped at
-    ``min(a_i, b_j)`` (balanced), or so that the total mass stays finite (unbalanced).
-    The marginal error of the result tells how far it is from a solution.
-    """
-    log_a, log_b = _log_marginals(M, log_a, log_b)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (M, f, g, log_a, log_b)):
-        log_p = log_a.unsqueeze(-1) + log_b.unsqueeze(-2) + (f.unsqueeze(-1) + g.unsqueeze(-2) - M) / reg
-        if balanced:
-            cap = torch.minimum(log_a.unsqueeze(-1), log_b.unsqueeze(-2))
-        else:
-            cap = torch.tensor(math.log(torch.finfo(M.dtype).max / (4 * M.shape[-1] * M.shape[-2])), dtype=M.dtype)
-        return torch.minimum(log_p, cap).exp()
-    # Without autograd: one (n, m) buffer updated in place (each pass over a large plan
-    # costs memory bandwidth, each fresh buffer page faults).
-    log_p = torch.sub(g.unsqueeze(-2), M).add_(f.unsqueeze(-1))
-    if reg != 1:
-        log_p.div_(reg)
-    log_p.add_(log_a.unsqueeze(-1)).add_(log_b.unsqueeze(-2))
-    if balanced:
-        torch.minimum(log_p, log_a.unsqueeze(-1), out=log_p)
-        torch.minimum(log_p, log_b.unsqueeze(-2), out=log_p)
-    else:
-        log_p.clamp_max_(math.log(torch.finfo(M.dtype).max / (4 * M.shape[-1] * M.shape[-2])))
-    return log_p.exp_()
 
 
 def _one_of(name, value, pot_name, pot_value, default):
@@ -667,13 +418,13 @@ def _from_warmstart(warmstart, method, unbalanced, M, log_a, log_b, reg):
         return reg * log_u, reg * log_v
     if method.lower() == "sinkhorn_stabilized":
         log_u, log_v = log_u / reg, log_v / reg
-    log_a, log_b = _log_marginals(M, log_a, log_b)
+    log_a, log_b = log_marginals(M, log_a, log_b)
     return reg * (log_u - log_a), reg * (log_v - log_b)
 
 
 def _log_dict(res, M, log_a, log_b, reg, unbalanced, out):
     """Our diagnostics and POT's log keys (see :func:`_from_warmstart`), arrays through ``out``."""
-    log_a, log_b = _log_marginals(M, log_a, log_b)
+    log_a, log_b = log_marginals(M, log_a, log_b)
     log_u, log_v = log_a + res.f / reg, log_b + res.g / reg
     # POT's sinkhorn_stabilized and sinkhorn_unbalanced name their warm start logu, logv.
     logu, logv = (res.f / reg, res.g / reg) if unbalanced else (log_u, log_v)
@@ -871,13 +622,13 @@ def sinkhorn(
         # reach min(a_i, b_j) in every cell). Shrink rows, then columns, to at most their
         # marginals: the plan stays the best one reached where it was feasible, and its L1
         # marginal error is at most 2 (twice the missing mass).
-        wa, wb = (w.exp() for w in _log_marginals(Mt, log_a, log_b))
+        wa, wb = (w.exp() for w in log_marginals(Mt, log_a, log_b))
         P = P * (wa / P.sum(-1).clamp_min(torch.finfo(P.dtype).tiny)).clamp_max(1.0).unsqueeze(-1)
         P = P * (wb / P.sum(-2).clamp_min(torch.finfo(P.dtype).tiny)).clamp_max(1.0).unsqueeze(-2)
     if not log:
         return out(P)
     log_dict = _log_dict(res, Mt, log_a, log_b, reg, not balanced, out)
     if balanced:  # L1 error of both marginals of the returned plan
-        wa, wb = (w.exp() for w in _log_marginals(Mt, log_a, log_b))
+        wa, wb = (w.exp() for w in log_marginals(Mt, log_a, log_b))
         log_dict["marginal_error"] = float(((P.sum(-1) - wa).abs().sum(-1) + (P.sum(-2) - wb).abs().sum(-1)).max())
     return out(P), log_dict

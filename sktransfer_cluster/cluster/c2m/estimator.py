@@ -7,11 +7,11 @@ critic -- from labelled source sets as a WGAN critic against the labellings the
 cross-entropy method proposes (the paper's Algorithm 2). Clustering any set,
 the source in ``fit`` or an unseen target in ``transfer``, is maximising ``r``
 over the weights of a small MLP with the cross-entropy method
-(:mod:`sktransfer_cluster.cem`); the number of clusters is not given.
+(:mod:`sktransfer_cluster.cluster.c2m.cem`); the number of clusters is not given.
 
-The encoder and critic are in :mod:`sktransfer_cluster.nn`; the clustering MLP,
+The encoder and critic are in :mod:`sktransfer_cluster.cluster.c2m.critic`; the clustering MLP,
 its spectral inputs, the corrupted labellings and the critic's loss in
-:mod:`sktransfer_cluster.graph`. Measurements, the variants tried and dropped
+:mod:`sktransfer_cluster.cluster.c2m.graph`. Measurements, the variants tried and dropped
 and the reasons behind the defaults: ``docs/notes/c2m.md``.
 """
 
@@ -25,9 +25,9 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_consistent_length, column_or_1d
 
-from ..base import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_widths, compact_labels
-from ..base import make_generators
-from ..graph import (
+from ...base import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_widths, compact_labels
+from ...base import make_generators
+from .graph import (
     cem_clustering,
     corrupt_labels,
     kmeans_candidates,
@@ -40,8 +40,9 @@ from ..graph import (
     standardize,
     wgan_critic_loss,
 )
-from ..metrics import clustering_accuracy
-from ..nn import ClusteringCritic, init_module, knn_indices
+from ...metrics import clustering_accuracy
+from ...nn import init_module, knn_indices
+from .critic import ClusteringCritic
 
 __all__ = ["C2MCluster", "PAPER_PARAMS"]
 
@@ -128,7 +129,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     kmeans_candidates : bool, default=True
         Score, beside the CEM runs, k-means labellings of the set for every
         k = 1 .. ``max_clusters``, each written as clustering-MLP weights
-        (:func:`~sktransfer_cluster.graph.kmeans_candidates`), and keep the
+        (:func:`~sktransfer_cluster.cluster.c2m.graph.kmeans_candidates`), and keep the
         best-scored of all -- in training (the proposals the critic learns
         against) and in clustering. ``False``: CEM alone (the paper).
     gae_dims : tuple of int, default=(32, 16)
@@ -147,13 +148,13 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     n_neighbors : int or None, default=20
         Give the encoder, for each point, how its label agrees with those of its
         ``n_neighbors`` nearest neighbours in the set
-        (:func:`~sktransfer_cluster.nn.neighbour_label_features`; the k-NN
+        (:func:`~sktransfer_cluster.cluster.c2m.critic.neighbour_label_features`; the k-NN
         graph is computed once per set); it makes the metric far less bound to
         blob shapes. ``None``: off, the paper's encoder input.
     spectral_features : int or None, default=2
         Feed the clustering MLP (not the metric), beside the coordinates, this
         many leading eigenvectors of the ``spectral_neighbors``-NN graph of the
-        set CEM clusters (:func:`~sktransfer_cluster.graph.mlp_inputs`), so an
+        set CEM clusters (:func:`~sktransfer_cluster.cluster.c2m.graph.mlp_inputs`), so an
         MLP argmax can express non-convex cuts (rings, moons). For ``labels_``
         and ``transfer`` only, not the proposals that train the critic.
         ``None``: coordinates only (the paper).
@@ -163,7 +164,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         The real labelling of each critic step is the true one with every
         point relabelled by the majority of itself and its ``n_neighbors``
         (10 when None) nearest neighbours
-        (:func:`~sktransfer_cluster.graph.smooth_labels`). On real data the
+        (:func:`~sktransfer_cluster.cluster.c2m.graph.smooth_labels`). On real data the
         true classes overlap, so the truth disagrees with its k-NN graph in a
         way no partition found by a search does; against the raw truth the
         critic learns to spot that signature instead of a good clustering,

@@ -13,14 +13,14 @@ Reading of the paper used here:
 
 * ``eta`` follows the staircase ``eta_t = eta * gamma^floor(t / tau)`` of the
   text ("multiply it by 1.2 every 30,000 iterations"), not the compounding
-  update printed in Algorithm 1 line 29 (:func:`~sktransfer_cluster.gan.eta_schedule`).
+  update printed in Algorithm 1 line 29 (:func:`~sktransfer_cluster.cluster.precise_gan.networks.eta_schedule`).
 * ``eta_step=None`` keeps the paper's ratio ``tau / N = 30,000 / 900,000``.
 * Each critic, classifier and generator step draws its own minibatch of ids,
   noise and (for the critic) real rows and interpolation weights, as in Alg. 1.
 * Inputs are standardised by default (per-feature centring, one global scale),
   so the unit-gradient penalty means the same whatever the units of ``X``.
 
-The networks and the update of each live in :mod:`sktransfer_cluster.gan`;
+The networks and the update of each live in :mod:`sktransfer_cluster.cluster.precise_gan.networks`;
 what was measured, with which command, is in ``docs/notes/precise_gan.md``.
 """
 
@@ -35,9 +35,9 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
-from ..base import (COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_image_shape, chunked,
+from ...base import (COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_image_shape, chunked,
                     compact_labels, fold_affine, input_affine, make_generators, torch_threads)
-from ..gan import (build_networks, classifier_step, critic_step, default_eta_step,
+from .networks import (build_networks, classifier_step, critic_step, default_eta_step,
                    draw_ids, eta_schedule, generator_step, latent, mean_entropy, set_requires_grad)
 
 __all__ = ["PreciseFeatureGAN", "PAPER_PARAMS", "eta_schedule"]

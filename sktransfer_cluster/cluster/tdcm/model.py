@@ -6,7 +6,7 @@ Zhang & Zhao, *Transferable Deep Clustering Model*: plain functions of tensors
 ``alpha_l``, the starting centroids, the one-shot and the streamed
 (bounded-memory) passes of the blocks, the loss terms and the penalties, the
 embedding width rule, and the freshly initialised encoder and blocks. The block
-itself is :class:`sktransfer_cluster.nn.CentroidUpdateBlock`. Nothing here
+itself is :class:`sktransfer_cluster.cluster.tdcm.blocks.CentroidUpdateBlock`. Nothing here
 imports an estimator.
 """
 
@@ -18,8 +18,9 @@ import torch
 from sklearn.cluster import kmeans_plusplus
 from sklearn.neighbors import NearestNeighbors
 
-from .losses import negative_size_entropy, orthogonality_penalty
-from .nn import CentroidUpdateBlock, centroids_from_stats, init_module, mlp
+from ...losses import negative_size_entropy
+from ...nn import init_module, mlp
+from .blocks import CentroidUpdateBlock, centroids_from_stats
 
 __all__ = [
     "block_weights",
@@ -432,3 +433,9 @@ def smooth_rows(X, G, n_neighbors, steps):
     for _ in range(int(steps)):
         out = A @ out
     return out.astype(np.asarray(X).dtype, copy=False)
+
+
+def orthogonality_penalty(W):
+    """``||W W^T - I||_F^2``: the soft form of the constraint ``W W^T = I``."""
+    eye = torch.eye(W.shape[0], dtype=W.dtype, device=W.device)
+    return ((W @ W.T - eye) ** 2).sum()

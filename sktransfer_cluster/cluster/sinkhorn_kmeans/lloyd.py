@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .ot import _row_chunks, _semi_dual_newton, _semi_dual_pass
+from ...ot.semi_dual import newton_solve, row_chunks, semi_dual_pass
 
 __all__ = ["relative_reg", "ot_lloyd", "ot_lloyd_best", "SINKHORN_TOL", "SINKHORN_MAX_ITER", "LABEL_PATIENCE"]
 
@@ -40,10 +40,10 @@ def _one_run(X, centers, reg, log_w, max_iter, tol, M, labels):
     n, K = M.shape
     g = None
     same = 0
-    chunks = _row_chunks(n, K)
+    chunks = row_chunks(n, K)
     for it in range(1, max_iter + 1):
         _costs_into(M, X, centers, reg)
-        res, c, moment = _semi_dual_newton(M, log_w, g, None, SINKHORN_MAX_ITER, SINKHORN_TOL, 30.0, X)
+        res, c, moment = newton_solve(M, log_w, g, None, SINKHORN_MAX_ITER, SINKHORN_TOL, 30.0, X)
         g, f = res.g, res.f
         # The solve's last pass also summed the plan-weighted features: P / a = exp(f_i + h_j - M_ij).
         mass = c * n
@@ -146,14 +146,14 @@ def ot_lloyd_best(X, centers, reg_rel, log_w, max_iter, tol, *, check_tol=1e-3, 
     """
     log_w = log_w.to(X.dtype)
     f = torch.empty(X.shape[0], dtype=X.dtype, device=X.device)
-    chunks = _row_chunks(X.shape[0], centers.shape[-2])
+    chunks = row_chunks(X.shape[0], centers.shape[-2])
     best = None
     for c, reg, n_iter, _, g, x2, M in _runs(X, centers, reg_rel, log_w, max_iter, tol):
         _costs_into(M, X, c, reg)
-        af, mass, _, _ = _semi_dual_pass(M, log_w + g, None, f, chunks)
+        af, mass, _, _ = semi_dual_pass(M, log_w + g, None, f, chunks)
         cost = float(reg * (af + (mass * g).sum()) + x2.mean())
         if best is None or cost < best[0]:
             best = (cost, c, float(reg), n_iter, g)
     cost, c, reg, n_iter, g = best
-    check, _, _ = _semi_dual_newton(_costs_into(M, X, c, reg), log_w, g, None, check_max_iter, check_tol, 30.0)
+    check, _, _ = newton_solve(_costs_into(M, X, c, reg), log_w, g, None, check_max_iter, check_tol, 30.0)
     return cost, c, reg, n_iter, check

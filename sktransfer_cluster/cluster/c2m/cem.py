@@ -121,7 +121,7 @@ def cross_entropy_method(
     Examples
     --------
     >>> import torch
-    >>> from sktransfer_cluster.cem import cross_entropy_method
+    >>> from sktransfer_cluster.cluster.c2m.cem import cross_entropy_method
     >>> target = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
     >>> res = cross_entropy_method(lambda W: -((W - target) ** 2).sum(1),
     ...                            torch.zeros(3, dtype=torch.float64), 1.0,

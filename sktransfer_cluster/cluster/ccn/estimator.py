@@ -4,7 +4,7 @@ Hsu, Lv & Kira, *Learning to cluster in order to transfer across domains and
 tasks*, ICLR 2018 (the constrained clustering network, CCN). The defaults depart
 from the paper where measurements on real MNIST and digits said so;
 :data:`PAPER_PARAMS` restores the paper's. Numeric kernels live in
-:mod:`sktransfer_cluster.pairs`; measurements and the variants tried and dropped
+:mod:`sktransfer_cluster.cluster.ccn.pairs`; measurements and the variants tried and dropped
 in ``docs/notes/ccn.md``.
 """
 
@@ -21,8 +21,8 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_consistent_length, column_or_1d
 
-from .. import pairs
-from ..base import (
+from . import pairs
+from ...base import (
     COMMON_PARAMETER_CONSTRAINTS,
     TransferClusterMixin,
     check_image_shape,
@@ -31,8 +31,9 @@ from ..base import (
     make_generators,
     minibatches,
 )
-from ..metrics import n_dominant_clusters
-from ..nn import SimilarityEnsemble, fold_batch_norm, init_module, knn_indices
+from ...metrics import n_dominant_clusters
+from ...nn import init_module, knn_indices
+from .networks import SimilarityEnsemble, fold_batch_norm
 
 __all__ = ["CCNCluster", "PAPER_PARAMS"]
 

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .nn import ConvGenerator, ConvNet, init_module, mlp
+from ...nn import ConvGenerator, ConvNet, init_module, mlp
 
 __all__ = [
     "eta_schedule",
@@ -49,7 +49,7 @@ def eta_schedule(t, eta=10.0, gamma=1.2, step=30000):
 
     Examples
     --------
-    >>> from sktransfer_cluster.gan import eta_schedule
+    >>> from sktransfer_cluster.cluster.precise_gan.networks import eta_schedule
     >>> [round(eta_schedule(t, 10.0, 1.2, 3), 2) for t in range(7)]
     [10.0, 10.0, 10.0, 12.0, 12.0, 12.0, 14.4]
     """

@@ -26,10 +26,10 @@ from scipy.sparse.linalg import lobpcg
 from sklearn.cluster import KMeans
 from sklearn.utils.validation import check_consistent_length, column_or_1d
 
-from .base import chunked, compact_labels
+from ...base import chunked, compact_labels
 from .cem import cross_entropy_method
-from .losses import gradient_penalty
-from .nn import knn_indices
+from ...losses import gradient_penalty
+from ...nn import knn_indices
 
 __all__ = [
     "n_mlp_params",
@@ -110,7 +110,7 @@ def cem_clustering(
 ):
     """Clustering-MLP weights that maximise the critic on the set ``Xs``, by the cross-entropy method.
 
-    ``n_init`` runs of :func:`~sktransfer_cluster.cem.cross_entropy_method`
+    ``n_init`` runs of :func:`~sktransfer_cluster.cluster.c2m.cem.cross_entropy_method`
     from the mean 0 and standard deviation ``std``, drawing from ``generator``
     in turn; the population is scored by :func:`score_population` (``H``,
     ``width``, ``chunk_elements``, ``critic_kwargs``). ``cem_kwargs`` go to
@@ -414,7 +414,7 @@ def source_sets(y, groups=None):
 
 
 def wgan_critic_loss(critic, Xs, real, fakes, *, gp_weight=0.0, generator=None, **critic_kwargs):
-    """WGAN loss of a :class:`~sktransfer_cluster.nn.ClusteringCritic` on labellings of one set.
+    """WGAN loss of a :class:`~sktransfer_cluster.cluster.c2m.critic.ClusteringCritic` on labellings of one set.
 
     ``mean c(fakes) - c(real)`` plus, when ``gp_weight > 0``, the gradient
     penalty on pooled embeddings interpolated between the real one and each

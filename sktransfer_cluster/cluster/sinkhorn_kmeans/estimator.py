@@ -21,8 +21,8 @@ from sklearn.cluster import kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .. import lloyd
-from ..base import (
+from . import lloyd
+from ...base import (
     COMMON_PARAMETER_CONSTRAINTS,
     TransferClusterMixin,
     check_image_shape,
@@ -30,10 +30,11 @@ from ..base import (
     chunked,
     make_generators,
 )
-from ..metrics import within_cluster_sum_of_squares
-from ..losses import nearest_centre, ot_clustering_loss, squared_distances
-from ..nn import AutoEncoder, ConvAutoEncoder, _image_shape, init_module
-from ..ot import plan_from_potentials, semi_dual_newton
+from ...metrics import within_cluster_sum_of_squares
+from .objective import nearest_centre, ot_clustering_loss, squared_distances
+from ...nn import image_channels_shape, init_module
+from .networks import AutoEncoder, ConvAutoEncoder
+from ...ot import plan_from_potentials, semi_dual_newton
 
 __all__ = ["SinkhornKMeans", "PAPER_PARAMS"]
 
@@ -106,7 +107,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
     image_shape : tuple of int, default=None
         ``(h, w)`` or ``(c, h, w)`` of one image, rows of X read channel-major
         (``h * w * c`` must equal the number of features): the autoencoder
-        becomes convolutional (:class:`~sktransfer_cluster.nn.ConvAutoEncoder`).
+        becomes convolutional (:class:`~sktransfer_cluster.cluster.sinkhorn_kmeans.networks.ConvAutoEncoder`).
         Never inferred from the data; only with ``embedding="autoencoder"``.
     pretrain_epochs : int, default=50
         Autoencoder pre-training epochs (reconstruction only); 0 skips it.
@@ -280,7 +281,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
                 f"image_shape={self.image_shape!r} needs embedding='autoencoder' (it shapes the "
                 "convolutional autoencoder); drop it or set embedding='autoencoder'."
             )
-        return _image_shape(check_image_shape(self.image_shape, n_features))
+        return image_channels_shape(check_image_shape(self.image_shape, n_features))
 
     def _hidden_dims(self):
         """Encoder widths, with the ``"auto"`` rule resolved."""

