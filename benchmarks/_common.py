@@ -1,28 +1,43 @@
-"""Helpers shared by the benchmark scripts: machine description, result files, estimator tags.
+"""What every benchmark script shares: result files, the ``--smoke`` switch, the methods
+(read from :data:`sktransfer_cluster.registry.REGISTRY`), the peers, and one timing harness.
 
-Results live in one folder per method under ``benchmarks/results/``::
+Results live in one folder per area under ``benchmarks/results/``::
 
-    results/<method>/<canonical name>.{json,md}   the current run at the benchmark's settings
-    results/<method>/variants/<name>.{json,md}     variant studies (opt-in settings, other seeds)
-    results/<method>/variants/<name>_quick.*       smoke runs (``--quick``)
+    results/<area>/<canonical name>.{json,md}   the current run at the benchmark's settings
+    results/<area>/variants/<name>.{json,md}     variant studies (opt-in settings, other seeds)
+    results/<area>/variants/<name>_quick.*       short runs (``--quick``)
 
 ``benchmarks/results/README.md`` is the hand-kept index of the canonical files.
-``SKTC_BENCH_RESULTS=/some/dir`` sends every result file there instead (for smoke runs
-that must not touch the checkout).
+``SKTC_BENCH_RESULTS=/some/dir`` sends every result file there instead.
+
+``--smoke`` (every script has it; ``.ci/run`` runs them all): tiny data, each method at its
+registry's smallest budget, seconds per script, and every file written under a fresh
+temporary folder, so a smoke run can never overwrite a measured result.
+
+The timing harness: :class:`Timer` (wall and process CPU seconds of a block),
+:func:`best_of`, :func:`limited_threads` (torch and BLAS/OpenMP threads, restored after),
+and :func:`run_cells` (measurements in fresh subprocesses, each reporting CPU and wall time
+and the growth of its peak resident set, for the scripts that need a clean process).
 """
 
+from __future__ import annotations
+
+import contextlib
 import json
 import os
 import platform
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-RESULTS = Path(os.environ.get("SKTC_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
+HERE = Path(__file__).resolve().parent
+RESULTS = Path(os.environ.get("SKTC_BENCH_RESULTS") or HERE / "results")
 
-# method folder -> canonical file stem (the one the README and results/README.md cite).
+# area folder -> canonical file stem (the one the README and results/README.md cite).
 CANONICAL = {
     "sinkhorn_kmeans": "sinkhorn_kmeans_quality",
     "sinkhorn": "sinkhorn_speed",
@@ -37,6 +52,277 @@ CANONICAL = {
     "model_selection": "model_selection",
     "busy": "busy",
 }
+
+#: True once :func:`setup` has seen ``--smoke``.
+SMOKE = False
+#: K of smoke runs: the registry's smallest budgets are sized for a few clusters
+#: (TDCM's smallest ``embedding_dim`` is 4, and it needs ``embedding_dim >= K``).
+SMOKE_K = 3
+
+
+# --------------------------------------------------------------------------- smoke runs
+
+
+def add_smoke_argument(parser):
+    parser.add_argument(
+        "--smoke", action="store_true",
+        help="seconds-long check that the script runs: tiny data, the registry's smallest budgets, "
+        "results written under a temporary folder (never into benchmarks/results)",
+    )
+
+
+def setup(args):
+    """Apply ``--smoke`` (when the parser has it): send every result file to a fresh temporary
+    folder and mark the run as ``quick``. Call right after ``parse_args``; returns ``args``."""
+    global SMOKE, RESULTS
+    if getattr(args, "smoke", False):
+        SMOKE = True
+        # Never the checkout, whatever SKTC_BENCH_RESULTS says: smoke numbers are not results.
+        RESULTS = Path(tempfile.mkdtemp(prefix="sktc-bench-smoke-"))
+        if hasattr(args, "quick"):
+            args.quick = True
+        print(f"smoke run: results go to {RESULTS}", flush=True)
+    return args
+
+
+def smoke_params(name, **params):
+    """``params`` for an estimator of registry method ``name``, with the method's smallest
+    budget laid over them in a smoke run (and nothing changed otherwise)."""
+    if not SMOKE:
+        return params
+    from sktransfer_cluster.registry import REGISTRY
+
+    return {**params, **REGISTRY[name].smallest_budget}
+
+
+# --------------------------------------------------------------------------- methods and peers
+
+
+def method_names():
+    """The package's methods, in registry order (cheapest first)."""
+    from sktransfer_cluster.registry import REGISTRY
+
+    return list(REGISTRY)
+
+
+def build(name, k=None, *, bound=None, smallest=None, budget=None, **params):
+    """An estimator of registry method ``name`` with K given (``k``) or bounded (``bound``).
+
+    ``smallest`` (default: in a smoke run) applies the registry's smallest budget.
+    ``budget``: ``None`` keeps the defaults; ``"shortest"`` sets every training budget
+    (``*epochs``, ``n_iter``, see :func:`sktransfer_cluster.compare.scale_budgets`) to 1 --
+    for measurements of ``predict``, whose cost does not depend on how long the model
+    trained; a number multiplies every training budget by it.
+    """
+    from sktransfer_cluster.compare import scale_budgets
+    from sktransfer_cluster.registry import REGISTRY
+
+    smallest = SMOKE if smallest is None else smallest
+    est = REGISTRY[name].build(k, bound=bound, smallest=smallest, **params)
+    if budget == "shortest":
+        scale_budgets(est, 0.0)  # every budget becomes max(1, round(0)) = 1
+    elif budget is not None:
+        scale_budgets(est, float(budget))
+    return est
+
+
+def budget_names(estimator):
+    """The names of ``estimator``'s training budgets (what ``scale_budgets`` scales)."""
+    from sklearn.base import clone
+
+    from sktransfer_cluster.compare import scale_budgets
+
+    return sorted(scale_budgets(clone(estimator), 1.0))
+
+
+def peer(name, k, seed=0):
+    """A scikit-learn peer fitted beside the package's methods, at the settings every
+    benchmark uses (``KMeans(n_init=10)`` as SinkhornKMeans' default)."""
+    from sklearn.cluster import KMeans, MiniBatchKMeans, SpectralClustering
+    from sklearn.mixture import GaussianMixture
+
+    if name == "KMeans":
+        return KMeans(k, n_init=10, random_state=seed)
+    if name == "MiniBatchKMeans":
+        return MiniBatchKMeans(k, random_state=seed)
+    if name == "GaussianMixture":
+        return GaussianMixture(k, covariance_type="diag", random_state=seed)
+    if name == "SpectralClustering":
+        return SpectralClustering(k, affinity="nearest_neighbors", random_state=seed)
+    raise ValueError(f"unknown peer {name!r}")
+
+
+PEERS = ("KMeans", "MiniBatchKMeans", "GaussianMixture", "SpectralClustering")
+
+
+def estimator(name, k, seed=0, budget=None, smallest=None, **params):
+    """A peer or a registry method (``device="cpu"``) by name: what the timing cells build."""
+    if name in PEERS:
+        return peer(name, k, seed)
+    return build(name, k, budget=budget, smallest=smallest, random_state=seed, device="cpu", **params)
+
+
+# --------------------------------------------------------------------------- timing harness
+
+
+class Timer:
+    """Wall (``perf_counter``) and process CPU (``process_time``) seconds of a ``with`` block."""
+
+    def __enter__(self):
+        self._w, self._c = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall = time.perf_counter() - self._w
+        self.cpu = time.process_time() - self._c
+        return False
+
+
+def timed(fn):
+    """``(output, wall seconds, CPU seconds)`` of ``fn()``."""
+    with Timer() as t:
+        out = fn()
+    return out, t.wall, t.cpu
+
+
+def best_of(fn, repeats, clock="wall"):
+    """``(best seconds, last output)`` of ``repeats`` calls; ``clock`` is ``"wall"`` or ``"cpu"``."""
+    best, out = np.inf, None
+    for _ in range(max(1, repeats)):
+        out, wall, cpu = timed(fn)
+        best = min(best, wall if clock == "wall" else cpu)
+    return best, out
+
+
+@contextlib.contextmanager
+def limited_threads(n):
+    """torch and BLAS/OpenMP (threadpoolctl) limited to ``n`` threads; torch's count restored after."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        with threadpool_limits(n):
+            yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def thread_env(n, env=None):
+    """An environment whose OpenMP/MKL/OpenBLAS pools start with ``n`` threads (and OpenMP
+    waits passively), for subprocesses: set before the libraries load, unlike threadpoolctl."""
+    n = str(n)
+    return {**(os.environ if env is None else env), "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n,
+            "OPENBLAS_NUM_THREADS": n, "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def _status(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def measured(fn):
+    """``(output, CPU s, wall s, peak extra bytes)`` of ``fn()``: the growth of the peak
+    resident set (``VmHWM`` after resetting it through ``/proc/self/clear_refs``) over the
+    resident set before the call. RSS sees torch's and numpy's allocations alike
+    (tracemalloc sees neither torch nor BLAS). Linux only."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # peak RSS := current RSS
+    before = _status("VmRSS:")
+    out, wall, cpu = timed(fn)
+    return out, cpu, wall, _status("VmHWM:") - before
+
+
+def blobs(n, d, k=10, seed=0):
+    """``make_blobs(n, k centres, d)`` in float32: the timing scripts' data."""
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(n_samples=n, centers=k, n_features=d, random_state=seed)
+    return X.astype(np.float32), y
+
+
+def cell(method, n, d, n_pred=None, budget=None, smallest=False, k=10, warm_predict=False, threads=1):
+    """One measurement: ``method`` fitted on ``n`` x ``d`` blobs, then ``predict`` on the
+    first ``n_pred`` rows of the same blobs (``n`` when None). Returns fit and predict CPU and
+    wall seconds, their peak extra memory (:func:`measured`) and ACC. ``warm_predict`` runs a
+    10-row predict first, so that lazy imports and torch's allocator are not counted. Meant to
+    run in a fresh process (:func:`run_cells`): the memory of one cell must not hide the next."""
+    import torch
+
+    from sktransfer_cluster.metrics import clustering_accuracy
+
+    torch.set_num_threads(threads)
+    n_pred = n if n_pred is None else n_pred
+    X, y = blobs(max(n, n_pred), d, k)
+    Xp, yp, X, y = X[:n_pred], y[:n_pred], X[:n], y[:n]
+    est = estimator(method, k, budget=budget, smallest=smallest)
+    torch.ones(8, 8) @ torch.ones(8, 8)  # start torch's allocator before the baselines
+    est, t_fit, w_fit, m_fit = measured(lambda: fit_source(est, X, y))
+    if warm_predict:
+        est.predict(Xp[:10])
+    labels, t_pred, w_pred, m_pred = measured(lambda: est.predict(Xp))
+    return {
+        "fit_s": t_fit, "fit_wall_s": w_fit, "predict_s": t_pred, "predict_wall_s": w_pred,
+        "fit_peak_extra_mib": m_fit / 2**20, "predict_peak_extra_mib": m_pred / 2**20,
+        "acc": clustering_accuracy(y, est.labels_), "predict_acc": clustering_accuracy(yp, labels),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+_MARK = "SKTC-CELL "
+_CHILD = (
+    "import json, sys; sys.path.insert(0, sys.argv[1]); import _common; _common._child(json.loads(sys.argv[2]))"
+)
+
+
+def _child(jobs):
+    import traceback
+
+    for job in jobs:
+        try:
+            row = {"status": "ok", **cell(**job)}
+        except Exception:  # one failing cell must not hide the others of a shared process
+            row = {"status": "error", "stderr": traceback.format_exc()[-2000:]}
+        print(_MARK + json.dumps(row), flush=True)
+
+
+def run_cells(jobs, *, limit, threads=1, fresh=True):
+    """Run :func:`cell` for each of ``jobs`` (dicts of its arguments) in subprocesses.
+
+    ``fresh=True``: one process per cell, each stopped after ``limit`` seconds. ``fresh=False``
+    (smoke runs: one torch import instead of one per cell): every cell in one process, stopped
+    after ``limit`` seconds in all. The processes start with ``threads`` OpenMP/MKL/OpenBLAS
+    and torch threads. Yields one dict per job, in order: ``{"status": "ok", "wall_s": ...,
+    **cell(...)}``, or a status saying it was killed or failed.
+    """
+    groups = [[job] for job in jobs] if fresh else [list(jobs)]
+    env = thread_env(threads)
+    for group in groups:
+        group = [{**job, "threads": threads} for job in group]
+        t0 = time.perf_counter()
+        cmd = [sys.executable, "-c", _CHILD, str(HERE), json.dumps(group)]
+        try:
+            res = subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True, timeout=limit)
+            out, err, status = res.stdout, res.stderr, ("ok" if res.returncode == 0 else "error")
+        except subprocess.TimeoutExpired as exc:  # run() kills and reaps the child
+            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            err, status = "", f"killed after {limit:.0f} s"
+        done = [json.loads(line[len(_MARK):]) for line in out.splitlines() if line.startswith(_MARK)]
+        wall = time.perf_counter() - t0
+        for i, job in enumerate(group):
+            if i < len(done):
+                yield {"wall_s": wall if fresh else None, **done[i]}
+            elif status == "error":
+                yield {"status": "error", "stderr": err[-2000:]}
+            else:
+                yield {"status": status if status != "ok" else "error"}
+
+
+# --------------------------------------------------------------------------- results
 
 
 def machine():
@@ -83,31 +369,34 @@ def fit_source(estimator, X, y):
     return estimator.fit(X, y) if requires_y(estimator) else estimator.fit(X)
 
 
-def add_name_argument(parser, method):
-    """``--name``: the results file stem; anything but the canonical name is a variant."""
-    canonical = CANONICAL[method]
+def add_name_argument(parser, area, smoke=True):
+    """``--name``: the results file stem; anything but the canonical name is a variant.
+    Also adds ``--smoke`` (see :func:`setup`) unless ``smoke=False``."""
+    canonical = CANONICAL[area]
     parser.add_argument(
         "--name",
         default=canonical,
         help=f"results file name without extension (default {canonical}, the canonical file in "
-        f"results/{method}/; any other name goes to results/{method}/variants/)",
+        f"results/{area}/; any other name goes to results/{area}/variants/)",
     )
+    if smoke:
+        add_smoke_argument(parser)
 
 
-def result_stem(method, name=None, quick=False):
-    """Path, without extension, of a result file of ``method``.
+def result_stem(area, name=None, quick=False):
+    """Path, without extension, of a result file of ``area``.
 
-    The canonical name (``CANONICAL[method]``, the default) sits at the top of
-    ``results/<method>/``; any other name, and every smoke run (``quick``, which adds
+    The canonical name (``CANONICAL[area]``, the default) sits at the top of
+    ``results/<area>/``; any other name, and every short run (``quick``, which adds
     ``_quick`` so that it never overwrites a full result), goes to ``variants/``.
     """
-    if method not in CANONICAL:
-        raise ValueError(f"unknown benchmark method {method!r}; expected one of {sorted(CANONICAL)}")
-    name = CANONICAL[method] if name is None else name
-    folder = RESULTS / method
-    if quick or name != CANONICAL[method]:
+    if area not in CANONICAL:
+        raise ValueError(f"unknown benchmark area {area!r}; expected one of {sorted(CANONICAL)}")
+    name = CANONICAL[area] if name is None else name
+    folder = RESULTS / area
+    if quick or SMOKE or name != CANONICAL[area]:
         folder = folder / "variants"
-    return folder / (name + ("_quick" if quick else ""))
+    return folder / (name + ("_quick" if quick or SMOKE else ""))
 
 
 def command_line():
@@ -115,13 +404,13 @@ def command_line():
     return " ".join(["python", f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]])
 
 
-def write(method, name, payload, markdown, quick=False):
-    """Write ``<stem>.json`` and ``<stem>.md`` for ``result_stem(method, name, quick)``
-    (``name=None``: the method's canonical name) and return the stem."""
-    stem = result_stem(method, name, quick)
+def write(area, name, payload, markdown, quick=False):
+    """Write ``<stem>.json`` and ``<stem>.md`` for ``result_stem(area, name, quick)``
+    (``name=None``: the area's canonical name), the command line in both, and return the stem."""
+    stem = result_stem(area, name, quick)
     stem.parent.mkdir(parents=True, exist_ok=True)
     payload = {"machine": machine(), "command": command_line(), **payload}
-    stem.parent.joinpath(stem.name + ".json").write_text(json.dumps(payload, indent=2))
+    stem.parent.joinpath(stem.name + ".json").write_text(json.dumps(payload, indent=2, default=str))
     m = payload["machine"]
     header = (
         f"Measured {m['date']} on {m['cpu_count']} CPU cores ({m['processor']}), "

@@ -1,27 +1,32 @@
-"""How fit time, predict time and memory grow with n: every estimator beside KMeans.
+"""How fit time, predict time and memory grow with n: every registry method beside KMeans.
 
-    python benchmarks/scaling.py [--quick] [--n 1000 10000 100000 1000000] [--d 10 64]
+    python benchmarks/scaling.py [--quick | --smoke] [--n 1000 10000 100000 1000000] [--d 10 64]
         [--methods NAME ...] [--cell-limit 600] [--budget SECONDS] [--predict-n 1e6] [--name NAME]
 
-Each cell (method, d, n) runs in a fresh subprocess on ``make_blobs(n, 10 centres, d)``
-in float32, K = 10, at the estimator's default budgets (``n_init=10`` for KMeans, as
-SinkhornKMeans' default; MiniBatchKMeans at its defaults). The subprocess measures
+Canonical run: ``python benchmarks/scaling.py --budget 3300``.
+
+The methods are ``KMeans`` and ``MiniBatchKMeans`` (the peers) and every method of
+``sktransfer_cluster.registry.REGISTRY``, in registry order. Each cell (method, d, n) runs
+in a fresh subprocess (``_common.run_cells``) on ``make_blobs(n, 10 centres, d)`` in float32,
+K = 10, every method built as ``REGISTRY[name].build(10)`` at its default budgets (KMeans with
+``n_init=10``, as SinkhornKMeans' default; MiniBatchKMeans at its defaults). The subprocess
+measures
 
 * fit and predict (on the same n rows) in process CPU time (``time.process_time``);
   every process runs with ``OMP_NUM_THREADS=MKL_NUM_THREADS=1`` and
   ``torch.set_num_threads(1)``, KMeans included, so ratios are fair on a shared machine;
 * peak extra memory of fit and of predict: the growth of the peak resident set
   (``VmHWM`` after resetting it through ``/proc/self/clear_refs``) over the resident set
-  before the call. RSS sees torch's and numpy's allocations alike (tracemalloc sees
-  neither torch nor BLAS);
+  before the call (``_common.measured``);
 * ACC of ``labels_`` against the blob labels (the supervised estimators get them as
   source labels, as the other benchmarks do).
 
 Memory includes whatever a first fit imports lazily (a few MiB); no warm-up fit is run,
 as a default-budget warm-up costs a neural estimator as much as the cell.
-A predict-only part (run first) fits each method on 2,000 x 64 rows, at the shortest
-training (``PREDICT_SPECS``: predict's cost does not depend on it), and times ``predict``
-on ``--predict-n`` (10^6) x 64 float32 rows, with its peak extra memory (issue 18, part 3).
+A predict-only part (run first) fits each method on 2,000 x 64 rows at the shortest
+training (every ``*epochs``/``n_iter`` budget set to 1, ``_common.build(budget="shortest")``:
+predict's cost does not depend on it), and times ``predict`` on ``--predict-n`` (10^6) x 64
+float32 rows, with its peak extra memory (issue 18, part 3).
 
 A cell whose fit is estimated above ``--cell-limit`` seconds, from the previous n by the
 measured slope of that method's line (slope 1 from a single point), is skipped and marked;
@@ -31,99 +36,48 @@ Methods run one after the other, cheapest first, so a budget cut falls on the sl
 
 Writes benchmarks/results/scaling/scaling.{json,md,png} (another ``--name``, or
 ``--quick`` -- n <= 10^4, d = 10, a 120 s cell limit -- goes to ``scaling/variants/``).
+``--smoke``: n = 300, d = 10, predict on 1,000 rows, the registry's smallest budgets, every
+cell in one subprocess, written under a temporary folder.
 """
 
 import argparse
 import json
 import math
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 import _common
 from _common import command_line, machine
 
-
-METHODS = {
-    "KMeans": "sklearn.cluster.KMeans(10, n_init=10, random_state=0)",
-    "MiniBatchKMeans": "sklearn.cluster.MiniBatchKMeans(10, random_state=0)",
-    "SinkhornKMeans": "stc.SinkhornKMeans(10, random_state=0, device='cpu')",
-    "SinkhornKMeans-AE": "stc.SinkhornKMeans(10, embedding='autoencoder', random_state=0, device='cpu')",
-    "TDCMCluster": "stc.TDCMCluster(10, random_state=0, device='cpu')",
-    "CCNCluster": "stc.CCNCluster(10, random_state=0, device='cpu')",
-    "PreciseFeatureGAN": "stc.PreciseFeatureGAN(10, random_state=0, device='cpu')",
-    "C2MCluster": "stc.C2MCluster(random_state=0, device='cpu')",
-}
-
-# The predict-only part: the same architectures on the shortest training (predict's
-# cost does not depend on how long the model trained).
-PREDICT_SPECS = {
-    **METHODS,
-    "SinkhornKMeans-AE": METHODS["SinkhornKMeans-AE"][:-1] + ", pretrain_epochs=1, max_epochs=1)",
-    "TDCMCluster": METHODS["TDCMCluster"][:-1] + ", max_epochs=1)",
-    "CCNCluster": METHODS["CCNCluster"][:-1] + ", similarity_epochs=1, clustering_epochs=1)",
-    "PreciseFeatureGAN": METHODS["PreciseFeatureGAN"][:-1] + ", n_iter=20)",
-    "C2MCluster": METHODS["C2MCluster"][:-1] + ", max_epochs=1, sets_per_epoch=1, cem_iter=1)",
-}
-
-_CELL = r"""
-import json, sys, time
-import numpy as np, torch, sklearn.cluster
-torch.set_num_threads(1)
-import sktransfer_cluster as stc
-from sklearn.datasets import make_blobs
-from _common import fit_source
-from sktransfer_cluster.metrics import clustering_accuracy
-
-def rss(key):
-    for line in open("/proc/self/status"):
-        if line.startswith(key):
-            return int(line.split()[1]) * 1024
-
-def measured(fn):
-    open("/proc/self/clear_refs", "w").write("5")  # peak RSS := current RSS
-    before = rss("VmRSS:")
-    t0 = time.process_time()
-    out = fn()
-    return out, time.process_time() - t0, rss("VmHWM:") - before
-
-n, d, spec, n_pred = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-X, y = make_blobs(n_samples=max(n, n_pred), centers=10, n_features=d, random_state=0)
-X = X.astype(np.float32)
-Xp, yp = X[:n_pred], y[:n_pred]
-X, y = X[:n], y[:n]
-est = eval(spec)
-torch.ones(8, 8) @ torch.ones(8, 8)  # start torch's allocator before the baselines
-est, t_fit, m_fit = measured(lambda: fit_source(est, X, y))
-labels, t_pred, m_pred = measured(lambda: est.predict(Xp))
-print(json.dumps({
-    "fit_s": t_fit, "predict_s": t_pred, "fit_peak_extra_mib": m_fit / 2**20,
-    "predict_peak_extra_mib": m_pred / 2**20, "acc": clustering_accuracy(y, est.labels_),
-    "predict_acc": clustering_accuracy(yp, labels), "torch_threads": torch.get_num_threads(),
-}))
-"""
+PEERS = ("KMeans", "MiniBatchKMeans")
 
 
-def run_cell(method, n, d, limit, n_pred=None, spec=None):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-           "OMP_WAIT_POLICY": "PASSIVE"}
-    here = Path(__file__).resolve().parent
-    t0 = time.perf_counter()
-    try:
-        res = subprocess.run(
-            [sys.executable, "-c", _CELL, str(n), str(d), spec or METHODS[method], str(n_pred or n)],
-            cwd=here, env=env, capture_output=True, text=True, timeout=limit,
-        )
-    except subprocess.TimeoutExpired:
-        return {"status": f"killed after {limit:.0f} s"}
-    if res.returncode != 0:
-        return {"status": "error", "stderr": res.stderr[-2000:]}
-    out = json.loads(res.stdout.strip().splitlines()[-1])
-    return {"status": "ok", "wall_s": time.perf_counter() - t0, **out}
+def all_methods():
+    return [*PEERS, *_common.method_names()]
+
+
+# Cells measured ahead in one process (``--smoke``), keyed by their job.
+_PREFETCHED = {}
+
+
+def _job(method, n, d, n_pred=None, budget=None):
+    k = _common.SMOKE_K if _common.SMOKE else 10
+    return {"method": method, "n": n, "d": d, "n_pred": n_pred, "budget": budget, "smallest": _common.SMOKE, "k": k}
+
+
+def run_cell(method, n, d, limit, n_pred=None, budget=None):
+    job = _job(method, n, d, n_pred, budget)
+    key = json.dumps(job, sort_keys=True)
+    if key in _PREFETCHED:
+        return _PREFETCHED[key]
+    return next(_common.run_cells([job], limit=limit, threads=1))
+
+
+def prefetch(jobs, limit):
+    """Measure ``jobs`` in one subprocess (a smoke run: one torch import, not one per cell)."""
+    for job, row in zip(jobs, _common.run_cells(jobs, limit=limit, threads=1, fresh=False)):
+        _PREFETCHED[json.dumps(job, sort_keys=True)] = row
 
 
 def estimate(points, n):
@@ -157,7 +111,7 @@ def figure(rows, ds, path):
     for j, d in enumerate(ds):
         for i, key in enumerate(("fit_s", "predict_s")):
             ax = axes[i, j]
-            for method in METHODS:
+            for method in all_methods():
                 pts = [(r["n"], r[key]) for r in rows if r["method"] == method and r["d"] == d and r["status"] == "ok"]
                 if pts:
                     ax.loglog(*zip(*pts), marker="o", label=method)
@@ -188,7 +142,7 @@ def markdown(rows, ds, ns, args):
         km = {r["n"]: r for r in rows if r["method"] == "KMeans" and r["d"] == d and r["status"] == "ok"}
         md += [f"### d = {d}", "", "| method | n | fit s | fit / KMeans | predict s | predict / KMeans | "
                "fit peak MiB | predict peak MiB | ACC |", "|---|---|---|---|---|---|---|---|---|"]
-        for method in METHODS:
+        for method in all_methods():
             for n in ns:
                 r = next((r for r in rows if r["method"] == method and r["d"] == d and r["n"] == n), None)
                 if r is None:
@@ -206,7 +160,7 @@ def markdown(rows, ds, ns, args):
     md += ["### Fitted slopes (log time against log n, least squares over the measured n)", "",
            "| method | " + " | ".join(f"fit d={d} | predict d={d}" for d in ds) + " |",
            "|---|" + "---|---|" * len(ds)]
-    for method in METHODS:
+    for method in all_methods():
         cells = []
         for d in ds:
             for key in ("fit_s", "predict_s"):
@@ -222,8 +176,8 @@ def predict_markdown(rows, args):
         return ""
     km = next((r for r in rows if r["method"] == "KMeans" and r["status"] == "ok"), None)
     md = ["", f"### predict on {rows[0]['n_pred']:,} x 64 float32 rows, after a fit on {args.predict_fit_n:,} x 64",
-          "", "The fit uses the shortest training (`PREDICT_SPECS` in the script); predict's cost does not "
-          "depend on it.", "",
+          "", "The fit uses the shortest training (every epoch and step budget set to 1); predict's cost "
+          "does not depend on it.", "",
           "| method | predict s | predict / KMeans.predict | predict peak extra MiB | ACC of predict |",
           "|---|---|---|---|---|"]
     for r in rows:
@@ -241,22 +195,28 @@ def main():
     parser.add_argument("--quick", action="store_true", help="smoke run: n <= 10^4, d = 10, 120 s cells")
     parser.add_argument("--n", type=float, nargs="+", default=[1e3, 1e4, 1e5, 1e6])
     parser.add_argument("--d", type=int, nargs="+", default=[10, 64])
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--methods", nargs="+", default=all_methods(), choices=all_methods())
     parser.add_argument("--cell-limit", type=float, default=600.0)
     parser.add_argument("--budget", type=float, default=math.inf, help="seconds for the whole run")
     parser.add_argument("--predict-n", type=float, default=1e6,
                         help="rows of the predict-only part (d = 64, float32; 0 skips it)")
     parser.add_argument("--predict-fit-n", type=int, default=2000, help="rows the predict-only part fits on")
     _common.add_name_argument(parser, "scaling")
-    args = parser.parse_args()
+    args = _common.setup(parser.parse_args())
     ns = sorted(int(n) for n in args.n)
     ds = args.d
-    if args.quick:
+    if args.smoke:
+        ns, ds, args.cell_limit, args.predict_n, args.predict_fit_n = [300], [10], 120.0, 1000, 300
+        args.budget = min(args.budget, 120.0)
+    elif args.quick:
         ns, ds, args.cell_limit = [n for n in ns if n <= 10_000] or [1000], [10], min(args.cell_limit, 120.0)
     start = time.perf_counter()
+    if args.smoke:
+        jobs = [_job(m, args.predict_fit_n, 64, int(args.predict_n), "shortest") for m in args.methods]
+        prefetch(jobs + [_job(m, n, d) for m in args.methods for d in ds for n in ns], args.cell_limit)
     pred_rows = []
     if args.predict_n:
-        n_pred = 10_000 if args.quick else int(args.predict_n)
+        n_pred = int(args.predict_n) if args.smoke else 10_000 if args.quick else int(args.predict_n)
         for method in args.methods:
             left = args.budget - (time.perf_counter() - start)
             row = {"method": method, "n": args.predict_fit_n, "d": 64, "n_pred": n_pred}
@@ -264,7 +224,7 @@ def main():
                 row["status"] = "not run (run budget spent)"
             else:
                 limit = min(args.cell_limit, max(left, 1.0))
-                row.update(run_cell(method, args.predict_fit_n, 64, limit, n_pred, PREDICT_SPECS[method]))
+                row.update(run_cell(method, args.predict_fit_n, 64, limit, n_pred, budget="shortest"))
             pred_rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "stderr"}), flush=True)
     rows, points, stopped = [], {}, set()
