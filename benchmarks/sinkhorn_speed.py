@@ -1,6 +1,8 @@
 """Our Sinkhorn solver against POT in the same run.
 
-    python benchmarks/sinkhorn_speed.py [--n 20000] [--k 10] [--d 10] [--repeats 3] [--quick] [--name NAME]
+    python benchmarks/sinkhorn_speed.py [--n 20000] [--k 10] [--d 10] [--repeats 3] [--quick | --smoke] [--name NAME]
+
+Canonical run: ``python benchmarks/sinkhorn_speed.py``.
 
 Problem 1: raw squared distances, reg = 1e-2 x mean cost, to L1 marginal error
 1e-6 -- ours vs ``ot.sinkhorn(..., method="sinkhorn_log")`` (POT's plain
@@ -16,18 +18,21 @@ copy of the same array, into a fresh array and into a preallocated one, timed in
 run. One iteration reads the array twice, so "two copies" is the bandwidth bound.
 
 Writes benchmarks/results/sinkhorn/sinkhorn_speed.{json,md} (another ``--name``, or
-``--quick``: n = 2,000, n-big = 10^5 and one repeat, goes to ``sinkhorn/variants/``).
+``--quick``: n = 2,000, n-big = 10^5 and one repeat, goes to ``sinkhorn/variants/``;
+``--smoke``: n = 500, n-big = 10^4, one repeat, at most 200 iterations, under a temporary folder). ``speed.py`` runs it
+too, in its own process. Timings use ``_common.best_of`` (wall clock).
 """
 
 import argparse
-import time
 
 import numpy as np
 import ot
 import torch
-from _common import add_name_argument, write
 
-from sktransfer_cluster.ot import _row_chunks, _semi_dual_pass, sinkhorn, sinkhorn_potentials
+import _common
+from _common import add_name_argument, best_of, write
+from sktransfer_cluster.ot import sinkhorn, sinkhorn_potentials
+from sktransfer_cluster.ot.semi_dual import row_chunks, semi_dual_pass
 
 
 def marginal_error(P, a, b):
@@ -35,12 +40,7 @@ def marginal_error(P, a, b):
 
 
 def best_time(fn, repeats):
-    best, out = np.inf, None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
+    return best_of(fn, repeats, clock="wall")
 
 
 def per_iteration(n, k, repeats):
@@ -59,8 +59,8 @@ def per_iteration(n, k, repeats):
                                                      check_every=iters, method=method), repeats)
         out[f"{method}_iteration_s"] = t / iters
     f = torch.empty(n, dtype=torch.float64)
-    chunks = _row_chunks(n, k)
-    t, _ = best_time(lambda: _semi_dual_pass(M, warm.g + log_b, None, f, chunks), repeats)
+    chunks = row_chunks(n, k)
+    t, _ = best_time(lambda: semi_dual_pass(M, warm.g + log_b, None, f, chunks), repeats)
     out["semi_dual_pass_s"] = t
     A = M.numpy()
     B = np.empty_like(A)
@@ -69,8 +69,8 @@ def per_iteration(n, k, repeats):
     return out
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__)
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=20000)
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--d", type=int, default=10)
@@ -79,25 +79,28 @@ def main():
     parser.add_argument("--n-big", type=int, default=1_000_000, help="rows of the per-iteration timing")
     parser.add_argument("--quick", action="store_true", help="a smoke run: n = 2,000, n-big = 10^5, one repeat")
     add_name_argument(parser, "sinkhorn")
-    args = parser.parse_args()
-    if args.quick:
+    args = _common.setup(parser.parse_args(argv))
+    tol, max_iter = 1e-6, 100000
+    if args.smoke:  # a check that it runs: the solvers stop early, the numbers mean nothing
+        args.n, args.repeats, args.n_big, tol, max_iter = min(args.n, 500), 1, min(args.n_big, 10_000), 1e-3, 200
+    elif args.quick:
         args.n, args.repeats, args.n_big = min(args.n, 2000), 1, min(args.n_big, 100_000)
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)  # the solver's threads; not restored: the process is ours
     rng = np.random.default_rng(0)
     X = rng.normal(size=(args.n, args.d))
     centers = X[rng.choice(args.n, args.k, replace=False)] + 0.1
     M = ot.dist(X, centers)
     a, b = np.full(args.n, 1 / args.n), np.full(args.k, 1 / args.k)
-    pot_tol = 1e-6 / np.sqrt(args.k)
+    pot_tol = tol / np.sqrt(args.k)
     rows = []
     problems = [
         ("raw cost, reg=1e-2*mean", M, 1e-2 * M.mean(), "sinkhorn_log"),
         ("normalised cost, reg=1e-2", M / M.max(), 1e-2, "sinkhorn"),
     ]
     for label, cost, reg, pot_method in problems:
-        t_ours, P_ours = best_time(lambda: sinkhorn(a, b, cost, reg, tol=1e-6, max_iter=100000), args.repeats)
+        t_ours, P_ours = best_time(lambda: sinkhorn(a, b, cost, reg, tol=tol, max_iter=max_iter), args.repeats)
         t_pot, P_pot = best_time(
-            lambda: ot.sinkhorn(a, b, cost, reg, method=pot_method, numItermax=100000, stopThr=pot_tol),
+            lambda: ot.sinkhorn(a, b, cost, reg, method=pot_method, numItermax=max_iter, stopThr=pot_tol),
             args.repeats,
         )
         rows.append(

@@ -1,134 +1,102 @@
-"""Speed and memory of every estimator beside KMeans, measured in one run.
+"""Speed and memory of every registry method beside KMeans, measured in one run.
 
-    python benchmarks/speed.py [--quick] [--threads 2] [--name NAME]
+    python benchmarks/speed.py [--quick | --smoke] [--threads 2] [--methods NAME ...]
+        [--budget-scale 1.0] [--no-sinkhorn] [--name NAME]
 
-* fit time on a 2,000 x 10 blobs source and predict throughput on 10^5 rows,
-  each as a ratio to ``KMeans(n_init=10)`` measured in the same run;
-* extra peak memory of ``predict`` on 10^6 x 64 float32 (the goal is < 1 GiB),
-  each in a fresh subprocess reading the kernel's peak-RSS counter;
-* our Sinkhorn against POT, run from ``sinkhorn_speed.py`` (``--no-sinkhorn`` skips it).
+Canonical run: ``python benchmarks/speed.py --no-sinkhorn`` (the Sinkhorn part has its own
+canonical file, written by ``sinkhorn_speed.py``).
+
+* fit wall time on a 2,000 x 10 blobs source and predict throughput on 10^5 rows, each as a
+  ratio to ``KMeans(n_init=10)`` measured in the same run. The methods are those of
+  ``sktransfer_cluster.registry.REGISTRY``, each ``REGISTRY[name].build(10)`` at its default
+  budgets (``--budget-scale`` multiplies every ``*epochs``/``n_iter`` budget, as
+  ``compare --quick``/``--full`` do);
+* extra peak memory of ``predict`` on 10^6 x 64 float32 (the goal is < 1 GiB), each in a
+  fresh subprocess reading the kernel's peak-RSS counter (``_common.run_cells``; the model is
+  fitted there on 500 x 64 rows at the shortest training, as predict's memory does not depend
+  on how long it trained);
+* our Sinkhorn against POT, from ``sinkhorn_speed.py`` in the same process (``--no-sinkhorn``
+  skips it; it writes its own file).
 
 Writes benchmarks/results/speed/speed.{json,md} (another ``--name``, or ``--quick``, goes to
-``speed/variants/``). Whether ``fit`` gets the labels is read from each estimator's tags.
+``speed/variants/``; ``--smoke`` -- 300 rows, K = 3, the registry's smallest budgets, 2,000
+predict rows for the memory part -- under a temporary folder). Whether ``fit`` gets the labels
+is read from each estimator's tags.
 """
 
 import argparse
-import pickle
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
 
 import numpy as np
-import torch
-from _common import add_name_argument, fit_source, write
-from sklearn.cluster import KMeans
-from sklearn.datasets import make_blobs
 
-import sktransfer_cluster as stc
-
-_PEAK_SCRIPT = r"""
-import pickle, sys, numpy as np
-def status(key):
-    for line in open("/proc/self/status"):
-        if line.startswith(key):
-            return int(line.split()[1]) * 1024
-model = pickle.load(open(sys.argv[1], "rb"))
-X = np.random.default_rng(0).normal(size=(1_000_000, 64)).astype(np.float32)
-model.predict(X[:10])  # warm up lazy imports and torch's allocator
-open("/proc/self/clear_refs", "w").write("5")  # reset the peak-RSS counter
-before = status("VmRSS:")
-model.predict(X)
-print(status("VmHWM:") - before)
-"""
-
-
-def estimators(quick):
-    scale = 0.2 if quick else 1.0
-    e = max(1, int(20 * scale))
-    return {
-        "SinkhornKMeans": stc.SinkhornKMeans(10, random_state=0, device="cpu"),
-        "SinkhornKMeans-AE": stc.SinkhornKMeans(
-            10, embedding="autoencoder", pretrain_epochs=e, max_epochs=e, random_state=0, device="cpu"
-        ),
-        "TDCMCluster": stc.TDCMCluster(10, max_epochs=e, random_state=0, device="cpu"),
-        "CCNCluster": stc.CCNCluster(
-            10, similarity_epochs=e // 2 or 1, clustering_epochs=e, random_state=0, device="cpu"
-        ),
-    }
-
-
-def timed(fn):
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
-
-
-def peak_extra_bytes(model, d):
-    src_X = np.random.default_rng(1).normal(size=(500, d)).astype(np.float32)
-    y = np.arange(500) % 10
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "model.pkl"
-        fitted = fit_source(model, src_X, y)
-        path.write_bytes(pickle.dumps(fitted))
-        res = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, str(path)], capture_output=True, text=True)
-    if res.returncode != 0:
-        raise RuntimeError(f"the peak-memory subprocess failed (status {res.returncode}):\n{res.stderr}")
-    return int(res.stdout.strip())
+import _common
+from _common import Timer, fit_source, write
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="budgets x0.2, written to variants/")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--methods", nargs="+", default=_common.method_names(), choices=_common.method_names())
+    parser.add_argument("--budget-scale", type=float, default=1.0,
+                        help="factor on every training budget (default 1: the registry's defaults)")
     parser.add_argument("--no-sinkhorn", action="store_true", help="skip the Sinkhorn-vs-POT part")
-    add_name_argument(parser, "speed")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    if not args.no_sinkhorn:
-        here = Path(__file__).resolve().parent
-        cmd = [sys.executable, "sinkhorn_speed.py", "--threads", str(args.threads)]
-        cmd += ["--quick"] if args.quick else []
-        subprocess.run(cmd, cwd=here, check=True)
-    X, y = make_blobs(n_samples=2000, centers=10, n_features=10, random_state=0)
-    X_pred = np.concatenate([X] * 50)  # 10^5 rows
-    t_km_fit, km = timed(lambda: KMeans(10, n_init=10, random_state=0).fit(X))
-    t_km_pred, _ = timed(lambda: km.predict(X_pred))
+    _common.add_name_argument(parser, "speed")
+    args = _common.setup(parser.parse_args())
+    scale = 0.2 if args.quick and not args.smoke else args.budget_scale
+    # A smoke run leaves the Sinkhorn part to sinkhorn_speed.py --smoke, which runs in the same loop.
+    if not args.no_sinkhorn and not args.smoke:
+        import sinkhorn_speed  # its own file, in this process (one torch import, not two)
+
+        sinkhorn_speed.main(["--threads", str(args.threads)] + (["--quick"] if args.quick else []))
+    k = _common.SMOKE_K if args.smoke else 10
+    n_fit, n_mem_pred = (300, 2000) if args.smoke else (2000, 1_000_000)
+    X, y = _common.blobs(n_fit, 10, k)
+    X_pred = np.concatenate([X] * (10 if args.smoke else 50))  # 10^5 rows (smoke: 3,000)
     rows = []
-    for name, est in estimators(args.quick).items():
-        t_fit, _ = timed(lambda: fit_source(est, X, y))
-        t_pred, _ = timed(lambda: est.predict(X_pred))
-        peak = peak_extra_bytes(est.set_params(), 64)
-        rows.append(
-            {
-                "method": name,
-                "fit_s": t_fit,
-                "fit_ratio_vs_kmeans": t_fit / t_km_fit,
-                "predict_rows_per_s": X_pred.shape[0] / t_pred,
-                "predict_ratio_vs_kmeans": t_pred / t_km_pred,
-                "predict_1e6x64_peak_extra_mib": peak / 2**20,
-            }
-        )
-        print(rows[-1], flush=True)
+    with _common.limited_threads(args.threads):
+        km = _common.peer("KMeans", k)
+        with Timer() as t_km_fit:
+            km.fit(X)
+        with Timer() as t_km_pred:
+            km.predict(X_pred)
+        ests = {name: _common.build(name, k, budget=scale, random_state=0, device="cpu") for name in args.methods}
+        for name, est in ests.items():
+            with Timer() as t_fit:
+                fit_source(est, X, y)
+            with Timer() as t_pred:
+                est.predict(X_pred)
+            rows.append({"method": name, "fit_s": t_fit.wall, "fit_ratio_vs_kmeans": t_fit.wall / t_km_fit.wall,
+                         "predict_rows_per_s": X_pred.shape[0] / t_pred.wall,
+                         "predict_ratio_vs_kmeans": t_pred.wall / t_km_pred.wall,
+                         "budgets": {p: est.get_params()[p] for p in _common.budget_names(est)}})
+            print(rows[-1], flush=True)
+    # Peak memory of predict, each model in a fresh process (in a smoke run, all in one).
+    jobs = [{"method": name, "n": 500 if not args.smoke else 300, "d": 64, "n_pred": n_mem_pred, "k": k,
+             "budget": "shortest", "smallest": args.smoke, "warm_predict": True} for name in args.methods]
+    for row, cell in zip(rows, _common.run_cells(jobs, limit=600, threads=args.threads, fresh=not args.smoke)):
+        row["predict_peak_extra_mib"] = cell.get("predict_peak_extra_mib")
+        if cell["status"] != "ok":
+            print(f"{row['method']}: the peak-memory cell failed: {cell.get('stderr', cell['status'])}", flush=True)
+    budget_text = ("the registry's smallest budgets (smoke run)" if args.smoke else "the registry's defaults"
+                   if scale == 1.0 else f"every training budget x{scale:g}")
     md = [
-        f"KMeans(n_init=10): fit {t_km_fit:.3f} s on 2,000 x 10; predict {X_pred.shape[0] / t_km_pred:,.0f} rows/s.",
+        f"Methods at {budget_text}; {args.threads} threads (training phases run on one).",
         "",
-        "| method | fit s | fit / KMeans | predict rows/s | predict time / KMeans | predict 10^6 x 64 float32: extra peak MiB |",
+        f"KMeans(n_init=10): fit {t_km_fit.wall:.3f} s on {n_fit:,} x 10; predict "
+        f"{X_pred.shape[0] / t_km_pred.wall:,.0f} rows/s.",
+        "",
+        f"| method | fit s | fit / KMeans | predict rows/s | predict time / KMeans | predict {n_mem_pred:,} x 64 "
+        "float32: extra peak MiB |",
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
+        peak = "failed" if r["predict_peak_extra_mib"] is None else f"{r['predict_peak_extra_mib']:.0f}"
         md.append(
             f"| {r['method']} | {r['fit_s']:.2f} | {r['fit_ratio_vs_kmeans']:.0f}x | {r['predict_rows_per_s']:,.0f} | "
-            f"{r['predict_ratio_vs_kmeans']:.1f}x | {r['predict_1e6x64_peak_extra_mib']:.0f} |"
+            f"{r['predict_ratio_vs_kmeans']:.1f}x | {peak} |"
         )
-    write(
-        "speed",
-        args.name,
-        {"kmeans_fit_s": t_km_fit, "kmeans_predict_s": t_km_pred, "results": rows},
-        "\n".join(md),
-        quick=args.quick,
-    )
+    write("speed", args.name, {"kmeans_fit_s": t_km_fit.wall, "kmeans_predict_s": t_km_pred.wall,
+                               "budget_scale": scale, "results": rows}, "\n".join(md), quick=args.quick)
 
 
 if __name__ == "__main__":
