@@ -71,3 +71,42 @@ def test_fit_refuses_data_its_float_type_cannot_resolve_and_stays_usable(name):
         est.fit(unresolvable, Y)
     np.testing.assert_array_equal(unresolvable, before)
     assert adjusted_rand_score(Y, est.fit_predict(X, Y)) == 1.0
+
+
+# Issue 30 S1: the blobs that exposed SinkhornKMeans' absolute floor on the mean cost
+# (ARI 0.64 at 1e-10, 0 from 1e-14); the property above never drew such data.
+S1_X, S1_Y = make_blobs(n_samples=300, centers=3, cluster_std=0.5, random_state=0)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["1e-10", "1e-11", "1e-12", "1e-13", "1e-14", "1e-10 + 1", "float32 1e-10", "float32 1e-14"],
+)
+def test_sinkhorn_kmeans_finds_the_blobs_at_small_scales(case):
+    scale = float(case.split()[-1]) if "+" not in case else 1e-10
+    Z = S1_X * scale + (1.0 if "+" in case else 0.0)
+    if case.startswith("float32"):
+        Z = Z.astype(np.float32)
+    km = SinkhornKMeans(3, random_state=0).fit(Z)
+    assert adjusted_rand_score(S1_Y, km.labels_) == 1.0
+    np.testing.assert_array_equal(km.predict(Z), km.labels_)
+
+
+@st.composite
+def s1_changes(draw):
+    """A global scale 1e-14 .. 1e14, a per-feature offset the float type resolves, a dtype."""
+    dtype = draw(st.sampled_from([np.float64, np.float32]))
+    log_scale = draw(st.floats(-14, 14))
+    headroom = math.log10(1e-3 / np.finfo(dtype).eps)  # as in affine_changes
+    log_offset = draw(st.floats(log_scale - 6, log_scale + headroom))
+    offset = 10.0**log_offset * np.array(draw(st.lists(st.floats(-1, 1), min_size=2, max_size=2)))
+    return 10.0**log_scale, offset, dtype
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(change=s1_changes())
+def test_sinkhorn_kmeans_finds_the_s1_blobs_at_any_scale_and_offset(change):
+    scale, offset, dtype = change
+    Z = (S1_X * scale + offset).astype(dtype)
+    km = SinkhornKMeans(3, n_init=3, random_state=0).fit(Z)
+    assert adjusted_rand_score(S1_Y, km.labels_) == 1.0

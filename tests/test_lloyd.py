@@ -94,3 +94,24 @@ def test_a_cluster_the_plan_leaves_empty_keeps_a_finite_centre():
     log_w = torch.log(torch.tensor([0.9, 0.05, 0.05], dtype=torch.float64))
     centers, _, _, (f, g) = lloyd.ot_lloyd(Xt, init, 1e-10, log_w, 20, 1e-4)
     assert torch.isfinite(centers).all() and torch.isfinite(f).all() and torch.isfinite(g).all()
+
+
+@pytest.mark.parametrize("scale", [1e-14, 1e-12, 1e-10, 1e10, 1e14])
+def test_ot_lloyd_is_scale_free(scale):
+    """Issue 30 S1: the initial reg floored the mean cost at an absolute eps, so data at
+    1e-10 and smaller got a near-uniform plan. At any scale the run must be the unit-scale
+    run scaled: centres times ``scale``, reg times ``scale**2``, the same iterations."""
+    X, _, inits, log_w = _setup(n_init=2)
+    X = X - X.mean(0)  # as SinkhornKMeans sees it (centred)
+    inits = inits - X.mean(0)
+    ref_centers, ref_reg, ref_iter, _ = lloyd.ot_lloyd(X, inits, 0.01, log_w, 50, 1e-8)
+    centers, reg, n_iter, _ = lloyd.ot_lloyd(X * scale, inits * scale, 0.01, log_w, 50, 1e-8 * scale**2)
+    torch.testing.assert_close(reg, ref_reg * scale**2, rtol=1e-9, atol=0)
+    torch.testing.assert_close(centers, ref_centers * scale, rtol=1e-6, atol=0)
+    assert n_iter == ref_iter
+
+
+def test_relative_reg_has_no_absolute_floor_above_the_costs():
+    C = torch.full((5, 3), 1e-24, dtype=torch.float64)
+    assert float(lloyd.relative_reg(C, 0.01)) == pytest.approx(1e-26, rel=1e-12, abs=0)
+    assert float(lloyd.relative_reg(torch.zeros(5, 3, dtype=torch.float64), 0.01)) > 0  # still positive

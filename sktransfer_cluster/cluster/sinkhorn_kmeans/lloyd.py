@@ -24,8 +24,12 @@ LABEL_PATIENCE = 3
 
 
 def relative_reg(C, epsilon):
-    """``epsilon`` times the mean cost over the last two dims, kept strictly positive."""
-    return epsilon * C.mean((-1, -2)).clamp_min(torch.finfo(C.dtype).eps)
+    """``epsilon`` times the mean cost over the last two dims, kept strictly positive.
+
+    The floor is the smallest normal float, not an absolute eps: costs of data at
+    1e-10 are about 1e-20, and any fixed floor above them would make the plan uniform.
+    """
+    return (epsilon * C.mean((-1, -2))).clamp_min(torch.finfo(C.dtype).tiny)
 
 
 def _one_run(X, centers, reg, log_w, max_iter, tol, M, labels):
@@ -68,9 +72,18 @@ def _one_run(X, centers, reg, log_w, max_iter, tol, M, labels):
 
 
 def _initial_reg(X, x2, c0, reg_rel):
-    """``reg_rel`` times the mean squared distance to ``c0``, without an (n, K) temporary."""
-    mean_cost = x2.mean() - 2.0 * (X.mean(0) * c0).sum(-1).mean() + (c0 * c0).sum(-1).mean()
-    return reg_rel * mean_cost.clamp_min(torch.finfo(X.dtype).eps)
+    """``reg_rel`` times the mean squared distance to ``c0``, without an (n, K) temporary.
+
+    The expansion ``|x|^2 - 2 x.c + |c|^2`` can cancel to about ``eps * (|x|^2 + |c|^2)``
+    (or below zero), so the mean cost is floored there: relative to the data's own
+    magnitude, which keeps OT-Lloyd scale-free (an absolute floor of ``eps`` made the
+    plan uniform for data at 1e-10 and smaller, issue 30 S1). The smallest normal float
+    is the last floor, for data that are all zero.
+    """
+    c2 = (c0 * c0).sum(-1).mean()
+    mean_cost = x2.mean() - 2.0 * (X.mean(0) * c0).sum(-1).mean() + c2
+    floor = torch.finfo(X.dtype).eps * (x2.mean() + c2)
+    return (reg_rel * torch.maximum(mean_cost, floor)).clamp_min(torch.finfo(X.dtype).tiny)
 
 
 def _costs_into(M, X, centers, reg):
