@@ -2,23 +2,27 @@
 the machine's measured matmul rate (issue 18, parts 3 and 5).
 
     python benchmarks/throughput.py [--parts predict train] [--predict-n 1e6]
-        [--train-n 1e4 1e5] [--methods NAME ...] [--quick] [--name NAME]
+        [--train-n 1e4 1e5] [--methods NAME ...] [--quick | --smoke] [--name NAME]
+
+Canonical run (a variant of the scaling area): ``OMP_NUM_THREADS=1 python benchmarks/throughput.py``.
 
 Everything runs in one process with one thread (``torch.set_num_threads(1)``; start it with
 ``OMP_NUM_THREADS=1``); times are process CPU seconds (``time.process_time``).
 
 * **matmul rate**: ``torch.mm`` of two 2,048 x 2,048 matrices in float32 and float64, best of 3:
   the arithmetic limit the networks are measured against.
-* **predict**: each estimator fitted on 2,000 x 64 blobs at its shortest training (predict's
-  cost does not depend on it), then ``predict`` on ``--predict-n`` x 64 float32 rows, best of 2,
-  beside ``KMeans.predict`` in the same run. The estimators whose working dtype is float32 on the
-  CPU (TDCM, CCN, SinkhornKMeans with the autoencoder) are fitted and timed twice: as shipped and
-  with the class's ``_cpu_dtype`` set back to float64. FLOPs per row come from
+* **predict**: each registry method (``REGISTRY[name].build(10)``) fitted on 2,000 x 64 blobs at
+  its shortest training (every ``*epochs``/``n_iter`` budget 1: predict's cost does not depend on
+  it), then ``predict`` on ``--predict-n`` x 64 float32 rows, best of 2, beside
+  ``KMeans.predict`` in the same run. The estimators whose working dtype on the CPU is float32
+  (read from the class's ``_cpu_dtype``) are fitted and timed twice: as shipped and with the
+  class's ``_cpu_dtype`` set to float64. FLOPs per row come from
   ``torch.utils.flop_counter.FlopCounterMode`` on a 8,192-row predict (matmuls and
   convolutions), plus ``2 d n_ref`` for C2M's k-NN distances (``cdist`` is not counted by it).
-* **train**: per-epoch process time of each training phase (read at the epoch boundaries of
-  ``base.TrainingRun.epochs``) at n rows of 64-feature blobs, float32 (as shipped) against
-  float64; samples/s = rows per epoch / seconds per epoch (the GAN: minibatch rows through a
+* **train**: per-epoch process time of each training phase (read at the epoch boundaries by a
+  training callback, ``_common.observing``) of every registry method that has training budgets,
+  at n rows of 64-feature blobs, float32 (as shipped) against float64. Each budget is set to the
+  number of timed epochs (``n_iter``, which counts generator steps, to 20 per epoch); samples/s = rows per epoch / seconds per epoch (the GAN: minibatch rows through a
   network per second, ``batch_size * (n_critic + n_classifier + 1)`` per generator step).
   FLOPs per epoch are counted in a separate float32 run at n = 2,000 and scaled by n; the
   fraction of peak is the achieved GFLOP/s over the float32 (or float64) matmul rate. Aten
@@ -26,7 +30,9 @@ Everything runs in one process with one thread (``torch.set_num_threads(1)``; st
   Adam step of a tiny MLP (ops too small to cost anything but eager overhead), measured in the
   same process, they give the share of an epoch that per-operation overhead alone accounts for.
 
-Writes benchmarks/results/scaling/variants/<name>.{json,md} (default name ``throughput``).
+Writes benchmarks/results/scaling/variants/<name>.{json,md} (default name ``throughput``;
+``--smoke``: 2,000 predict rows, n = 300, K = 3, the registry's smallest budgets, under a
+temporary folder).
 """
 
 import argparse
@@ -36,78 +42,55 @@ import time
 import numpy as np
 import torch
 from _common import add_name_argument, fit_source, write
-from sklearn.cluster import KMeans
-from sklearn.datasets import make_blobs
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-import sktransfer_cluster as stc
-from sktransfer_cluster import base
+import _common
+from _common import observing
 
 K, D = 10, 64
 
-# Shortest training: predict's cost does not depend on how long the model trained.
-PREDICT_SPECS = {
-    "SinkhornKMeans": lambda: stc.SinkhornKMeans(K, random_state=0, device="cpu"),
-    "SinkhornKMeans-AE": lambda: stc.SinkhornKMeans(
-        K, embedding="autoencoder", pretrain_epochs=1, max_epochs=1, random_state=0, device="cpu"
-    ),
-    "TDCMCluster": lambda: stc.TDCMCluster(K, max_epochs=1, random_state=0, device="cpu"),
-    "CCNCluster": lambda: stc.CCNCluster(K, similarity_epochs=1, clustering_epochs=1, random_state=0, device="cpu"),
-    "PreciseFeatureGAN": lambda: stc.PreciseFeatureGAN(K, n_iter=20, random_state=0, device="cpu"),
-    "C2MCluster": lambda: stc.C2MCluster(max_epochs=1, sets_per_epoch=1, cem_iter=1, random_state=0, device="cpu"),
-}
 
-# Training budgets: epochs (the GAN: generator steps) per phase; only the per-epoch time is used.
-TRAIN_SPECS = {
-    "SinkhornKMeans-AE": lambda e: stc.SinkhornKMeans(
-        K, embedding="autoencoder", pretrain_epochs=e, max_epochs=e, random_state=0, device="cpu"
-    ),
-    "TDCMCluster": lambda e: stc.TDCMCluster(K, max_epochs=e, random_state=0, device="cpu"),
-    "CCNCluster": lambda e: stc.CCNCluster(K, similarity_epochs=e, clustering_epochs=e, random_state=0, device="cpu"),
-    "PreciseFeatureGAN": lambda e: stc.PreciseFeatureGAN(K, n_iter=20 * e, random_state=0, device="cpu"),
-}
+def predict_estimator(method):
+    """The method at its shortest training: predict's cost does not depend on how long it trained."""
+    return _common.build(method, K, budget="shortest", random_state=0, device="cpu")
 
-# The class attribute that sets each estimator's working dtype on the CPU, and its float64 value.
-_DTYPE_ATTR = {
-    "SinkhornKMeans-AE": (stc.SinkhornKMeans, "_cpu_dtype", property(lambda self: torch.float64)),
-    "TDCMCluster": (stc.TDCMCluster, "_cpu_dtype", torch.float64),
-    "CCNCluster": (stc.CCNCluster, "_cpu_dtype", torch.float64),
-    "PreciseFeatureGAN": (stc.PreciseFeatureGAN, "_cpu_dtype", torch.float64),
-}
+
+def train_estimator(method, epochs):
+    """The method with each training budget set to ``epochs`` (``n_iter`` counts generator steps:
+    20 per epoch, so that the median step time has enough samples); only per-epoch times are used."""
+    est = _common.build(method, K, random_state=0, device="cpu")
+    est.set_params(**{p: epochs if p.endswith("epochs") else 20 * epochs for p in _common.budget_names(est)})
+    return est
+
+
+def shipped_dtype(method):
+    """The estimator's working dtype on the CPU, as shipped (``_cpu_dtype``, an attribute or a property)."""
+    return str(predict_estimator(method)._cpu_dtype).replace("torch.", "")
 
 
 @contextlib.contextmanager
 def working_dtype(method, dtype):
-    """The estimator class as shipped (``dtype=None``) or with its CPU working dtype set to float64."""
+    """The estimator class as shipped (``dtype=None``) or with its CPU working dtype set to ``dtype``:
+    the class's own ``_cpu_dtype`` (or, if it inherits it, a new one) is replaced for the block."""
     if dtype is None:
         yield
         return
-    cls, attr, value = _DTYPE_ATTR[method]
-    old = cls.__dict__[attr]
-    setattr(cls, attr, value)
+    cls = _common.build(method, K).__class__
+    value = getattr(torch, dtype)
+    had, old = "_cpu_dtype" in cls.__dict__, cls.__dict__.get("_cpu_dtype")
+    cls._cpu_dtype = property(lambda self: value) if isinstance(old, property) else value
     try:
         yield
     finally:
-        setattr(cls, attr, old)
-
-
-def shipped_dtype(method):
-    est = PREDICT_SPECS[method]()
-    if method == "PreciseFeatureGAN":
-        return "float32"
-    if method == "SinkhornKMeans-AE" or method == "SinkhornKMeans":
-        return str(type(est)._cpu_dtype.fget(est)).replace("torch.", "")
-    return str(type(est)._cpu_dtype).replace("torch.", "")
+        if had:
+            cls._cpu_dtype = old
+        else:
+            del cls._cpu_dtype
 
 
 def best_time(fn, repeat):
-    best, out = np.inf, None
-    for _ in range(repeat):
-        t0 = time.process_time()
-        out = fn()
-        best = min(best, time.process_time() - t0)
-    return best, out
+    return _common.best_of(fn, repeat, clock="cpu")
 
 
 def matmul_rates(size=2048):
@@ -137,25 +120,24 @@ def predict_flops_per_row(method, est, X):
 
 def predict_part(args, rates, methods):
     n_pred = int(args.predict_n)
-    X, y = make_blobs(n_samples=n_pred, centers=K, n_features=D, random_state=0)
-    X = X.astype(np.float32)
-    Xs, ys = X[:2000], y[:2000]
-    km = KMeans(K, n_init=10, random_state=0).fit(Xs)
+    X, y = _common.blobs(n_pred, D, K)
+    n_fit = 300 if args.smoke else 2000
+    Xs, ys = X[:n_fit], y[:n_fit]
+    km = _common.peer("KMeans", K).fit(Xs)
     t_km, _ = best_time(lambda: km.predict(X), 3)
     rows = [{"method": "KMeans", "dtype": "float32", "predict_s": t_km, "ratio": 1.0,
              "flops_per_row": 2 * D * K, "gflops": 2 * D * K * n_pred / t_km / 1e9}]
     print(f"KMeans.predict {t_km:.3f} s", flush=True)
     for method in methods:
-        if method not in PREDICT_SPECS:
-            continue
-        arms = [None] + (["float64"] if method in _DTYPE_ATTR and method != "PreciseFeatureGAN" else [])
+        shipped = shipped_dtype(method)
+        arms = [None] + (["float64"] if shipped != "float64" else [])
         for arm in arms:
             with working_dtype(method, arm):
-                est = fit(PREDICT_SPECS[method](), Xs, ys)
+                est = fit(predict_estimator(method), Xs, ys)
                 est.predict(X[:1000])  # warm-up
                 t, labels = best_time(lambda: est.predict(X), 2)
                 flops = predict_flops_per_row(method, est, X)
-            dtype = arm or shipped_dtype(method)
+            dtype = arm or shipped
             row = {"method": method, "dtype": dtype, "shipped": arm is None, "predict_s": t, "ratio": t / t_km,
                    "flops_per_row": flops, "gflops": flops * n_pred / t / 1e9}
             row["fraction_of_mm"] = row["gflops"] / rates[dtype]
@@ -201,7 +183,8 @@ def op_floor(steps=2000):
 
 
 class EpochClock:
-    """Process time (and, optionally, counted FLOPs and aten ops) of every epoch of every training phase."""
+    """A training callback: process time (and, optionally, counted FLOPs and aten ops) of every
+    epoch (or generator step) of every training phase, from one epoch end to the next."""
 
     def __init__(self, counter=None, ops=None):
         self.records, self.counter, self.ops = [], counter, ops
@@ -210,25 +193,14 @@ class EpochClock:
         flops = self.counter.get_total_flops() if self.counter is not None else 0
         return time.process_time(), (flops, self.ops.n if self.ops is not None else 0)
 
-    @contextlib.contextmanager
-    def installed(self):
-        orig = base.TrainingRun.epochs
-        clock = self
+    def on_phase_begin(self, run):
+        self._mark = self._now()
 
-        def epochs(run):
-            t, f = clock._now()
-            for e in orig(run):
-                yield e
-                t2, f2 = clock._now()
-                clock.records.append({"phase": run.phase, "unit": run.unit, "s": t2 - t, "flops": f2[0] - f[0],
-                                      "ops": f2[1] - f[1]})
-                t, f = clock._now()
-
-        base.TrainingRun.epochs = epochs
-        try:
-            yield self
-        finally:
-            base.TrainingRun.epochs = orig
+    def on_epoch_end(self, run, values):
+        (t, f), (t2, f2) = self._mark, self._now()
+        self.records.append({"phase": run.phase, "unit": run.unit, "s": t2 - t, "flops": f2[0] - f[0],
+                             "ops": f2[1] - f[1]})
+        self._mark = self._now()
 
     def per_phase(self):
         out = {}
@@ -245,29 +217,39 @@ def rows_per_epoch(method, est, n):
 
 def train_part(args, rates, methods):
     rows = []
-    floor = op_floor()
+    floor = op_floor(200 if args.smoke else 2000)
     print(f"per-op floor of a tiny training step {1e6 * floor:.2f} us", flush=True)
-    n_flops = 2000
+    n_flops = min(2000, min(int(v) for v in args.train_n))
     for n in [int(v) for v in args.train_n]:
-        X, y = make_blobs(n_samples=n, centers=K, n_features=D, random_state=0)
-        X = X.astype(np.float32)
+        X, y = _common.blobs(n, D, K)
         for method in methods:
-            if method not in TRAIN_SPECS:
-                continue
+            if not _common.budget_names(_common.build(method, K)):
+                continue  # no training phase to time
             # FLOPs per row of each phase's epoch, counted on a small float32 run.
             Xf, yf = X[:n_flops], y[:n_flops]
-            with FlopCounterMode(display=False) as fc, OpCounter() as ops, EpochClock(fc, ops).installed() as clock:
-                est = fit(TRAIN_SPECS[method](1), Xf, yf)
-            per_row = {key: {p: float(np.median([r[key] for r in recs])) / rows_per_epoch(method, est, n_flops)
-                             for p, recs in clock.per_phase().items()} for key in ("flops", "ops")}
+            est = train_estimator(method, 1)
+            try:
+                with FlopCounterMode(display=False) as fc, OpCounter() as ops:
+                    clock = EpochClock(fc, ops)
+                    with observing(est, clock):
+                        fit(est, Xf, yf)
+                per_row = {key: {p: float(np.median([r[key] for r in recs])) / rows_per_epoch(method, est, n_flops)
+                                 for p, recs in clock.per_phase().items()} for key in ("flops", "ops")}
+            except RuntimeError as exc:
+                # FlopCounterMode's module hooks break double backward (C2M's gradient penalty):
+                # the epochs are still timed below, without FLOPs or op counts.
+                print(f"{method}: FLOPs not counted ({str(exc).splitlines()[0][:100]})", flush=True)
+                per_row = {"flops": {}, "ops": {}}
             flops_row, ops_row = per_row["flops"], per_row["ops"]
             epochs = 2 if n <= 10_000 else 1
             for arm in (None, "float64"):
-                with working_dtype(method, arm), EpochClock().installed() as clock:
+                est, clock = train_estimator(method, epochs), EpochClock()
+                with working_dtype(method, arm), observing(est, clock):
                     t0 = time.process_time()
-                    est = fit(TRAIN_SPECS[method](epochs), X, y)
+                    fit(est, X, y)
                     total = time.process_time() - t0
                 dtype = arm or "float32"
+                # No phase at these settings (SinkhornKMeans on raw X has budgets but no training): no rows.
                 for phase, recs in clock.per_phase().items():
                     s = float(np.median([r["s"] for r in recs]))
                     per = rows_per_epoch(method, est, n)
@@ -294,7 +276,7 @@ def markdown(res, args):
           f"float64 {r['float64']:.1f} GFLOP/s.", ""]
     if res.get("predict"):
         n_pred = int(args.predict_n)
-        md += [f"### predict on {n_pred:,} x 64 float32 rows (fit on 2,000 x 64, shortest training)", "",
+        md += [f"### predict on {n_pred:,} x 64 float32 rows (fit on {300 if args.smoke else 2000:,} x 64, shortest training)", "",
                "| method | working dtype | predict s | / KMeans.predict | FLOPs per row | GFLOP/s | of mm peak |",
                "|---|---|---|---|---|---|---|"]
         for row in res["predict"]:
@@ -304,10 +286,10 @@ def markdown(res, args):
                       f"{row['flops_per_row']:,.0f} | {row['gflops']:.2f} | {frac} |")
         md.append("")
     if res.get("train"):
-        md += ["### training throughput per epoch (d = 64, K = 10)", "",
+        md += [f"### training throughput per epoch (d = 64, K = {K})", "",
                "Seconds per epoch of each phase (the GAN: per generator step), median over the timed "
                "epochs; samples/s = rows per epoch / s; FLOPs and aten operations (forward and backward) per "
-               "sample counted in float32 at n = 2,000. *ops x floor*: the epoch's operation count times the "
+               f"sample counted in float32 at n = {min(2000, min(int(v) for v in args.train_n)):,}. *ops x floor*: the epoch's operation count times the "
                f"cost per operation of an Adam step of a tiny MLP ({res['train'][0]['op_floor_us']:.2f} us: "
                "batch 4, widths 4, same process), as a share of the epoch's time; near 100 % the phase is "
                "bound by torch's per-operation overhead, not by arithmetic.", "",
@@ -328,25 +310,29 @@ def markdown(res, args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--parts", nargs="+", default=["predict", "train"], choices=["predict", "train"])
-    parser.add_argument("--methods", nargs="+", default=list(PREDICT_SPECS), choices=list(PREDICT_SPECS))
+    parser.add_argument("--methods", nargs="+", default=_common.method_names(), choices=_common.method_names())
     parser.add_argument("--predict-n", type=float, default=1e6)
     parser.add_argument("--train-n", type=float, nargs="+", default=[1e4, 1e5])
     parser.add_argument("--quick", action="store_true", help="smoke run: 2*10^4 predict rows, n = 2,000")
     add_name_argument(parser, "scaling")
-    args = parser.parse_args()
+    args = _common.setup(parser.parse_args())
     if args.name == "scaling":
         args.name = "throughput"
-    if args.quick:
+    global K
+    if args.smoke:
+        K, args.predict_n, args.train_n = _common.SMOKE_K, 2e3, [300]
+    elif args.quick:
         args.predict_n, args.train_n = 2e4, [2e3]
     torch.set_num_threads(1)
-    rates = matmul_rates()
+    size = 256 if args.smoke else 2048
+    rates = matmul_rates(size)
     print("matmul GFLOP/s", rates, flush=True)
     res = {"matmul_gflops": rates, "torch_threads": torch.get_num_threads()}
     if "predict" in args.parts:
         res["predict"] = predict_part(args, rates, args.methods)
     if "train" in args.parts:
         res["train"] = train_part(args, rates, args.methods)
-    res["matmul_gflops_end"] = matmul_rates()
+    res["matmul_gflops_end"] = matmul_rates(size)
     write("scaling", args.name, res, markdown(res, args), quick=args.quick)
 
 
