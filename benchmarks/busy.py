@@ -1,6 +1,9 @@
 """``compare`` on an idle machine and beside a CPU-bound process (issue 18, part 6).
 
-    python benchmarks/busy.py [--data digits tdcm] [--quick] [--timeout SECONDS] [--name NAME]
+    python benchmarks/busy.py [--data digits tdcm] [--methods A,B] [--quick | --smoke] [--timeout SECONDS]
+        [--name NAME]
+
+Canonical run: ``python benchmarks/busy.py``.
 
 Runs ``python -m sktransfer_cluster compare`` in a fresh subprocess, first alone and then beside
 ``python -c "while True: pass"``, which this script starts before the run and stops after it.
@@ -13,7 +16,8 @@ more than about 2.5x the idle one. A run still going after ``--timeout`` seconds
 marked as such.
 
 Writes benchmarks/results/busy/busy.{json,md} (another ``--name``, or ``--quick``, goes to
-``busy/variants/``).
+``busy/variants/``; ``--smoke`` -- ``compare --quick`` of SinkhornKMeans on digits, a 120 s
+timeout -- under a temporary folder).
 """
 
 import argparse
@@ -38,7 +42,7 @@ def user_environment():
     return env
 
 
-def run_compare(data, quick, busy, timeout):
+def run_compare(data, quick, busy, timeout, methods=None):
     """One compare in a fresh process; returns its timings and rows."""
     hog = None
     if busy:
@@ -50,6 +54,8 @@ def run_compare(data, quick, busy, timeout):
         cmd = [sys.executable, "-m", "sktransfer_cluster", "compare", "--data", *data, "--out", out]
         if quick:
             cmd.append("--quick")
+        if methods:
+            cmd += ["--methods", methods]
         t0 = time.perf_counter()
         try:
             subprocess.run(cmd, check=True, cwd=ROOT, env=user_environment(), stdout=subprocess.DEVNULL,
@@ -100,13 +106,16 @@ def markdown(runs):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", nargs="+", default=["digits", "tdcm"])
+    parser.add_argument("--methods", default=None, help="compare --methods (default: every registry method)")
     parser.add_argument("--quick", action="store_true", help="compare --quick; written to variants/")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds after which a run is stopped")
     _common.add_name_argument(parser, "busy")
-    args = parser.parse_args()
+    args = _common.setup(parser.parse_args())
+    if args.smoke:  # one fast method on one small task: the two runs and the hog, in seconds
+        args.data, args.methods, args.timeout = ["digits"], "SinkhornKMeans", min(args.timeout, 120.0)
     runs = []
     for busy in (False, True):
-        runs.append(run_compare(args.data, args.quick, busy, args.timeout))
+        runs.append(run_compare(args.data, args.quick, busy, args.timeout, args.methods))
         print({k: v for k, v in runs[-1].items() if k != "rows"}, flush=True)
     for r in runs:
         for row in r["rows"]:

