@@ -1,6 +1,8 @@
 """PreciseFeatureGAN at its defaults: the paper's ring, the bundled digits, digits 0-4 -> 5-9, speed.
 
-    python benchmarks/precise_gan_quality.py [--seeds 3] [--quick] [--sections ...] [--name NAME]
+    python benchmarks/precise_gan_quality.py [--seeds 3] [--quick | --smoke] [--sections ...] [--name NAME]
+
+Canonical run: ``python benchmarks/precise_gan_quality.py``.
 
 Gan et al., *Learning the Precise Feature for Cluster Assignment*, on CPU budgets. Every
 GAN here is ``PreciseFeatureGAN(k, random_state=seed)`` with nothing else set (``--quick``
@@ -31,8 +33,11 @@ assigning each real row to its nearest generated cluster point ``G(y, z=0)`` (wh
 Voronoi classifier of the generator's points would give; with ``noise_dim=0`` those
 points are all ``G`` generates). They are plotted to ``<name>_curves.png``.
 
+The curves come from a training callback (``CurveProbe`` through ``_common.observing``).
+
 Results go to benchmarks/results/precise_gan/precise_gan_quality.{json,md} (another
-``--name``, or ``--quick``, goes to ``precise_gan/variants/``).
+``--name``, or ``--quick``, goes to ``precise_gan/variants/``; ``--smoke`` -- one seed, 300
+rows, the registry's smallest GAN, 5 speed steps -- under a temporary folder).
 """
 
 import argparse
@@ -43,13 +48,13 @@ import time
 
 import numpy as np
 import torch
-from _common import add_name_argument, result_stem, scores, summary, write
+import _common
+from _common import add_name_argument, observing, result_stem, scores, summary, write
 from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits
 from sklearn.neighbors import NearestNeighbors
 
-from sktransfer_cluster import base
-from sktransfer_cluster.cluster import precise_gan
+from sktransfer_cluster.base import contract
 from sktransfer_cluster.cluster.precise_gan import PreciseFeatureGAN
 from sktransfer_cluster.datasets import load_digits_transfer, make_artifact_digits, make_gaussian_ring
 from sktransfer_cluster.metrics import clustering_accuracy
@@ -57,42 +62,49 @@ from sktransfer_cluster.metrics import clustering_accuracy
 N_ITER = PreciseFeatureGAN().n_iter
 
 
-@contextlib.contextmanager
-def curve_probe(X, y, every, rows):
-    """Append a curve point to ``rows`` every ``every`` generator steps of the next fit.
+class CurveProbe:
+    """A training callback: a curve point every ``every`` generator steps of the model's fit
+    (or transfer), from the history records (interval means of the monitored quantities)."""
 
-    Wraps ``TrainingRun.record`` (called with the interval means of the monitored
-    quantities) for the duration of the block; restored afterwards.
-    """
-    nn = NearestNeighbors(n_neighbors=1).fit(X)
-    original = base.TrainingRun.record
-    t_start = time.process_time()
+    def __init__(self, model, X, y, every, rows):
+        self.model, self.X, self.y, self.every, self.rows = model, X, y, every, rows
+        self.nn = NearestNeighbors(n_neighbors=1).fit(X)
+        self.t_start = time.process_time()
 
-    def record(self, *, epoch, loss, **extras):
-        original(self, epoch=epoch, loss=loss, **extras)
-        if epoch % every and epoch != self.n_epochs:
-            return
-        model = self.owner
+    def on_record(self, run, record):
+        epoch = record["epoch"]
+        if "wasserstein" not in record or (epoch % self.every and epoch != run.n_epochs):
+            return  # another phase's record (the classifier re-fit), or between curve points
+        model, X = self.model, self.X
         fake, _ = model.sample(1000, random_state=0)
         with torch.no_grad():
             labels = model.classifier_(model._prep(X)).argmax(1).cpu().numpy()
             ids = torch.arange(model.n_clusters, device=model.device_)
             centres = model._unprep(model.generator_(model._latent(ids, None, zero_noise=True)))
         nearest = NearestNeighbors(n_neighbors=1).fit(centres).kneighbors(X)[1][:, 0]
-        rows.append({
-            "phase": self.phase, "step": int(epoch), "wasserstein": float(extras["wasserstein"]),
-            "fake_accuracy": float(extras["fake_accuracy"]),
-            "knn_fake_to_real": float(nn.kneighbors(fake)[0].mean()),
-            "acc": float(clustering_accuracy(y, labels)), "clusters_used": int(np.unique(labels).size),
-            "nearest_point_acc": float(clustering_accuracy(y, nearest)),
-            "cpu_seconds": time.process_time() - t_start,
+        self.rows.append({
+            "phase": run.phase, "step": int(epoch), "wasserstein": float(record["wasserstein"]),
+            "fake_accuracy": float(record["fake_accuracy"]),
+            "knn_fake_to_real": float(self.nn.kneighbors(fake)[0].mean()),
+            "acc": float(clustering_accuracy(self.y, labels)), "clusters_used": int(np.unique(labels).size),
+            "nearest_point_acc": float(clustering_accuracy(self.y, nearest)),
+            "cpu_seconds": time.process_time() - self.t_start,
         })
 
-    base.TrainingRun.record = record
-    try:
-        yield rows
-    finally:
-        base.TrainingRun.record = original
+
+def gan(k, seed, n_iter, **params):
+    """``PreciseFeatureGAN(k, n_iter=n_iter, random_state=seed, **params)`` through the registry
+    (in a smoke run: at its smallest budget, ``n_iter`` included)."""
+    budget = {} if _common.SMOKE else {"n_iter": n_iter}
+    return _common.build("PreciseFeatureGAN", k, device="cpu", random_state=seed, **budget, **params)
+
+
+def small(X, y, seed=0):
+    """``X, y`` as given, or 300 random rows of them in a smoke run."""
+    if not _common.SMOKE or X.shape[0] <= 300:
+        return X, y
+    idx = np.sort(np.random.default_rng(seed).choice(X.shape[0], 300, replace=False))
+    return X[idx], y[idx]
 
 
 def real_nn_distance(X):
@@ -102,26 +114,29 @@ def real_nn_distance(X):
 
 def fit_gan(X, y, k, seed, n_iter, X_target=None, y_target=None, curves=False, **params):
     curve = []
-    probe = (curve_probe(X, y, max(1, n_iter // 10), curve) if curves and X_target is None
+    model = gan(k, seed, n_iter, **params)
+    probe = (observing(model, CurveProbe(model, X, y, max(1, model.n_iter // 10), curve)) if curves and X_target is None
              else contextlib.nullcontext())
     t0 = time.process_time()
     with probe:
-        model = PreciseFeatureGAN(k, n_iter=n_iter, device="cpu", random_state=seed, **params).fit(X)
+        model.fit(X)
     out = {"cpu_seconds": time.process_time() - t0}
     if X_target is None:
         out.update(scores(y, model.labels_))
     else:
         out["source_acc"] = clustering_accuracy(y, model.labels_)
-        probe = (curve_probe(X_target, y_target, max(1, model.n_iter // 4 // 10), curve) if curves
-                 else contextlib.nullcontext())
+        probe = (observing(model, CurveProbe(model, X_target, y_target, max(1, model.n_iter // 4 // 10), curve))
+                 if curves else contextlib.nullcontext())
         t0 = time.process_time()
         with probe:
             labels = model.transfer(X_target)
         out["transfer_cpu_seconds"] = time.process_time() - t0
         out.update(scores(y_target, labels))
     out["clusters_used"] = int(model.n_clusters_)
-    out["final_wasserstein"] = model.history_[-1]["wasserstein"]
-    out["final_fake_accuracy"] = model.history_[-1]["fake_accuracy"]
+    # The last adversarial record (a classifier re-fit phase may log after it, without these).
+    last = next(r for r in reversed(model.history_) if "wasserstein" in r)
+    out["final_wasserstein"] = last["wasserstein"]
+    out["final_fake_accuracy"] = last["fake_accuracy"]
     if curves:
         out["curve"] = curve
     return out
@@ -154,7 +169,7 @@ HEAD = ["| method | ACC median [min, max] | NMI | ARI | CPU s / run (median) |",
 def ring_section(seeds, n_iter):
     gan, km = [], []
     for seed in seeds:
-        X, y = make_gaussian_ring(4000, random_state=seed)
+        X, y = make_gaussian_ring(300 if _common.SMOKE else 4000, random_state=seed)
         gan.append(fit_gan(X, y, 8, seed, n_iter))
         km.append(fit_kmeans(X, y, 8, seed))
         print(f"ring seed {seed}: GAN ACC {gan[-1]['acc']:.3f} ({gan[-1]['cpu_seconds']:.0f} CPU s), "
@@ -181,7 +196,7 @@ def _curve_lines(runs, real_nn, what="mean nearest-neighbour distance between re
 
 def digits_section(seeds, n_iter):
     X, y = load_digits(return_X_y=True)
-    X = X / 16.0
+    X, y = small(X / 16.0, y)
     gan, km = [], []
     for seed in seeds:
         gan.append(fit_gan(X, y, 10, seed, n_iter, curves=True))
@@ -198,6 +213,8 @@ def digits_section(seeds, n_iter):
 
 def transfer_section(seeds, n_iter):
     task = load_digits_transfer()
+    (task.X_source, task.y_source), (task.X_target, task.y_target) = (small(task.X_source, task.y_source),
+                                                                      small(task.X_target, task.y_target))
     gan, km = [], []
     for seed in seeds:
         gan.append(fit_gan(task.X_source, task.y_source, 5, seed, n_iter, task.X_target, task.y_target,
@@ -266,31 +283,33 @@ def _busy(stop):
 
 @contextlib.contextmanager
 def threads(n):
-    """Train on ``n`` torch threads: 1 is the estimator's own cap; more bypasses it."""
+    """Train on ``n`` torch threads: 1 is the house rule (every training phase runs inside
+    ``base.torch_threads(device, 1)``, called from ``base.contract``); more bypasses it by
+    replacing that name in ``base.contract`` for the block (no public switch exists)."""
     if n == 1:
         yield
         return
-    original = precise_gan._one_thread
+    original = contract.torch_threads
     before = torch.get_num_threads()
 
     @contextlib.contextmanager
-    def n_threads(device):
+    def n_threads(device, _one):
         torch.set_num_threads(n)
         try:
             yield
         finally:
             torch.set_num_threads(before)
 
-    precise_gan._one_thread = n_threads
+    contract.torch_threads = n_threads
     try:
         yield
     finally:
-        precise_gan._one_thread = original
+        contract.torch_threads = original
 
 
 def speed_section(n_steps):
-    X_ring = make_gaussian_ring(4000, random_state=0)[0]
-    X_digits = load_digits().data / 16.0
+    X_ring = make_gaussian_ring(300 if _common.SMOKE else 4000, random_state=0)[0]
+    X_digits = small(load_digits().data / 16.0, np.zeros(1797))[0]
     rows, md = [], ["### Generator steps per second at the defaults", "",
                     f"{n_steps} generator steps after a 5-step warm-up; `OMP_NUM_THREADS="
                     f"{os.environ.get('OMP_NUM_THREADS', 'unset')}`, `OMP_WAIT_POLICY="
@@ -298,7 +317,8 @@ def speed_section(n_steps):
                     "beside it; load = 1-minute load average of the machine at the end.", "",
                     "| data | torch threads in training | beside | steps / s (wall) | CPU ms / step | load |",
                     "|---|---|---|---|---|---|"]
-    for data, X, k in (("ring", X_ring, 8), ("digits", X_digits, 10)):
+    # A smoke run times the ring only: the digits' four runs add nothing to a check that it runs.
+    for data, X, k in (("ring", X_ring, 8), ("digits", X_digits, 10))[:1 if _common.SMOKE else 2]:
         for n_threads in (1, 2):
             for busy in (False, True):
                 stop = mp.Event()
@@ -307,10 +327,10 @@ def speed_section(n_steps):
                     proc.start()
                 try:
                     with threads(n_threads):
-                        PreciseFeatureGAN(k, n_iter=5, device="cpu", random_state=0).fit(X)
-                        w, c = time.perf_counter(), time.process_time()
-                        PreciseFeatureGAN(k, n_iter=n_steps, device="cpu", random_state=0).fit(X)
-                        w, c = time.perf_counter() - w, time.process_time() - c
+                        gan(k, 0, 5).set_params(n_iter=5).fit(X)  # warm-up
+                        with _common.Timer() as t:
+                            gan(k, 0, n_steps).set_params(n_iter=n_steps).fit(X)
+                        w, c = t.wall, t.cpu
                 finally:
                     stop.set()
                     if proc is not None:
@@ -382,10 +402,12 @@ def main():
                         help="n_iter of the mnist section (default: the estimator's)")
     parser.add_argument("--speed-steps", type=int, default=200)
     add_name_argument(parser, "precise_gan")
-    args = parser.parse_args()
+    args = _common.setup(parser.parse_args())
+    if args.smoke:  # one seed, 300 rows, the registry's smallest GAN; speed with 5 steps
+        args.seeds, args.speed_steps = 1, 5
     torch.set_num_threads(1)
-    seeds = list(range(2 if args.quick else args.seeds))
-    n_iter = N_ITER // (4 if args.quick else 1)
+    seeds = list(range(1 if args.smoke else 2 if args.quick else args.seeds))
+    n_iter = gan(2, 0, 1).n_iter if args.smoke else N_ITER // (4 if args.quick else 1)
     t_start = time.perf_counter()
     payload = {"settings": vars(args), "n_iter": n_iter}
     md = []
