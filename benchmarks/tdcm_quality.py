@@ -1,7 +1,9 @@
 """TDCMCluster on the paper's synthetic transfer protocol and the digits cross-task split.
 
-    python benchmarks/tdcm_quality.py [--datasets 10] [--epochs 100] [--shift 3.0] [--quick]
+    python benchmarks/tdcm_quality.py [--datasets 10] [--epochs 100] [--shift 3.0] [--quick | --smoke]
                                       [--throughput-n 1000000] [--skip-throughput] [--name NAME]
+
+Canonical run: ``python benchmarks/tdcm_quality.py``.
 
 Synthetic (Zhang & Zhao, Sec. 5.1): for K in {2, 3, 5, 10}, several data sets from
 ``make_tdcm_transfer`` (K equal-sized Gaussians with random centres and
@@ -38,7 +40,9 @@ Throughput: ``predict`` of a fitted TDCMCluster (default encoder and blocks, K=1
 points, as a time ratio (best of 3 repeats each).
 
 Results go to benchmarks/results/tdcm/tdcm_quality.{json,md} (another ``--name``, or
-``--quick``, goes to ``tdcm/variants/``).
+``--quick``, goes to ``tdcm/variants/``; ``--smoke`` -- one K = 3 data set of 50 points per
+cluster, one digits seed, the registry's smallest TDCM with ``embedding_dim >= K``, 10^4
+predict rows -- under a temporary folder).
 """
 
 import argparse
@@ -46,6 +50,8 @@ import time
 
 import numpy as np
 import torch
+
+import _common
 from _common import add_name_argument, scores, write
 from sklearn.cluster import KMeans
 from sklearn.mixture import GaussianMixture
@@ -78,11 +84,14 @@ TDCM_VARIANTS = {
 
 def run_task(task, K, seed, tdcm_kwargs):
     out = {}
-    for name, extra in TDCM_VARIANTS.items():
+    # A smoke run checks the two code paths (transfer, and transfer with fine-tuning), not every variant.
+    for name, extra in list(TDCM_VARIANTS.items())[: 2 if _common.SMOKE else None]:
         params = {k: v for k, v in extra.items() if not k.startswith("_")}
         transfer_kwargs = {"fine_tune_epochs": extra.get("_fine_tune_epochs", 0)}
         t0 = time.perf_counter()
         model = TDCMCluster(K, random_state=seed, device="cpu", **{**tdcm_kwargs, **params})
+        if _common.SMOKE:  # the smallest budget, with room for K centroids (embedding_dim >= K)
+            model.set_params(**{**_common.smoke_params("TDCMCluster"), "embedding_dim": max(4, K), **params})
         model.fit(task.X_source)
         source = scores(task.y_source, model.labels_)
         if name == "TDCM transfer":
@@ -96,7 +105,9 @@ def run_task(task, K, seed, tdcm_kwargs):
     out["KMeans source->target"]["source_nmi"] = scores(task.y_source, km.labels_)["nmi"]
     refit = KMeans(K, n_init=10, random_state=seed).fit_predict(task.X_target)
     out["KMeans refit target"] = scores(task.y_target, refit)
-    gmm = GaussianMixture(K, n_init=5, random_state=seed).fit_predict(task.X_target)
+    # (A smoke run: one short EM; five full-covariance fits on 64-D digits take half a minute.)
+    gmm = GaussianMixture(K, n_init=1 if _common.SMOKE else 5, max_iter=5 if _common.SMOKE else 100,
+                          random_state=seed).fit_predict(task.X_target)
     out["GMM refit target (full covariance)"] = scores(task.y_target, gmm)
     return out
 
@@ -128,19 +139,15 @@ def table(rows, title, paper=None):
 
 
 def _best_time(fn, repeats=3):
-    best = np.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return _common.best_of(fn, repeats, clock="wall")[0]
 
 
 def throughput(n, n_features=10, n_clusters=10, seed=0):
     """Seconds of ``predict`` on ``n`` points, TDCMCluster beside KMeans (both K=10, float64)."""
     rng = np.random.default_rng(seed)
     centers = rng.uniform(-10, 10, size=(n_clusters, n_features))
-    X_fit = centers[rng.integers(n_clusters, size=20_000)] + rng.normal(size=(20_000, n_features))
+    n_fit = min(20_000, n)
+    X_fit = centers[rng.integers(n_clusters, size=n_fit)] + rng.normal(size=(n_fit, n_features))
     X = centers[rng.integers(n_clusters, size=n)] + rng.normal(size=(n, n_features))
     # Training quality does not change predict's cost: a few epochs suffice.
     tdcm = TDCMCluster(n_clusters, max_epochs=3, device="cpu", random_state=seed).fit(X_fit)
@@ -188,9 +195,11 @@ def main():
     parser.add_argument("--throughput-n", type=int, default=10**6, help="points for the predict timing")
     parser.add_argument("--skip-throughput", action="store_true")
     add_name_argument(parser, "tdcm")
-    args = parser.parse_args()
+    args = _common.setup(parser.parse_args())
     torch.set_num_threads(args.threads)
-    if args.quick:
+    if args.smoke:  # one data set of K = 3, 50 points per cluster, one digits seed, 10^4 predict rows
+        args.datasets, args.ks, args.throughput_n = 1, [3], 10_000
+    elif args.quick:
         args.datasets, args.epochs = 2, 30
     t_start = time.perf_counter()
     payload = {"settings": vars(args), "synthetic": {}, "digits": {}}
@@ -204,7 +213,8 @@ def main():
         rows = []
         for d in range(args.datasets):
             task = make_tdcm_transfer(
-                n_clusters=K, n_samples_per_cluster=200, shift=args.shift, random_state=1000 * K + d
+                n_clusters=K, n_samples_per_cluster=50 if args.smoke else 200, shift=args.shift,
+                random_state=1000 * K + d
             )
             # One training run per row unless the row says otherwise (the estimator's default).
             kw = dict(embedding_dim=max(10, K), max_epochs=args.epochs, n_init=1)
