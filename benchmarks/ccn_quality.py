@@ -6,15 +6,18 @@ an upper bound, whose "auto" parameters resolve accordingly). Reports ACC / NMI,
 |NDC - 5|, G's pair precision/recall on the target, and time per clustering epoch
 against the batch size (each batch holds b^2 pairs).
 
-    python benchmarks/ccn_quality.py [--quick] [--seeds 0 1 2 3 4 5 6 7] [--threads 1]
+    python benchmarks/ccn_quality.py [--quick | --smoke] [--seeds 0 1 2 3 4 5 6 7] [--threads 1]
         [--params '{"n_similarity_nets": 5}'] [--name ens5] [--ccn-plus] [--no-timing]
         [--source-dihedral]
+
+Canonical run: ``python benchmarks/ccn_quality.py --no-timing``.
 
 The defaults (seeds 0-7, CCNCluster's own defaults for every parameter the script does
 not set per run: n_clusters, estimate_n_clusters, device, random_state) write the canonical
 benchmarks/results/ccn/ccn_quality.{json,md}; any other ``--name`` (required with
 ``--params``, ``--source-dihedral`` or other seeds) and every ``--quick`` run write into
-benchmarks/results/ccn/variants/.
+benchmarks/results/ccn/variants/; ``--smoke`` (seed 0, the registry's smallest CCNCluster
+under any ``--params``, one batch size, CCN+ included) writes under a temporary folder.
 ``--params`` sets CCNCluster parameters (JSON; values equal to the estimator's defaults
 are not a variant); G's pair statistics are those of
 ``pairwise_similarity`` (G's probabilities binarised at 0.5, before any
@@ -39,6 +42,7 @@ from sktransfer_cluster.cluster.ccn import CCNCluster
 from sktransfer_cluster.datasets import dihedral_classes, load_digits_transfer
 from sktransfer_cluster.metrics import clustering_accuracy, n_dominant_clusters
 
+import _common
 from _common import CANONICAL, add_name_argument, write
 
 # Parameters the script sets for every run itself; --params may not set them.
@@ -203,8 +207,10 @@ def main(argv=None):
     parser.add_argument(
         "--source-dihedral", action="store_true", help="learn G on the source's rotations/reflections as new classes"
     )
-    args = parser.parse_args(argv)
+    args = _common.setup(parser.parse_args(argv))
     torch.set_num_threads(args.threads)
+    if args.smoke:
+        args.seeds, args.ccn_plus = [0], True
     if args.seeds is None:
         args.seeds = [0] if args.quick else list(range(8))
     unknown = sorted(set(args.params) - set(CCNCluster().get_params()))
@@ -220,7 +226,9 @@ def main(argv=None):
             "--params, --source-dihedral and seeds other than 0-7 are variant studies: "
             "give them a --name (written to results/ccn/variants/)"
         )
-    params = dict(args.params)
+    params = _common.smoke_params("CCNCluster", **args.params)  # the smallest budget in a smoke run
+    if args.smoke:
+        params.update(args.params)
     rows, pairs = [], []
     for seed in args.seeds:
         r, p = _quality(seed, params, ccn_plus=args.ccn_plus, dihedral=args.source_dihedral)
@@ -236,7 +244,8 @@ def main(argv=None):
             for s in ("mean", "std")
         }
     timing = [] if args.no_timing else _timing(
-        [50, 100, 200] if args.quick else [50, 100, 200, 400], params, dihedral=args.source_dihedral
+        [32] if args.smoke else [50, 100, 200] if args.quick else [50, 100, 200, 400], params,
+        dihedral=args.source_dihedral
     )
     payload = {"rows": rows, "summary": summary, "pairs": pairs, "timing": timing, "params": params,
                "threads": args.threads, "seeds": args.seeds, "quick": args.quick,
