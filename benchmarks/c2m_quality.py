@@ -17,7 +17,9 @@
 4. Time of one CEM clustering (``transfer``) of a 1,000-point set, and its
    scaling with n (bounded by ``max_cem_samples``, and unbounded per iteration).
 
-    python benchmarks/c2m_quality.py [--quick] [--sets 50] [--seed 0] [--threads 1] [--name NAME]
+    python benchmarks/c2m_quality.py [--quick | --smoke] [--sets 50] [--seed 0] [--threads 1] [--name NAME]
+
+Canonical run: ``python benchmarks/c2m_quality.py``.
 
 5. ``--defaults-transfer``: instead of 1-4, ``C2MCluster(max_clusters=B, random_state=seed)`` at
    its defaults, fitted on the whole labelled source and transferred to the whole target of the
@@ -31,6 +33,8 @@
 Writes benchmarks/results/c2m/c2m_quality.json and .md (and c2m_ordering.png when
 matplotlib is installed). Another ``--name``, a training ``--seed`` other than 0 (default
 name ``seed<N>``) and ``--quick`` (``_quick`` added) write into benchmarks/results/c2m/variants/.
+``--smoke`` (parts 1-4 with the registry's smallest C2MCluster laid over every setting, 2
+training pools, one set per kind, n = 300 in part 4) writes under a temporary folder.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import normalized_mutual_info_score
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
 from _common import CANONICAL, result_stem, write  # noqa: E402
 
 from sktransfer_cluster.cluster.c2m import PAPER_PARAMS, C2MCluster  # noqa: E402
@@ -179,7 +184,7 @@ def _plot(ordering, path):
 def _digits(params, cluster_params, n_test_sets, seed, set_size=200):
     task = load_digits_transfer()
     t0 = time.perf_counter()
-    est = C2MCluster(device="cpu", random_state=seed, set_size=set_size, **params)
+    est = C2MCluster(device="cpu", random_state=seed, **{"set_size": set_size, **params})
     est.fit(task.X_source, task.y_source)
     fit_s = time.perf_counter() - t0
     est.set_params(**cluster_params)
@@ -346,7 +351,8 @@ def main(argv=None):
     ap.add_argument("--defaults-transfer", action="store_true", help="only the defaults on whole transfer tasks")
     ap.add_argument("--mnist", action="store_true", help="with --defaults-transfer: also MNIST 0-4 -> 5-9")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="with --defaults-transfer")
-    args = ap.parse_args(argv)
+    _common.add_smoke_argument(ap)
+    args = _common.setup(ap.parse_args(argv))
     if args.defaults_transfer:
         torch.set_num_threads(args.threads)
         from threadpoolctl import threadpool_limits
@@ -358,7 +364,12 @@ def main(argv=None):
         args.name = CANONICAL["c2m"] if args.seed == 0 else f"seed{args.seed}"
     torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
-    if args.quick:
+    n_train = 20
+    if args.smoke:  # every setting below gets the registry's smallest budget laid over it
+        params = _common.smoke_params("C2MCluster")
+        cluster = dict(population=params["population"], cem_iter=params["cem_iter"])
+        n_sets, paper_sets, order_sets, digit_sets, sizes, previous_sets, n_train = 1, 1, 1, 1, (300,), 1, 2
+    elif args.quick:
         params = dict(population=32, cem_iter=10, max_epochs=2, sets_per_epoch=10, critic_dims=(64, 64))
         cluster = dict(population=32, cem_iter=10)
         n_sets, paper_sets, order_sets, digit_sets, sizes = 5, 3, 3, 3, (1000, 10000)
@@ -373,11 +384,13 @@ def main(argv=None):
         previous_sets = args.sets if args.previous_sets is None else args.previous_sets
         order_sets, digit_sets, sizes = 10, 10, (1000, 10000, 100000)
 
-    est, ours = _synthetic(params, cluster, 20, n_sets, args.seed)
+    est, ours = _synthetic(params, cluster, n_train, n_sets, args.seed)
     print("synthetic (ours) done", round(time.perf_counter() - t_start), "s", flush=True)
-    _, previous = _synthetic({**params, **PREVIOUS_SETTINGS}, cluster, 20, previous_sets, args.seed)
+    _, previous = _synthetic(_common.smoke_params("C2MCluster", **{**params, **PREVIOUS_SETTINGS}), cluster, n_train,
+                             previous_sets, args.seed)
     print("synthetic (previous defaults) done", round(time.perf_counter() - t_start), "s", flush=True)
-    _, paper = _synthetic({**params, **PAPER_SETTINGS}, cluster, 20, paper_sets, args.seed)
+    _, paper = _synthetic(_common.smoke_params("C2MCluster", **{**params, **PAPER_SETTINGS}), cluster, n_train,
+                          paper_sets, args.seed)
     print("synthetic (paper settings) done", round(time.perf_counter() - t_start), "s", flush=True)
     ordering = _ordering(est, order_sets, args.seed)
     stem = result_stem("c2m", args.name, args.quick)
@@ -387,9 +400,9 @@ def main(argv=None):
     png = _plot(ordering, png_path)
     print("ordering done", round(time.perf_counter() - t_start), "s", flush=True)
     # 64-D inputs: a CEM iteration costs ~3x a 2-D one, so fewer/smaller CEM runs here.
-    digits_params = {**params, "gae_dims": (100, 50)}
+    digits_params = _common.smoke_params("C2MCluster", **{**params, "gae_dims": (100, 50)})
     digits_cluster = dict(cluster)
-    if not args.quick:
+    if not args.quick:  # (a smoke run is quick)
         digits_params.update(population=50, cem_iter=15, max_epochs=5)
         digits_cluster = dict(population=100, cem_iter=20)
     digits = _digits(digits_params, digits_cluster, digit_sets, args.seed)
