@@ -1,7 +1,9 @@
 """Label-free model selection: GridSearchCV with ``score`` against the best-ARI choice.
 
     python benchmarks/model_selection.py [--methods SinkhornKMeans TDCMCluster]
-        [--datasets imbalanced digits mnist] [--seeds 0 1 2] [--mnist-seeds 0] [--folds 3] [--quick]
+        [--datasets imbalanced digits mnist] [--seeds 0 1 2] [--mnist-seeds 0] [--folds 3] [--quick | --smoke]
+
+Canonical runs: ``python benchmarks/model_selection.py`` and ``python benchmarks/model_selection.py --cost``.
 
 For each method, data set and seed, ``GridSearchCV(estimator, grid, cv=KFold(folds,
 shuffle=True, random_state=seed))`` runs with three scorers on the held-out folds:
@@ -20,7 +22,9 @@ its default. Data sets: sklearn's digits (1797 x 64, /16, K=10), MNIST-5k
 800/400/200/100 points (unit variance, centres N(0, 2.5^2) per coordinate, K=4), where the
 default uniform size prior is wrong and a larger epsilon is better. Results go to
 ``benchmarks/results/model_selection/model_selection.{json,md}``
-(``--name`` for another stem; ``--quick`` writes ``<name>_quick``).
+(``--name`` for another stem; ``--quick`` writes ``<name>_quick``; ``--smoke`` -- the
+imbalanced set cut to 300 rows, one seed, 2 folds, the first 2 grid values, the registry's
+smallest budgets -- writes under a temporary folder and leaves ``--cost`` out).
 
     python benchmarks/model_selection.py --cost [--cost-n 1000000]
 
@@ -46,13 +50,18 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _common  # noqa: E402
 from _common import command_line, machine  # noqa: E402
 
 GRIDS = {
     "SinkhornKMeans": ("epsilon", [0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0]),
     "TDCMCluster": ("tau", [0.1, 0.3, 1.0, 3.0, 10.0]),
 }
-OUT = Path(__file__).resolve().parent / "results" / "model_selection"
+
+
+def out_dir():
+    """results/model_selection/ (read after ``_common.setup``: a smoke run writes elsewhere)."""
+    return _common.RESULTS / "model_selection"
 
 
 def load(name, quick):
@@ -73,7 +82,7 @@ def load(name, quick):
     else:
         raise ValueError(f"unknown data set {name!r}")
     if quick:
-        keep = np.random.RandomState(0).permutation(X.shape[0])[: min(X.shape[0], 600)]
+        keep = np.random.RandomState(0).permutation(X.shape[0])[: min(X.shape[0], 300 if _common.SMOKE else 600)]
         X, y = X[keep], y[keep]
     return X, y, k
 
@@ -103,10 +112,8 @@ def own_score(est, X, y=None):
 
 
 def make(method, k, seed):
-    from sktransfer_cluster import SinkhornKMeans, TDCMCluster
-
-    cls = {"SinkhornKMeans": SinkhornKMeans, "TDCMCluster": TDCMCluster}[method]
-    return cls(k, device="cpu", random_state=seed)
+    # Through the registry (a smoke run gets the smallest budget); GRIDS names registry methods.
+    return _common.build(method, k, device="cpu", random_state=seed)
 
 
 def run_one(method, X, y, k, seed, folds):
@@ -197,7 +204,8 @@ def cost_child(op, n):
 
     from sklearn.cluster import KMeans
 
-    from sktransfer_cluster import SinkhornKMeans, lloyd
+    from sktransfer_cluster import SinkhornKMeans
+    from sktransfer_cluster.cluster.sinkhorn_kmeans import lloyd
 
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
@@ -256,10 +264,10 @@ def cost(n, name):
             f"| {r['op']} | {r['cpu_s']:.2f} | {r['wall_s']:.2f} | {r['cpu_s'] / pred:.2f} | "
             f"{r['cpu_s'] / unit:.2f} | {r['extra_peak_mib']:.0f} |"
         )
-    OUT.mkdir(parents=True, exist_ok=True)
+    out_dir().mkdir(parents=True, exist_ok=True)
     payload = {"machine": m, "command": command_line(), "n": n, "rows": rows}
-    (OUT / f"{name}.json").write_text(json.dumps(payload, indent=2))
-    (OUT / f"{name}.md").write_text("\n".join(md) + "\n")
+    (out_dir() / f"{name}.json").write_text(json.dumps(payload, indent=2))
+    (out_dir() / f"{name}.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
 
 
@@ -277,7 +285,12 @@ def main(argv=None):
     parser.add_argument("--cost", action="store_true", help="time score beside predict instead (issue 19.5)")
     parser.add_argument("--cost-n", type=int, default=1_000_000)
     parser.add_argument("--cost-child", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    _common.add_smoke_argument(parser)
+    args = _common.setup(parser.parse_args(argv))
+    if args.smoke:  # imbalanced only (K = 4 fits the smallest TDCM), 300 rows, one seed, 2 folds, 2 grid values
+        args.datasets, args.seeds, args.folds = ["imbalanced"], [0], 2
+        for method, (param, grid) in GRIDS.items():
+            GRIDS[method] = (param, grid[:2])
     if args.cost_child:
         return cost_child(args.cost_child, args.cost_n)
     if args.cost:
@@ -296,8 +309,8 @@ def main(argv=None):
         "score, old score and ARI are means over the held-out folds. \"chosen by\" counts the seeds "
         "whose search picked that value.\n\n"
     )
-    OUT.mkdir(parents=True, exist_ok=True)
-    stem = OUT / (args.name + ("_quick" if args.quick else ""))
+    out_dir().mkdir(parents=True, exist_ok=True)
+    stem = out_dir() / (args.name + ("_quick" if args.quick else ""))
     for dataset in args.datasets:
         X, y, k = load(dataset, args.quick)
         seeds = args.mnist_seeds if dataset == "mnist" else args.seeds
