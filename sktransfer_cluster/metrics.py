@@ -6,7 +6,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from sklearn.utils.validation import check_consistent_length, column_or_1d
 
-__all__ = ["clustering_accuracy", "match_labels", "n_dominant_clusters", "within_cluster_sum_of_squares"]
+__all__ = ["clustering_accuracy", "match_labels", "n_dominant_clusters", "within_cluster_sum_of_squares"]  # noqa: F822 (lazy)
 
 
 def _contingency(labels_true, labels_pred):
@@ -125,48 +125,11 @@ def n_dominant_clusters(labels, n_clusters=None):
     return int(np.sum(counts >= labels.shape[0] / k))
 
 
-def within_cluster_sum_of_squares(X, labels, n_labels, chunk_size=None):
-    """``sum_k sum_{i: labels_i = k} ||X_i - mean_k||^2``, in float64, in bounded memory.
+def __getattr__(name):
+    # within_cluster_sum_of_squares is computed with torch in base.arrays; importing the
+    # metrics stays torch-free until it is first used.
+    if name == "within_cluster_sum_of_squares":
+        from .base.arrays import within_cluster_sum_of_squares
 
-    Two passes over row chunks of ``X`` (per-label sums, then squared
-    deviations from the per-label means), so no ``(n, d)`` float64 copy is made
-    and a large common offset of the rows cancels exactly.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n_samples, n_features)
-    labels : ndarray of int, shape (n_samples,)
-        Values in ``0 .. n_labels - 1``.
-    n_labels : int
-    chunk_size : int, default=None
-        Rows per chunk; None: :func:`~sktransfer_cluster.base.chunk_rows` of the row width.
-
-    Returns
-    -------
-    float
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sktransfer_cluster.metrics import within_cluster_sum_of_squares
-    >>> within_cluster_sum_of_squares(np.array([[0.0], [2.0], [10.0]]), np.array([0, 0, 1]), 2)
-    2.0
-    """
-    import torch  # here, so that importing the metrics does not import torch
-
-    from .base import chunk_rows
-
-    n = X.shape[0]
-    chunk_size = chunk_rows(X.shape[1]) if chunk_size is None else chunk_size
-    lab = torch.as_tensor(np.asarray(labels, dtype=np.int64))
-    sums = torch.zeros(n_labels, X.shape[1], dtype=torch.float64)
-    for start in range(0, n, chunk_size):
-        rows = torch.as_tensor(np.asarray(X[start : start + chunk_size], dtype=np.float64))
-        sums.index_add_(0, lab[start : start + chunk_size], rows)
-    counts = torch.bincount(lab, minlength=n_labels).to(torch.float64)
-    means = sums / counts.clamp_min(1.0).unsqueeze(1)
-    total = 0.0
-    for start in range(0, n, chunk_size):
-        rows = torch.as_tensor(np.asarray(X[start : start + chunk_size], dtype=np.float64))
-        total += float(((rows - means[lab[start : start + chunk_size]]) ** 2).sum())
-    return total
+        return within_cluster_sum_of_squares
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -781,11 +781,12 @@ def test_transfer_checks_n_clusters_against_the_target_size():
         est.transfer(Xt[:2])
 
 
-def test_transfer_rejects_fewer_than_one_epoch():
+@pytest.mark.parametrize("bad", [0, 2.7])
+def test_transfer_rejects_fewer_than_one_or_a_fractional_number_of_epochs(bad):
     Xs, ys, Xt, _ = _blob_task()
     est = CCNCluster(n_clusters=3, **dict(FAST, similarity_epochs=1, clustering_epochs=1)).fit(Xs, ys)
-    with pytest.raises(ValueError, match="epochs must be >= 1, got 0"):
-        est.transfer(Xt, epochs=0)
+    with pytest.raises(ValueError, match="epochs' parameter of CCNCluster.transfer must be an int in the range \\[1, inf\\)"):
+        est.transfer(Xt, epochs=bad)
 
 
 def test_a_non_finite_minibatch_loss_stops_transfer_before_the_step_naming_the_phase(monkeypatch):

@@ -185,7 +185,7 @@ def test_transfer_rejects_fewer_rows_than_clusters(tiny_model, blobs):
 def test_transfer_iter_must_be_a_positive_int(tiny_model, blobs, bad):
     model = copy.deepcopy(tiny_model)
     state = _fitted_state(model)
-    with pytest.raises(ValueError, match=r"transfer_iter must be an int >= 1, got"):
+    with pytest.raises(ValueError, match=r"transfer_iter' parameter of PreciseFeatureGAN.transfer must"):
         model.transfer(blobs[0], transfer_iter=bad)
     _assert_unchanged(model, state, blobs[0])
 
@@ -323,7 +323,8 @@ def test_history_holds_the_training_curves(blobs):
 def test_every_history_record_has_phase_epoch_and_loss(blobs):
     model = PreciseFeatureGAN(n_clusters=3, random_state=0, log_every=2, **{**TINY, "n_iter": 5})
     model.fit(blobs[0]).transfer(blobs[0] + 1.0, transfer_iter=3)
-    assert [h["phase"] for h in model.history_] == ["fit"] * 3 + ["transfer"] * 2
+    # The linear classifier's re-fit after transfer is a phase of its own, logged once at its end.
+    assert [h["phase"] for h in model.history_] == ["fit"] * 3 + ["transfer"] * 2 + ["classifier re-fit"]
     for h in model.history_:
         assert {"phase", "epoch", "loss"} <= set(h)
         assert isinstance(h["epoch"], int) and isinstance(h["loss"], float)
@@ -468,7 +469,7 @@ def test_transfer_fine_tunes_all_three_networks_from_the_source_weights(tiny_mod
             torch.testing.assert_close(seen[name][key], value)  # starts from the source's weights
         changed = any(not torch.equal(getattr(model, name).state_dict()[k], v) for k, v in state.items())
         assert changed, f"{name} was not fine-tuned"
-    assert model.n_iter_ == 2 and model.history_[-1]["phase"] == "transfer"
+    assert model.n_iter_ == 2 and [h["phase"] for h in model.history_[-2:]] == ["transfer", "classifier re-fit"]
     np.testing.assert_array_equal(model.labels_, labels)
 
 

@@ -252,7 +252,8 @@ def test_every_history_record_has_phase_epoch_and_loss(blobs):
     assert phases == fit_records + [("transfer", 0), ("transfer", 1)]
     for h in km.history_:
         assert {"phase", "epoch", "loss", "reconstruction"} <= set(h)
-        assert h["loss"] == h["reconstruction"] + h.get("ot", 0.0)
+        # Each minibatch's loss is summed in the float32 working dtype, its terms' totals in float64.
+        assert h["loss"] == pytest.approx(h["reconstruction"] + h.get("ot", 0.0), rel=1e-6)
         assert ("ot" in h) == (h["phase"] != "pretrain")
 
 
@@ -295,7 +296,7 @@ def test_transfer_rejects_a_negative_or_non_integer_fine_tune_epochs(blobs, bad)
     X, _ = blobs
     km = SinkhornKMeans(3, pretrain_epochs=1, max_epochs=1, **AE).fit(X)
     centres, n_records = km.cluster_centers_.copy(), len(km.history_)
-    with pytest.raises(ValueError, match=f"fine_tune_epochs must be a non-negative int.*got {bad!r}"):
+    with pytest.raises(ValueError, match="fine_tune_epochs' parameter of SinkhornKMeans.transfer must"):
         km.transfer(X + 1.0, fine_tune_epochs=bad)
     np.testing.assert_array_equal(km.cluster_centers_, centres)
     assert len(km.history_) == n_records

@@ -350,7 +350,7 @@ def test_bad_fine_tune_epochs_are_a_clear_error_and_leave_the_model(blobs, bad):
     X, _ = blobs
     model = TDCMCluster(n_clusters=3, random_state=0, **FAST).fit(X)
     labels, n_records = model.labels_.copy(), len(model.history_)
-    with pytest.raises(ValueError, match=r"fine_tune_epochs must be an int >= 0"):
+    with pytest.raises(ValueError, match=r"fine_tune_epochs' parameter of TDCMCluster.transfer must"):
         model.transfer(X + 1.0, fine_tune_epochs=bad)
     np.testing.assert_array_equal(model.labels_, labels)
     assert len(model.history_) == n_records
@@ -432,7 +432,7 @@ def test_a_kept_interrupt_stops_the_remaining_n_init_runs(blobs, monkeypatch):
         calls.append(1)
         return train(self, *args)
 
-    def end_then_interrupt(run, loss, **extras):
+    def end_then_interrupt(run, loss=None, **extras):
         end_epoch(run, loss, **extras)
         if run.completed == 2 and interrupts:
             interrupts.pop()

@@ -34,15 +34,18 @@ from .arrays import (
     compact_labels,
     fold_affine,
     input_affine,
+    within_cluster_sum_of_squares,
 )
-from .contract import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin
-from .runtime import exact_dtype, make_generators, move_torch, own_torch_rng, resolve_device, torch_threads
-from .training import LineProgress, TrainingRun, minibatches
+from .contract import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, WithinClusterScoreMixin
+from .runtime import exact_dtype, make_generators, move_torch, own_torch_rng, resolve_device, torch_threads, warn, working_dtype
+from .training import LineProgress, TrainingCallback, TrainingRun, minibatches
 
 __all__ = [
     "TransferClusterMixin",
+    "WithinClusterScoreMixin",
     "COMMON_PARAMETER_CONSTRAINTS",
     "TrainingRun",
+    "TrainingCallback",
     "LineProgress",
     "minibatches",
     "resolve_device",
@@ -51,6 +54,8 @@ __all__ = [
     "move_torch",
     "own_torch_rng",
     "torch_threads",
+    "warn",
+    "working_dtype",
     "CHUNK_BYTES",
     "chunk_rows",
     "chunked",
@@ -60,4 +65,5 @@ __all__ = [
     "input_affine",
     "check_resolution",
     "fold_affine",
+    "within_cluster_sum_of_squares",
 ]

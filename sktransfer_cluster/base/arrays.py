@@ -19,6 +19,7 @@ __all__ = [
     "check_image_shape",
     "input_affine",
     "check_resolution",
+    "within_cluster_sum_of_squares",
 ]
 
 
@@ -213,3 +214,45 @@ def check_resolution(dtype, shift, scale):
             f"{np.dtype(dtype).name} resolves steps of {resolution:.3g} there. Subtract the offset "
             "(e.g. StandardScaler) before converting the data, or pass float64."
         )
+
+
+def within_cluster_sum_of_squares(X, labels, n_labels, chunk_size=None):
+    """``sum_k sum_{i: labels_i = k} ||X_i - mean_k||^2``, in float64, in bounded memory.
+
+    Two passes over row chunks of ``X`` (per-label sums, then squared
+    deviations from the per-label means), so no ``(n, d)`` float64 copy is made
+    and a large common offset of the rows cancels exactly.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+    labels : ndarray of int, shape (n_samples,)
+        Values in ``0 .. n_labels - 1``.
+    n_labels : int
+    chunk_size : int, default=None
+        Rows per chunk; None: :func:`chunk_rows` of the row width.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> within_cluster_sum_of_squares(np.array([[0.0], [2.0], [10.0]]), np.array([0, 0, 1]), 2)
+    2.0
+    """
+    n = X.shape[0]
+    chunk_size = chunk_rows(X.shape[1]) if chunk_size is None else chunk_size
+    lab = torch.as_tensor(np.asarray(labels, dtype=np.int64))
+    sums = torch.zeros(n_labels, X.shape[1], dtype=torch.float64)
+    for start in range(0, n, chunk_size):
+        rows = torch.as_tensor(np.asarray(X[start : start + chunk_size], dtype=np.float64))
+        sums.index_add_(0, lab[start : start + chunk_size], rows)
+    counts = torch.bincount(lab, minlength=n_labels).to(torch.float64)
+    means = sums / counts.clamp_min(1.0).unsqueeze(1)
+    total = 0.0
+    for start in range(0, n, chunk_size):
+        rows = torch.as_tensor(np.asarray(X[start : start + chunk_size], dtype=np.float64))
+        total += float(((rows - means[lab[start : start + chunk_size]]) ** 2).sum())
+    return total

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import math
 import sys
-import warnings
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 
@@ -13,18 +12,28 @@ import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_consistent_length
+from sklearn.utils._param_validation import InvalidParameterError, validate_parameter_constraints
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .arrays import check_resolution, check_widths, chunk_rows, chunked, fold_affine, input_affine
-from .runtime import exact_dtype, make_generators, move_torch, own_torch_rng, resolve_device, torch_threads
+from .arrays import (
+    check_resolution,
+    check_widths,
+    chunk_rows,
+    chunked,
+    fold_affine,
+    input_affine,
+    within_cluster_sum_of_squares,
+)
+from .runtime import exact_dtype, make_generators, move_torch, own_torch_rng, resolve_device, torch_threads, warn, working_dtype
 from .training import LineProgress, TrainingRun
 
-__all__ = ["COMMON_PARAMETER_CONSTRAINTS", "TransferClusterMixin"]
+__all__ = ["COMMON_PARAMETER_CONSTRAINTS", "TransferClusterMixin", "WithinClusterScoreMixin"]
 
 
 # Parameter constraints every estimator shares (sklearn's _parameter_constraints).
 COMMON_PARAMETER_CONSTRAINTS = {
     "keep_best": ["boolean"],
+    "callbacks": [list, tuple, None],
     "device": [str, torch.device, None],
     "random_state": ["random_state"],
     "verbose": ["verbose"],
@@ -56,6 +65,9 @@ class TransferClusterMixin(ABC):
     """
 
     _requires_y = False
+    #: Constraints of the options of ``transfer`` (scikit-learn's ``_parameter_constraints``
+    #: form), validated by :meth:`transfer` before anything changes.
+    _transfer_parameter_constraints = {}
     _width_params = ()
     _min_samples = 1
     _input_normalization = None
@@ -83,8 +95,13 @@ class TransferClusterMixin(ABC):
         """
 
     @abstractmethod
-    def _transfer(self, X, **kwargs):
-        """Adapt to the validated target ``X``; return its labels."""
+    def _transfer(self, X, *, rng, torch_gen, **kwargs):
+        """Adapt to the validated target ``X``; return its labels.
+
+        ``rng`` and ``torch_gen`` are seeded from ``random_state`` as for ``_fit``;
+        the options in ``kwargs`` are already validated against
+        ``_transfer_parameter_constraints``.
+        """
 
     @abstractmethod
     def _predict(self, X):
@@ -139,6 +156,22 @@ class TransferClusterMixin(ABC):
                 f"pass more samples or lower {name}."
             )
 
+    def _validate_transfer_options(self, options):
+        """``InvalidParameterError`` (a ``ValueError``) for a ``transfer`` option outside its constraints.
+
+        Booleans are refused where the constraints do not name ``"boolean"``:
+        scikit-learn's integer intervals would take ``True`` for 1.
+        """
+        constraints = self._transfer_parameter_constraints
+        caller = f"{type(self).__name__}.transfer"
+        for name, value in options.items():
+            if isinstance(value, (bool, np.bool_)) and "boolean" not in constraints.get(name, ()):
+                raise InvalidParameterError(
+                    f"The {name!r} parameter of {caller} must not be a bool; got {value!r}."
+                )
+        checked = {k: v for k, v in constraints.items() if k in options and v != "no_validation"}
+        validate_parameter_constraints(checked, options, caller_name=caller)
+
     def _require_y(self, y):
         if y is None:
             raise ValueError(
@@ -174,12 +207,9 @@ class TransferClusterMixin(ABC):
                 self._require_y(y)
                 X, y = self._validate_input(X, reset=True, y=y)
                 if np.unique(y).shape[0] < 2:
-                    warnings.warn(
+                    warn(
                         f"{type(self).__name__}.fit got source labels with a single class; it learns "
-                        "what separates clusters from labelled sources and needs at least two.",
-                        UserWarning,
-                        stacklevel=2,
-                    )
+                        "what separates clusters from labelled sources and needs at least two.", UserWarning)
             else:
                 X = self._validate_input(X, reset=True)
                 if y is not None:
@@ -202,10 +232,10 @@ class TransferClusterMixin(ABC):
             missing = [a for a in ("labels_", "n_iter_") if not hasattr(self, a)]
             if missing:
                 raise NotImplementedError(f"{type(self).__name__}._fit must set {' and '.join(missing)}.")
-            self._record_clusters(X, "fit", stacklevel=4)
+            self._record_clusters(X, "fit")
         return self
 
-    def _record_clusters(self, X, what, stacklevel):
+    def _record_clusters(self, X, what):
         """Set ``n_clusters_``, the number of distinct labels in ``labels_`` (every estimator).
 
         A ConvergenceWarning, as KMeans gives, when that is fewer than asked
@@ -223,12 +253,9 @@ class TransferClusterMixin(ABC):
             if distinct < asked
             else "the data may hold fewer separable groups, or training stopped early"
         )
-        warnings.warn(
+        warn(
             f"{type(self).__name__}.{what} found {found} distinct clusters, fewer than "
-            f"n_clusters={asked}: {cause}. Lower n_clusters, or check X for duplicates.",
-            ConvergenceWarning,
-            stacklevel=stacklevel,
-        )
+            f"n_clusters={asked}: {cause}. Lower n_clusters, or check X for duplicates.", ConvergenceWarning)
 
     @contextmanager
     def _rollback_on_error(self):
@@ -276,21 +303,20 @@ class TransferClusterMixin(ABC):
         with self._progress(n_epochs, phase) as bar, torch_threads(self.device_, 1):
             run = TrainingRun(self, phase, n_epochs, state, select, bar, unit, hint)
             run.keeps_model = keeps_model
+            run.notify("on_phase_begin")
             try:
                 yield run
+                run.notify("on_phase_end")
             except KeyboardInterrupt:
                 if not (getattr(self, "keep_best", False) and keeps_model) or run.best_epoch is None:
                     raise
                 run.restore_best()
                 self._training_stopped = True
-                warnings.warn(
+                warn(
                     f"{type(self).__name__}: interrupted during {phase} after {run.completed} "
                     f"{unit}(s); kept the {'latest' if select == 'last' else 'best'} model so far "
                     f"({unit} {run.best_epoch}, loss {run.best_loss:.4g}) and skipped the remaining "
-                    "training (keep_best=True).",
-                    UserWarning,
-                    stacklevel=3,
-                )
+                    "training (keep_best=True).", UserWarning)
 
     #: Working float dtype on the CPU. float64 (exact) suits the OT estimators,
     #: whose cost is memory-bound passes over (n, K) arrays; estimators that
@@ -301,7 +327,7 @@ class TransferClusterMixin(ABC):
 
     def _dtype(self):
         """Working float dtype: ``_cpu_dtype`` on the CPU, float32 on accelerators."""
-        return self._cpu_dtype if self.device_.type == "cpu" else torch.float32
+        return working_dtype(self.device_, self._cpu_dtype)
 
     def _tensor(self, X):
         """Validated input rows as a tensor of the working dtype, normalised as fitted.
@@ -366,13 +392,14 @@ class TransferClusterMixin(ABC):
         labels : ndarray of shape (n_samples,)
         """
         X = self._fitted_input(X)
+        self._validate_transfer_options(kwargs)
         with self._rollback_on_error():
             self._check_params_vs_input(X, reset=False)
+            rng, torch_gen = make_generators(self.random_state, "cpu")
             with own_torch_rng(self.device_):
-                labels = self._transfer(X, **kwargs)
+                labels = self._transfer(X, rng=rng, torch_gen=torch_gen, **kwargs)
             self.labels_ = labels
-        # stacklevel: the user's call of the estimator's own transfer, which calls this one.
-        self._record_clusters(X, "transfer", stacklevel=5)
+        self._record_clusters(X, "transfer")
         return labels
 
     def predict(self, X):
@@ -480,12 +507,9 @@ class TransferClusterMixin(ABC):
             try:
                 resolve_device(device)
             except ValueError:
-                warnings.warn(
+                warn(
                     f"This model was fitted on {device} which is not available here; "
-                    "it was loaded on the CPU.",
-                    UserWarning,
-                    stacklevel=2,
-                )
+                    "it was loaded on the CPU.", UserWarning)
                 device = torch.device("cpu")
             state = {k: move_torch(v, device) for k, v in state.items()}
             state["device_"] = device
@@ -493,3 +517,39 @@ class TransferClusterMixin(ABC):
             super().__setstate__(state)
         else:
             self.__dict__.update(state)
+
+
+class WithinClusterScoreMixin:
+    """``score``: minus the within-cluster sum of squares of the partition ``predict`` gives.
+
+    For the estimators that partition the input space around centres
+    (SinkhornKMeans, TDCMCluster), listed before :class:`TransferClusterMixin`.
+    """
+
+    def score(self, X, y=None):
+        """Minus the within-cluster sum of squares of the partition :meth:`predict` gives ``X``.
+
+        ``-sum_k sum_{i: label_i = k} ||x_i - mean_k||^2`` in the input space
+        (``mean_k`` the mean of the rows of ``X`` labelled ``k``): the k-means
+        objective of the predicted labels. It depends on nothing but them, so
+        it compares clusterings across every parameter (``epsilon``, ``tau``,
+        cluster weights, embeddings) and across estimators (identical
+        partitions score the same), and ``GridSearchCV`` can choose parameters
+        with it; a training objective measured in a learned embedding cannot.
+        Higher is better and no labels are needed; like
+        :meth:`sklearn.cluster.KMeans.score` it is a sum over the samples.
+        Rows are labelled as :meth:`predict` labels them (no adaptation, no
+        transport problem solved), in row chunks: bounded memory, and the
+        fitted model is not changed.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : Ignored
+
+        Returns
+        -------
+        score : float
+        """
+        X = self._fitted_input(X)
+        return -within_cluster_sum_of_squares(X, self._labels(X), self.n_clusters)

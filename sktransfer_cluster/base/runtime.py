@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import copy
+import sys
+import warnings
 from contextlib import contextmanager
 
 import numpy as np
 import torch
 from sklearn.utils import check_random_state
 
-__all__ = ["resolve_device", "exact_dtype", "torch_threads", "own_torch_rng", "make_generators", "move_torch"]
+__all__ = [
+    "resolve_device",
+    "exact_dtype",
+    "torch_threads",
+    "own_torch_rng",
+    "make_generators",
+    "move_torch",
+    "warn",
+    "working_dtype",
+]
 
 
 def resolve_device(device):
@@ -137,3 +148,45 @@ def move_torch(obj, device):
 def exact_dtype(device):
     """float64, the dtype small problems are solved in, or float32 on MPS (it has no float64)."""
     return torch.float32 if torch.device(device).type == "mps" else torch.float64
+
+
+def working_dtype(device, cpu=torch.float64, accelerator=torch.float32):
+    """The float dtype to compute in on ``device``: ``cpu`` on the CPU, ``accelerator`` elsewhere.
+
+    The one device-to-dtype rule of the package (with :func:`exact_dtype`): on a CPU a
+    float64 pass over memory-bound arrays costs little more than a float32 one, while
+    accelerators run float32 many times faster (and MPS has no float64).
+
+    Examples
+    --------
+    >>> working_dtype("cpu"), working_dtype("cpu", cpu=torch.float32)
+    (torch.float64, torch.float32)
+    """
+    return cpu if torch.device(device).type == "cpu" else accelerator
+
+
+
+# Frames of these modules are skipped when a warning looks for the user's line: the package's
+# own, and contextlib's (a warning raised in a generator context manager passes through it).
+_INTERNAL = (__name__.split(".")[0], "contextlib")
+
+
+def warn(message, category=UserWarning):
+    """``warnings.warn`` attributed to the caller's line: the first frame outside this package.
+
+    Counting stack levels by hand breaks whenever a call moves between
+    modules; walking the stack cannot.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     warn("look here")
+    >>> str(caught[0].message)
+    'look here'
+    """
+    frame, level = sys._getframe(1), 2
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in _INTERNAL:
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)

@@ -11,7 +11,9 @@ from numbers import Integral
 import numpy as np
 import torch
 
-__all__ = ["minibatches", "TrainingRun", "LineProgress"]
+from .runtime import exact_dtype
+
+__all__ = ["minibatches", "TrainingRun", "TrainingCallback", "LineProgress"]
 
 
 def _snapshot(state):
@@ -49,6 +51,44 @@ def minibatches(order, batch_size):
         starts.pop()
     return [order[s:e] for s, e in zip(starts, starts[1:] + [n])]
 
+class TrainingCallback:
+    """What an estimator's ``callbacks`` may observe of its training (skorch's idea).
+
+    Pass any objects with some of these methods as ``Estimator(..., callbacks=[cb])``;
+    each is called with the :class:`TrainingRun` of the phase (``run.phase``,
+    ``run.n_epochs``, ``run.completed``, ``run.owner``). Subclassing this class is
+    optional: it only supplies methods that do nothing. Callbacks observe; they
+    change no result.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_blobs
+    >>> from sktransfer_cluster import TDCMCluster
+    >>> class Losses(TrainingCallback):
+    ...     def __init__(self):
+    ...         self.seen = []
+    ...     def on_epoch_end(self, run, values):
+    ...         self.seen.append((run.phase, round(values["loss"], 3)))
+    >>> X, _ = make_blobs(60, centers=3, random_state=0)
+    >>> cb = Losses()
+    >>> _ = TDCMCluster(3, max_epochs=2, random_state=0, callbacks=[cb]).fit(X)
+    >>> [phase for phase, _ in cb.seen]
+    ['fit', 'fit']
+    """
+
+    def on_phase_begin(self, run):
+        """A training phase starts (before its first epoch)."""
+
+    def on_epoch_end(self, run, values):
+        """An epoch (or step, for adversarial loops) ended; ``values`` holds ``"loss"`` and the extras."""
+
+    def on_record(self, run, record):
+        """A record ``{"phase", "epoch", "loss", ...}`` was appended to ``history_``."""
+
+    def on_phase_end(self, run):
+        """A training phase ended without an error."""
+
+
 class TrainingRun:
     """The mechanics of one training phase, shared by every estimator's loop.
 
@@ -58,16 +98,19 @@ class TrainingRun:
             for epoch in run.epochs():
                 for idx in run.batches(n, batch_size, torch_gen):
                     loss = ...
-                    run.check_finite(loss)        # before the optimiser step
-                    ...
-                run.end_epoch(mean_loss, reconstruction=...)
+                    run.step(optimizer, loss, weight=len(idx), reconstruction=rec)
+                run.end_epoch()               # the weighted means of the epoch's steps
 
+    :meth:`step` checks the minibatch loss is finite, then zeroes the
+    gradients, back-propagates and steps the optimiser, adding the loss and
+    any named terms to the epoch's totals on their device (no host transfer).
     :meth:`end_epoch` stops a diverging fit with a ``FloatingPointError`` that
     names the phase and the epoch, appends one record ``{"phase", "epoch",
-    "loss", **extras}`` to the estimator's ``history_``, moves the progress bar
-    and, when the estimator's ``keep_best`` is true, snapshots the parameters
-    that an interrupt falls back on. Loops with their own step logic (the
-    adversarial and CEM loops) use the same calls with one "epoch" per step.
+    "loss", **extras}`` to the estimator's ``history_``, moves the progress bar,
+    tells the estimator's ``callbacks`` (:class:`TrainingCallback`) and, when
+    the estimator's ``keep_best`` is true, snapshots the parameters that an
+    interrupt falls back on. Loops with their own step logic (the adversarial
+    and CEM loops) use the same calls with one "epoch" per step.
     """
 
     def __init__(self, owner, phase, n_epochs, state, select, bar, unit="epoch", hint=None):
@@ -86,6 +129,16 @@ class TrainingRun:
         self.best_epoch = None
         self.best_loss = math.inf
         self._saved = None
+        self.callbacks = tuple(getattr(owner, "callbacks", None) or ())
+        self._totals = {}
+        self._weight = 0.0
+
+    def notify(self, hook, *args):
+        """Call ``hook`` (a :class:`TrainingCallback` method name) on every callback that has it."""
+        for callback in self.callbacks:
+            method = getattr(callback, hook, None)
+            if method is not None:
+                method(self, *args)
 
     @property
     def stopped(self):
@@ -119,11 +172,47 @@ class TrainingRun:
         if not bool(torch.isfinite(loss).all()):
             self._fail(f"loss became {float(loss.reshape(-1)[0])}", self.completed)
 
-    def end_epoch(self, loss, *, log=True, **extras):
+    def step(self, optimizer, loss, *, weight=1.0, check=True, **terms):
+        """One optimiser step on a minibatch ``loss``; returns it detached.
+
+        Checks that ``loss`` is finite (unless ``check=False``, for loops that
+        check their own monitored values once per step), zeroes the gradients,
+        back-propagates and steps ``optimizer``. ``loss * weight`` and each of
+        ``terms`` (tensors, also times ``weight``) are added to the epoch's
+        totals on their device; :meth:`end_epoch` without a loss closes the
+        epoch with their weighted means. ``weight=None`` keeps no totals (loops
+        that monitor their own values).
+        """
+        if check:
+            self.check_finite(loss)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        loss = loss.detach()
+        if weight is None:
+            return loss
+        for name, value in (("loss", loss), *terms.items()):
+            # float64 totals: a float32 sum over many minibatches would drift in its last digits.
+            value = value.detach().to(exact_dtype(value.device)) * weight
+            self._totals[name] = value if name not in self._totals else self._totals[name] + value
+        self._weight += weight
+        return loss
+
+    def _epoch_means(self):
+        """The weighted means of the epoch's :meth:`step` totals (one host transfer); resets them."""
+        if not self._totals:
+            raise RuntimeError("end_epoch() without a loss needs at least one step() in the epoch.")
+        names = list(self._totals)
+        means = torch.stack([self._totals[k].to(torch.float64).reshape(()) for k in names]).cpu() / self._weight
+        return dict(zip(names, means.tolist()))
+
+    def end_epoch(self, loss=None, *, log=True, **extras):
         """Close an epoch whose (mean) training loss is ``loss``.
 
         ``extras`` are other monitored quantities: they are checked like
         ``loss``, shown on the progress bar and stored in the history record.
+        Without ``loss``, the loss and the terms of the epoch's :meth:`step`
+        calls are their weighted means (``extras`` may add more).
         ``log=False`` skips the record (for loops that log an aggregate with
         :meth:`record` every few steps).
 
@@ -132,6 +221,10 @@ class TrainingRun:
         FloatingPointError
             If ``loss`` or an ``extras`` value is NaN or infinite.
         """
+        if loss is None:
+            means = self._epoch_means()
+            loss, extras = means.pop("loss"), {**means, **extras}
+        self._totals, self._weight = {}, 0.0
         values = {"loss": float(loss), **{k: _plain(v) for k, v in extras.items()}}
         epoch = self.completed
         bad = {k: v for k, v in values.items() if isinstance(v, float) and not math.isfinite(v)}
@@ -141,6 +234,7 @@ class TrainingRun:
         self.owner._tick(self.bar, **{k: v for k, v in values.items() if isinstance(v, float)})
         if log:
             self.record(epoch=epoch, **values)
+        self.notify("on_epoch_end", values)
         if not getattr(self.owner, "keep_best", False):
             return
         if self.select == "last" or values["loss"] < self.best_loss:
@@ -150,9 +244,9 @@ class TrainingRun:
 
     def record(self, *, epoch, loss, **extras):
         """Append ``{"phase", "epoch", "loss", **extras}`` to the owner's ``history_``."""
-        self.owner.history_.append(
-            {"phase": self.phase, "epoch": int(epoch), "loss": float(loss), **{k: _plain(v) for k, v in extras.items()}}
-        )
+        entry = {"phase": self.phase, "epoch": int(epoch), "loss": float(loss), **{k: _plain(v) for k, v in extras.items()}}
+        self.owner.history_.append(entry)
+        self.notify("on_record", entry)
 
     def restore_best(self):
         if self._saved is not None:

@@ -26,7 +26,6 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_consistent_length, column_or_1d
 
 from ...base import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_widths, compact_labels
-from ...base import make_generators
 from .graph import (
     cem_clustering,
     corrupt_labels,
@@ -211,6 +210,11 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         On a ``KeyboardInterrupt`` during training, keep the critic of the last
         finished epoch (adversarial losses do not rank critics) and complete
         ``fit`` with a warning; False: the estimator is left as before the call.
+    callbacks : list of objects, default=None
+        Observers of training (:class:`~sktransfer_cluster.base.TrainingCallback`):
+        each method they define (``on_phase_begin``, ``on_epoch_end``,
+        ``on_record``, ``on_phase_end``) is called during every training
+        phase. They change no result.
     device : str or torch.device, default="auto"
     random_state : int, RandomState instance or None, default=None
         Seeds local generators only; equal values give identical results on CPU.
@@ -350,6 +354,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         standardize=True,
         max_cem_samples="auto",
         keep_best=False,
+        callbacks=None,
         device="auto",
         random_state=None,
         verbose=0,
@@ -383,6 +388,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.standardize = standardize
         self.max_cem_samples = max_cem_samples
         self.keep_best = keep_best
+        self.callbacks = callbacks
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
@@ -487,10 +493,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         loss, real_score, fake_score = wgan_critic_loss(
             critic, Xs, real, fake, gp_weight=gp_weight, generator=torch_gen, **graph
         )
-        run.check_finite(loss.detach())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        run.step(opt, loss)
         if self.lipschitz == "clip":
             with torch.no_grad():
                 for p in critic.head.parameters():
@@ -558,9 +561,8 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         """
         return super().transfer(X)
 
-    def _transfer(self, X):
+    def _transfer(self, X, *, rng, torch_gen):
         """Cluster the unlabelled target ``X`` by maximising the learned metric with CEM."""
-        rng, torch_gen = make_generators(self.random_state, "cpu")
         labels, n_iter = self._cluster(X, rng, torch_gen)
         self.n_iter_ = int(n_iter)
         return labels

@@ -28,7 +28,6 @@ from ...base import (
     check_image_shape,
     chunked,
     compact_labels,
-    make_generators,
     minibatches,
 )
 from ...metrics import n_dominant_clusters
@@ -140,6 +139,11 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         After a ``KeyboardInterrupt``, True keeps the network being trained at
         its lowest-loss epoch, skips later phases and completes with a warning
         (needs one finished epoch); False restores the estimator.
+    callbacks : list of objects, default=None
+        Observers of training (:class:`~sktransfer_cluster.base.TrainingCallback`):
+        each method they define (``on_phase_begin``, ``on_epoch_end``,
+        ``on_record``, ``on_phase_end``) is called during every training
+        phase. They change no result.
     device : str or torch.device, default="auto"
         ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``.
     random_state : int, RandomState instance or None, default=None
@@ -231,6 +235,12 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         **COMMON_PARAMETER_CONSTRAINTS,
     }
 
+    _transfer_parameter_constraints = {
+        "source": "no_validation",  # checked by _validate_source, which knows the fitted model
+        "epochs": [Interval(Integral, 1, None, closed="left"), None],
+        "adapt_bn": ["boolean", None],
+    }
+
     def __init__(
         self,
         n_clusters=10,
@@ -257,6 +267,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         similar_neighbors="auto",
         balance_weight="auto",
         keep_best=False,
+        callbacks=None,
         device="auto",
         random_state=None,
         verbose=0,
@@ -284,6 +295,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.similar_neighbors = similar_neighbors
         self.balance_weight = balance_weight
         self.keep_best = keep_best
+        self.callbacks = callbacks
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
@@ -331,15 +343,6 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         g = getattr(self, "target_similarity_net_", None)
         return self.similarity_net_ if g is None else g
 
-    @staticmethod
-    def _step(run, opt, loss):
-        """One optimiser step on a finite minibatch ``loss``; its value."""
-        run.check_finite(loss.detach())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss.item()
-
     def _train_similarity(self, Xt, codes, n_classes, rng, torch_gen):
         """Cross-entropy on all same/different pairs of class-balanced minibatches."""
         n, d = Xt.shape
@@ -354,15 +357,13 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         # G alone clusters nothing: an interrupt here is rolled back even with keep_best.
         with self._training("similarity", self.similarity_epochs, state=[g], keeps_model=False) as run:
             for _ in run.epochs():
-                losses = []
                 for _ in range(iters):
                     idx = pairs.class_balanced_batch(class_index, self.batch_size, per_batch, rng)
                     idx_t = torch.as_tensor(idx, device=self.device_)
                     target = pairs.same_class_pairs(codes_t[idx_t])
                     logits = g(Xt[idx_t]).reshape(-1, 2)
-                    loss = F.cross_entropy(logits, target, weight=self._pair_class_weight(target))
-                    losses.append(self._step(run, opt, loss))
-                run.end_epoch(sum(losses) / iters)
+                    run.step(opt, F.cross_entropy(logits, target, weight=self._pair_class_weight(target)))
+                run.end_epoch()
         g.eval()
         return g
 
@@ -422,11 +423,9 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         f.train()
         with self._training(phase, epochs, state=[f]) as run:
             for _ in run.epochs():
-                losses = []
                 for idx in run.batches(n, self.batch_size, torch_gen, self.device_):
-                    loss = self._batch_loss(f, Xt[idx], idx, g, knn, source, rng, feats)
-                    losses.append(self._step(run, opt, loss))
-                run.end_epoch(sum(losses) / len(losses), init=init)
+                    run.step(opt, self._batch_loss(f, Xt[idx], idx, g, knn, source, rng, feats))
+                run.end_epoch(init=init)
         # Exact batch-norm statistics of f on the data it clusters (deterministic order).
         return pairs.reestimate_batchnorm(f, [Xt[i] for i in self._row_batches(n)])
 
@@ -516,7 +515,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         """
         return super().transfer(X, source=source, epochs=epochs, adapt_bn=adapt_bn)
 
-    def _transfer(self, X, source=None, epochs=None, adapt_bn=None):
+    def _transfer(self, X, *, rng, torch_gen, source=None, epochs=None, adapt_bn=None):
         """Train the clustering network on the unlabelled target (validated ``X``), driven by ``G``.
 
         ``source=(X_source, y_source)``: CCN+, labelled source rows in every
@@ -526,10 +525,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         statistics on the target) to the parameter.
         """
         epochs = self.clustering_epochs if epochs is None else int(epochs)
-        if epochs < 1:
-            raise ValueError(f"epochs must be >= 1, got {epochs}.")
         adapt_bn = self.adapt_bn if adapt_bn is None else bool(adapt_bn)
-        rng, torch_gen = make_generators(self.random_state, "cpu")
         Xt = self._tensor(X)
         src = None if source is None else self._validate_source(source)
         g = self.similarity_net_

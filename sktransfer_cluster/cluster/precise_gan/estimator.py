@@ -26,6 +26,7 @@ what was measured, with which command, is in ``docs/notes/precise_gan.md``.
 
 from __future__ import annotations
 
+import functools
 from numbers import Integral, Real
 
 import numpy as np
@@ -36,7 +37,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
 from ...base import (COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_image_shape, chunked,
-                    compact_labels, fold_affine, input_affine, make_generators, torch_threads)
+                    compact_labels, make_generators)
 from .networks import (build_networks, classifier_step, critic_step, default_eta_step,
                    draw_ids, eta_schedule, generator_step, latent, mean_entropy, set_requires_grad)
 
@@ -161,6 +162,11 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         estimator as it was before the call. True: training stops, the three
         networks of the last finished generator step are kept (adversarial
         losses do not rank models) and the call completes with a warning.
+    callbacks : list of objects, default=None
+        Observers of training (:class:`~sktransfer_cluster.base.TrainingCallback`):
+        each method they define (``on_phase_begin``, ``on_epoch_end``,
+        ``on_record``, ``on_phase_end``) is called during every training
+        phase. They change no result.
     device : str or torch.device, default="auto"
         ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``.
     random_state : int, RandomState instance or None, default=None
@@ -289,6 +295,8 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         **COMMON_PARAMETER_CONSTRAINTS,
     }
 
+    _transfer_parameter_constraints = {"transfer_iter": [Interval(Integral, 1, None, closed="left"), None]}
+
     def __init__(
         self,
         n_clusters=8,
@@ -314,6 +322,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         transfer_iter=None,
         log_every=None,
         keep_best=False,
+        callbacks=None,
         device="auto",
         random_state=None,
         verbose=0,
@@ -340,6 +349,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.transfer_iter = transfer_iter
         self.log_every = log_every
         self.keep_best = keep_best
+        self.callbacks = callbacks
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
@@ -367,16 +377,22 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             check_image_shape(self.image_shape, X.shape[1])
 
     # ----------------------------------------------------------------- helpers
-    def _prep(self, X):
-        """Standardised torch tensor of (validated, numpy) rows ``X``.
+    @property
+    def _input_normalization(self):
+        # The house's one normalisation (base.input_affine, applied by _tensor in float64).
+        return "affine" if self.standardize else None
 
-        Centred and scaled in float64 before the cast to the networks' float32,
-        so large magnitudes and offsets do not lose the data's spread.
-        """
-        return self._tensor((np.asarray(X, dtype=np.float64) - self._shift) / self._scale)
+    def _prep(self, X):
+        """Standardised torch tensor of (validated, numpy) rows ``X`` (:meth:`_tensor`)."""
+        return self._tensor(X)
 
     def _unprep(self, Xt):
-        return Xt.cpu().numpy().astype(np.float64) * self._scale + self._shift
+        """Rows of the standardised space mapped back to the input's units, in float64."""
+        X = Xt.cpu().numpy().astype(np.float64)
+        if self._input_affine is None:
+            return X
+        shift, scale = self._input_affine
+        return X * scale + shift
 
     def _latent(self, ids, torch_gen, zero_noise=False):
         return latent(ids, self.n_clusters, self.noise_dim, torch_gen, dtype=self._dtype(),
@@ -419,6 +435,8 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             phase, n_steps, state=[G, D, C], select="last", unit="generator step",
             hint="lower learning_rate (or eta / gp_weight)",
         ) as run:
+            # Each update is the run's step; the losses are checked once per generator step below.
+            update = functools.partial(run.step, check=False, weight=None)
             for t in run.epochs():
                 eta_t = float(eta_schedule(t, self.eta, self.eta_gamma, eta_step))
                 zero = Xt.new_zeros(())
@@ -435,17 +453,17 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
                 for i in range(self.n_critic):
                     sl = slice(i * bs, (i + 1) * bs)
                     real = Xt[rows[sl]]
-                    loss_d, w_est, gp = critic_step(D, opt_d, real, fake_d[sl], self.gp_weight, eps=eps[sl])
+                    loss_d, w_est, gp = critic_step(D, opt_d, real, fake_d[sl], self.gp_weight, eps=eps[sl], update=update)
                     s_d, s_w, s_gp = s_d + loss_d, s_w + w_est, s_gp + gp
                 set_requires_grad(C, True)
                 s_c, s_acc = zero, zero
                 for i in range(ncl):
                     sl = slice(i * bs, (i + 1) * bs)
-                    loss_c, acc = classifier_step(C, opt_c, fake_c[sl], ids_c[sl])
+                    loss_c, acc = classifier_step(C, opt_c, fake_c[sl], ids_c[sl], update=update)
                     s_c, s_acc = s_c + loss_c, s_acc + acc
                 set_requires_grad(D, False)
                 set_requires_grad(C, False)
-                loss_g = generator_step(D, C, opt_g, *self._fake(bs, torch_gen), eta_t)
+                loss_g = generator_step(D, C, opt_g, *self._fake(bs, torch_gen), eta_t, update=update)
                 # One transfer to the host per generator step: these means and the generator loss.
                 vals = torch.stack([s_d / nc, s_w / nc, s_gp / nc, s_c / ncl, s_acc / ncl, loss_g])
                 vals = vals.cpu().numpy()
@@ -485,8 +503,6 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             w = np.asarray(self.cluster_weights, dtype=np.float64).ravel()
             self.weights_ = w / w.sum()
         self._betas = tuple(float(b) for b in self.betas)
-        shift, scale = input_affine(X) if self.standardize else (np.zeros(X.shape[1]), 1.0)
-        self._shift, self._scale = np.asarray(shift, dtype=np.float64), float(scale)
         nets = build_networks(
             X.shape[1], k, self.noise_dim, architecture=self.architecture, hidden_dims=self.hidden_dims,
             image_shape=self.image_shape, conv_channels=self.conv_channels, classifier=self._classifier_kind(X),
@@ -530,7 +546,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         """
         return super().transfer(X, transfer_iter=transfer_iter)
 
-    def _transfer(self, X, transfer_iter=None):
+    def _transfer(self, X, *, rng, torch_gen, transfer_iter=None):
         """Fine-tune ``D``, ``C`` and ``G`` from their current weights on the target ``X``, then re-fit a linear ``C``.
 
         ``transfer_iter`` generator steps; None is the ``transfer_iter``
@@ -538,13 +554,9 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         """
         if transfer_iter is None:
             transfer_iter = self.transfer_iter if self.transfer_iter is not None else max(1, self.n_iter // 4)
-        if isinstance(transfer_iter, bool) or not isinstance(transfer_iter, Integral) or transfer_iter < 1:
-            raise ValueError(f"transfer_iter must be an int >= 1, got {transfer_iter!r}.")
-        _, torch_gen = make_generators(self.random_state, "cpu")
         Xt = self._prep(X)
-        with torch_threads(self.device_, 1):  # the re-fit of C runs outside _training
-            self._train(Xt, int(transfer_iter), torch_gen, "transfer")
-            self._refit_classifier(self.n_classifier * int(transfer_iter), torch_gen)
+        self._train(Xt, int(transfer_iter), torch_gen, "transfer")
+        self._refit_classifier(self.n_classifier * int(transfer_iter), torch_gen)
         return self._assign(Xt)
 
     def _refit_classifier(self, n_steps, torch_gen):
@@ -570,11 +582,13 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             C.bias.zero_()
         lr = 1.0 / (1.0 + float(fake.reshape(bs, -1).pow(2).sum(1).mean()))
         opt = torch.optim.SGD(C.parameters(), lr=lr)
-        for step in range(n_steps):
-            if step:
-                with torch.no_grad():
-                    fake, ids = self._fake(bs, torch_gen)
-            classifier_step(C, opt, fake, ids)
+        with self._training("classifier re-fit", n_steps, state=[C], select="last", unit="step") as run:
+            for step in run.epochs():
+                if step:
+                    with torch.no_grad():
+                        fake, ids = self._fake(bs, torch_gen)
+                loss, _ = classifier_step(C, opt, fake, ids, update=functools.partial(run.step, check=False, weight=None))
+                run.end_epoch(loss, log=step == n_steps - 1)
 
     def _log_proba(self, X):
         """Log-posterior over the used ids (the labels), rows of standardised ``X``."""
@@ -587,8 +601,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         # A linear C (softmax regression) labels by the argmax of its logits.
         if not isinstance(self.classifier_, torch.nn.Linear):
             return None
-        W = self.classifier_.weight.detach().T[:, self._used]
-        return fold_affine(W, self.classifier_.bias.detach()[self._used], self._shift, self._scale)
+        return self.classifier_.weight.detach().T[:, self._used], self.classifier_.bias.detach()[self._used]
 
     def predict_proba(self, X):
         """Posterior ``q(label | x)`` of the classifier ``C``, over the labels.

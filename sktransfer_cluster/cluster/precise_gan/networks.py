@@ -121,13 +121,14 @@ def latent(ids, n_clusters, noise_dim, generator=None, *, dtype, zero_noise=Fals
     return torch.cat([onehot, z], dim=1)
 
 
-def _update(optimizer, loss):
+def plain_update(optimizer, loss):
+    """zero_grad, backward, step: the update of a step function called outside a training run."""
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
 
 
-def critic_step(critic, optimizer, real, fake, gp_weight, generator=None, eps=None):
+def critic_step(critic, optimizer, real, fake, gp_weight, generator=None, eps=None, update=plain_update):
     """One WGAN-GP update of the critic (Alg. 1, lines 2-11).
 
     Minimises ``E[D(fake)] - E[D(real)] + gp_weight * E[(||grad D(x_hat)|| - 1)^2]``
@@ -135,6 +136,9 @@ def critic_step(critic, optimizer, real, fake, gp_weight, generator=None, eps=No
     (drawn from ``generator`` unless given). The critic sees the real, the
     generated and the interpolated rows in one forward pass (it has no
     cross-row layers), which saves two passes of a latency-bound step.
+
+    ``update(optimizer, loss)`` applies the step (in a fit: the phase's
+    :meth:`~sktransfer_cluster.base.TrainingRun.step`); likewise below.
 
     Returns
     -------
@@ -153,29 +157,29 @@ def critic_step(critic, optimizer, real, fake, gp_weight, generator=None, eps=No
     (grad,) = torch.autograd.grad(out[2 * n:].sum(), x_hat, create_graph=True)
     penalty = gp_weight * ((grad.reshape(n, -1).norm(2, dim=1) - 1.0) ** 2).mean()
     loss = penalty - wasserstein
-    _update(optimizer, loss)
+    update(optimizer, loss)
     return loss.detach(), wasserstein.detach(), penalty.detach()
 
 
-def classifier_step(classifier, optimizer, fake, ids):
+def classifier_step(classifier, optimizer, fake, ids, update=plain_update):
     """One cross-entropy update of ``C`` on generated samples labelled by their ids (lines 12-20).
 
     Returns the detached loss and the accuracy of ``C`` on ``fake``, before the update.
     """
     logits = classifier(fake)
     loss = F.cross_entropy(logits, ids)
-    _update(optimizer, loss)
+    update(optimizer, loss)
     return loss.detach(), (logits.detach().argmax(1) == ids).to(fake.dtype).mean()
 
 
-def generator_step(critic, classifier, optimizer, fake, ids, eta):
+def generator_step(critic, classifier, optimizer, fake, ids, eta, update=plain_update):
     """One update of ``G`` on ``-E[D(G(y, z))] + eta * CE(C(G(y, z)), y)`` (lines 21-29).
 
     ``fake = G(y, z)`` must carry the generator's graph; ``D`` and ``C`` should
     not require gradients. Returns the detached loss, before the update.
     """
     loss = -critic(fake).mean() + eta * F.cross_entropy(classifier(fake), ids)
-    _update(optimizer, loss)
+    update(optimizer, loss)
     return loss.detach()
 
 

@@ -11,7 +11,6 @@ the defaults: ``docs/notes/sinkhorn_kmeans.md``.
 
 from __future__ import annotations
 
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -25,12 +24,13 @@ from . import lloyd
 from ...base import (
     COMMON_PARAMETER_CONSTRAINTS,
     TransferClusterMixin,
+    WithinClusterScoreMixin,
     check_image_shape,
     check_widths,
     chunked,
-    make_generators,
+    warn,
+    working_dtype,
 )
-from ...metrics import within_cluster_sum_of_squares
 from .objective import nearest_centre, ot_clustering_loss, squared_distances
 from ...nn import image_channels_shape, init_module
 from .networks import AutoEncoder, ConvAutoEncoder
@@ -65,7 +65,7 @@ _CHECK_TOL = 1e-3
 _CHECK_MAX_ITER = 10 * lloyd.SINKHORN_MAX_ITER
 
 
-class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNamePrefixFeaturesOutMixin, BaseEstimator):
+class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNamePrefixFeaturesOutMixin, BaseEstimator):
     """K-means as entropic optimal transport with a cluster-size prior.
 
     Each iteration solves ``min_P <P, C> + eps KL(P | a w^T)`` with
@@ -136,6 +136,11 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         the estimator as it was before the call. True: fitting stops, the
         autoencoder and centres of the epoch with the lowest loss so far are
         kept and ``fit`` completes with a warning (needs one finished epoch).
+    callbacks : list of objects, default=None
+        Observers of training (:class:`~sktransfer_cluster.base.TrainingCallback`):
+        each method they define (``on_phase_begin``, ``on_epoch_end``,
+        ``on_record``, ``on_phase_end``) is called during every training
+        phase. They change no result.
     device : str or torch.device, default="auto"
         ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``.
     random_state : int, RandomState instance or None, default=None
@@ -220,6 +225,8 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         # The autoencoder is matmul-bound (float32 twice as fast); plain OT k-means keeps float64.
         return torch.float64 if self.embedding is None else torch.float32
 
+    _transfer_parameter_constraints = {"fine_tune_epochs": [Interval(Integral, 0, None, closed="left")]}
+
     def __init__(
         self,
         n_clusters=8,
@@ -237,6 +244,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         max_iter=100,
         tol=1e-4,
         keep_best=False,
+        callbacks=None,
         device="auto",
         random_state=None,
         verbose=0,
@@ -255,6 +263,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         self.max_iter = max_iter
         self.tol = tol
         self.keep_best = keep_best
+        self.callbacks = callbacks
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
@@ -295,27 +304,16 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
             return AutoEncoder(n_features, list(dims))
         return ConvAutoEncoder(n_features, self._check_image_shape(n_features), dims[:-1], dims[-1])
 
-    @staticmethod
-    def _check_fine_tune_epochs(value):
-        if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
-            raise ValueError(
-                f"fine_tune_epochs must be a non-negative int (0 skips fine-tuning), got {value!r}."
-            )
-        return int(value)
-
-    def _warn_not_converged(self, res, what, tol, max_iter, stacklevel):
+    def _warn_not_converged(self, res, what, tol, max_iter):
         """A ConvergenceWarning when the Sinkhorn solve ``res`` behind ``what`` did not converge."""
         if bool(res.converged):
             return
-        warnings.warn(
+        warn(
             f"{type(self).__name__}: the transport solve did not converge for {what} (marginal error "
             f"{res.err:.3g} > tol {tol:g} after {res.n_iter} of at most {max_iter} iterations); "
             f"the result may be inaccurate. Raise epsilon (now {self.epsilon:g}): a small epsilon, "
             "or a size prior far from the data's cluster sizes, needs more iterations than the "
-            "solver's cap.",
-            ConvergenceWarning,
-            stacklevel=stacklevel,
-        )
+            "solver's cap.", ConvergenceWarning)
 
     # ----------------------------------------------------------------- helpers
     def _proportions(self):
@@ -354,7 +352,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         whatever ``Z``'s dtype (the autoencoder's codes are float32): its marginals
         and Newton systems need it, and the codes are narrow.
         """
-        work = torch.float64 if Z.device.type == "cpu" else Z.dtype
+        work = working_dtype(Z.device, accelerator=Z.dtype)
         with self._progress(1, f"OT-Lloyd ({init_centers.shape[0]} start(s))") as bar:
             cost, centers, reg, n_iter, check = lloyd.ot_lloyd_best(
                 Z.to(work), init_centers.to(work), self.epsilon, self._log_weights(), self.max_iter,
@@ -362,8 +360,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
             )
             centers = centers.to(Z.dtype)
             self._tick(bar, cost=float(cost), iterations=float(n_iter))
-        # stacklevel 5: the user's call of fit/transfer (> _fit/_transfer > _lloyd > here).
-        self._warn_not_converged(check, what, _CHECK_TOL, _CHECK_MAX_ITER, stacklevel=5)
+        self._warn_not_converged(check, what, _CHECK_TOL, _CHECK_MAX_ITER)
         return cost, centers, reg, n_iter
 
     def _kmeanspp(self, Z, n_init, rng):
@@ -389,29 +386,18 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         n = Xt.shape[0]
         with self._training(phase, epochs, state=[ae] if recon_only else [ae, centers]) as run:
             for _ in run.epochs():
-                # Totals stay on the device: one host sync per epoch, not per minibatch.
-                tot_rec = tot_ot = 0.0
                 for idx in run.batches(n, self.batch_size, torch_gen, Xt.device):
                     xb = Xt[idx]
                     z, rec = ae(xb)
                     loss_rec = ((rec - xb) ** 2).sum(1).mean()
-                    loss = loss_rec
-                    if not recon_only:
-                        with torch.no_grad():
-                            reg = lloyd.relative_reg(squared_distances(z, centers), self.epsilon)
-                        loss_ot, _ = ot_clustering_loss(z, centers, reg, log_w)
-                        loss = loss + loss_ot
-                        tot_ot = tot_ot + loss_ot.detach() * xb.shape[0]
-                    run.check_finite(loss)
-                    opt.zero_grad()
-                    loss.backward()
-                    opt.step()
-                    tot_rec = tot_rec + loss_rec.detach() * xb.shape[0]
-                rec_mean, ot_mean = float(tot_rec) / n, float(tot_ot) / n
-                if recon_only:
-                    run.end_epoch(rec_mean, reconstruction=rec_mean)
-                else:
-                    run.end_epoch(rec_mean + ot_mean, reconstruction=rec_mean, ot=ot_mean)
+                    if recon_only:
+                        run.step(opt, loss_rec, weight=xb.shape[0], reconstruction=loss_rec)
+                        continue
+                    with torch.no_grad():
+                        reg = lloyd.relative_reg(squared_distances(z, centers), self.epsilon)
+                    loss_ot, _ = ot_clustering_loss(z, centers, reg, log_w)
+                    run.step(opt, loss_rec + loss_ot, weight=xb.shape[0], reconstruction=loss_rec, ot=loss_ot)
+                run.end_epoch()
         return (None if recon_only else centers.detach()), run.completed
 
     def _finish(self, Z, centers, reg, n_iter):
@@ -482,7 +468,7 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
         """
         return super().transfer(X, fine_tune_epochs=fine_tune_epochs)
 
-    def _transfer(self, X, fine_tune_epochs=0):
+    def _transfer(self, X, *, rng, torch_gen, fine_tune_epochs=0):
         """Warm-start OT k-means on the target from the source centres (and embedding).
 
         Parameters
@@ -491,12 +477,9 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
             Validated target data.
         fine_tune_epochs : int, default=0
             With an embedding: joint reconstruction + OT epochs on the target
-            before the final OT-Lloyd (ignored without an embedding). A
-            negative or non-integer value raises ``ValueError``.
+            before the final OT-Lloyd (ignored without an embedding).
         """
-        fine_tune_epochs = self._check_fine_tune_epochs(fine_tune_epochs)
         Xt = self._tensor(X)
-        rng, torch_gen = make_generators(self.random_state, "cpu")
         centers = self._centers
         if self.autoencoder_ is not None and fine_tune_epochs > 0:
             self.autoencoder_.train()
@@ -559,39 +542,12 @@ class SinkhornKMeans(TransferClusterMixin, ClusterMixin, TransformerMixin, Class
             M = self._chunked_costs(X).div_(self.reg_)
             log_w = self._log_weights()
             res = semi_dual_newton(M, log_w, max_iter=_PLAN_MAX_ITER, tol=_PLAN_TOL)
-            # stacklevel 3: the user's call (> transport_plan > _warn_not_converged).
-            self._warn_not_converged(res, "transport_plan", _PLAN_TOL, _PLAN_MAX_ITER, stacklevel=3)
+            self._warn_not_converged(res, "transport_plan", _PLAN_TOL, _PLAN_MAX_ITER)
             return plan_from_potentials(M, res.f, res.g, 1.0, None, log_w).cpu().numpy()
 
     def _chunked_costs(self, X):
         """Squared distances (n, n_clusters) of the rows of ``X`` to the centres, chunk by chunk."""
         return chunked(lambda xc: squared_distances(self._embed(xc), self._centers), X)
-
-    def score(self, X, y=None):
-        """Minus the within-cluster sum of squares of the partition :meth:`predict` gives ``X``.
-
-        ``-sum_k sum_{i: label_i = k} ||x_i - mean_k||^2`` in the input space
-        (``mean_k`` the mean of the rows of ``X`` labelled ``k``): the k-means
-        objective of the predicted labels, which depends on nothing but them,
-        so it compares clusterings across ``epsilon``, ``cluster_weights``,
-        embeddings and estimators (identical partitions score the same), and
-        ``GridSearchCV`` can choose ``epsilon`` with it. Higher is better and
-        no labels are needed; like :meth:`sklearn.cluster.KMeans.score` it is a
-        sum over the samples. No transport problem is solved: memory is bounded
-        as in :meth:`predict` (row chunks) and the cost is a predict plus two
-        passes over ``X``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : Ignored
-
-        Returns
-        -------
-        score : float
-        """
-        X = self._fitted_input(X)
-        return -within_cluster_sum_of_squares(X, self._labels(X), self.n_clusters)
 
     @property
     def _n_features_out(self):

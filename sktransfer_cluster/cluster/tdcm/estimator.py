@@ -27,13 +27,16 @@ from .blocks import CentroidUpdateBlock
 from ...base import (
     COMMON_PARAMETER_CONSTRAINTS,
     TransferClusterMixin,
+    WithinClusterScoreMixin,
     chunked,
     compact_labels,
     make_generators,
 )
-from ...metrics import within_cluster_sum_of_squares
 
 __all__ = ["TDCMCluster", "PAPER_PARAMS"]
+
+# The terms of model.objective after the loss, as history_ names them.
+_TERMS = ("clustering", "entropy", "orthogonality", "isometry")
 
 #: The paper's synthetic-data model (3-layer MLP encoder, 500 epochs, forward-pass
 #: transfer, no neighbour smoothing): ``TDCMCluster(K, **PAPER_PARAMS)``. Its real-data
@@ -51,7 +54,7 @@ PAPER_PARAMS = {
 }
 
 
-class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNamePrefixFeaturesOutMixin, BaseEstimator):
+class TDCMCluster(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNamePrefixFeaturesOutMixin, BaseEstimator):
     """Transferable Deep Clustering Model: an encoder plus learnable centroid-updating blocks.
 
     An encoder (linear by default, an MLP with ``hidden_dims``) embeds the
@@ -156,6 +159,11 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         After a ``KeyboardInterrupt`` in training, True keeps the encoder and
         blocks of the lowest-loss epoch so far and completes with a warning
         (needs one finished epoch); False restores the estimator.
+    callbacks : list of objects, default=None
+        Observers of training (:class:`~sktransfer_cluster.base.TrainingCallback`):
+        each method they define (``on_phase_begin``, ``on_epoch_end``,
+        ``on_record``, ``on_phase_end``) is called during every training
+        phase. They change no result.
     device : str or torch.device, default="auto"
         ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``.
     random_state : int, RandomState instance or None, default=None
@@ -264,6 +272,8 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         **COMMON_PARAMETER_CONSTRAINTS,
     }
 
+    _transfer_parameter_constraints = {"fine_tune_epochs": [Interval(Integral, 0, None, closed="left")]}
+
     def __init__(
         self,
         n_clusters=8,
@@ -289,6 +299,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         learning_rate=5e-3,
         weight_decay=5e-4,
         keep_best=False,
+        callbacks=None,
         device="auto",
         random_state=None,
         verbose=0,
@@ -315,6 +326,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         self.learning_rate = learning_rate
         self.weight_decay = weight_decay
         self.keep_best = keep_best
+        self.callbacks = callbacks
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
@@ -374,16 +386,10 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         self.encoder_.train()
         with self._training(phase, epochs, state=[self.encoder_, self.blocks_]) as run:
             for _ in run.epochs():
-                sums = np.zeros(5)
                 for idx in run.batches(n, self.batch_size, torch_gen, Xt.device):
-                    terms = model.objective(self.encoder_(Xt[idx]), *self._objective_args())
-                    run.check_finite(terms[0].detach())
-                    opt.zero_grad()
-                    terms[0].backward()
-                    opt.step()
-                    sums += np.array([float(t.detach()) for t in terms]) * idx.shape[0]
-                loss, clust, negent, ortho, iso = sums / n
-                run.end_epoch(loss, clustering=clust, entropy=negent, orthogonality=ortho, isometry=iso)
+                    loss, *terms = model.objective(self.encoder_(Xt[idx]), *self._objective_args())
+                    run.step(opt, loss, weight=idx.shape[0], **dict(zip(_TERMS, terms)))
+                run.end_epoch()
         self.encoder_.eval()
         return run.completed
 
@@ -508,7 +514,7 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         """
         return super().transfer(X, fine_tune_epochs=fine_tune_epochs)
 
-    def _transfer(self, X, fine_tune_epochs=0):
+    def _transfer(self, X, *, rng, torch_gen, fine_tune_epochs=0):
         """Adapt the centroids to the target by a forward pass of the blocks.
 
         Parameters
@@ -520,13 +526,9 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
             target before the forward pass; 0 is the paper's pure forward-pass
             transfer.
         """
-        is_int = isinstance(fine_tune_epochs, Integral) and not isinstance(fine_tune_epochs, bool)
-        if not is_int or fine_tune_epochs < 0:
-            raise ValueError(f"fine_tune_epochs must be an int >= 0, got {fine_tune_epochs!r}.")
         X = self._smoothed(X, self._input_projection())
         if fine_tune_epochs > 0:
             self._check_norm_samples(X.shape[0], "fine-tuning")
-            _, torch_gen = make_generators(self.random_state, "cpu")
             self._train(self._tensor(X), int(fine_tune_epochs), torch_gen, "transfer")
             self._set_norm_stats(X)
         return self._adapt(X)
@@ -593,33 +595,6 @@ class TDCMCluster(TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNam
         """
         X = self._fitted_input(X)
         return self._chunked(lambda xc: self._embed(xc).cpu().numpy(), X, dtype=np.float64)
-
-    def score(self, X, y=None):
-        """Minus the within-cluster sum of squares of the partition :meth:`predict` gives ``X``.
-
-        ``-sum_k sum_{i: label_i = k} ||x_i - mean_k||^2`` in the input space
-        (``mean_k`` the mean of the rows of ``X`` labelled ``k``): the k-means
-        objective of the predicted labels. It depends on nothing but them, so
-        it compares clusterings across ``tau`` and every other parameter, and
-        across estimators (identical partitions score the same), and
-        ``GridSearchCV`` can choose ``tau`` with it; the training objective
-        cannot, as it is measured in a learned embedding. Higher is better, no
-        labels are needed; a sum over the samples, as
-        :meth:`sklearn.cluster.KMeans.score`. Rows are labelled one by one
-        (no smoothing, no adaptation) in row chunks: bounded memory, the
-        fitted model is not changed.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : Ignored
-
-        Returns
-        -------
-        score : float
-        """
-        X = self._fitted_input(X)
-        return -within_cluster_sum_of_squares(X, self._labels(X), self.n_clusters)
 
     def _full_objective(self, X):
         """The training objective on all of ``X`` (blocks streamed), as a float."""
