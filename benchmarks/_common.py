@@ -78,7 +78,9 @@ def setup(args):
     if getattr(args, "smoke", False):
         SMOKE = True
         # Never the checkout, whatever SKTC_BENCH_RESULTS says: smoke numbers are not results.
-        RESULTS = Path(tempfile.mkdtemp(prefix="sktc-bench-smoke-"))
+        # (SKTC_BENCH_SMOKE_RESULTS: the temporary folder of a parent smoke run, quality.py's.)
+        parent = os.environ.get("SKTC_BENCH_SMOKE_RESULTS")
+        RESULTS = Path(parent) if parent else Path(tempfile.mkdtemp(prefix="sktc-bench-smoke-"))
         if hasattr(args, "quick"):
             args.quick = True
         print(f"smoke run: results go to {RESULTS}", flush=True)
@@ -93,6 +95,29 @@ def smoke_params(name, **params):
     from sktransfer_cluster.registry import REGISTRY
 
     return {**params, **REGISTRY[name].smallest_budget}
+
+
+def shrink_task(task, seed=0, rows=150):
+    """A smoke-sized copy of a transfer task: the rows of its first ``SMOKE_K`` classes, at most
+    ``rows`` per side (the registry's smallest budgets are sized for a few clusters). A task
+    whose source and target are one data set (``fit_predict``) keeps them the same arrays."""
+    import copy
+
+    rng = np.random.default_rng(seed)
+
+    def keep(y):
+        idx = np.flatnonzero(np.isin(y, np.unique(y)[:SMOKE_K]))
+        return np.sort(rng.choice(idx, size=min(rows, idx.size), replace=False))
+
+    small = copy.copy(task)
+    s = keep(task.y_source)
+    small.X_source, small.y_source = task.X_source[s], task.y_source[s]
+    if task.X_source is task.X_target:
+        small.X_target, small.y_target = small.X_source, small.y_source
+    else:
+        t = keep(task.y_target)
+        small.X_target, small.y_target = task.X_target[t], task.y_target[t]
+    return small
 
 
 # --------------------------------------------------------------------------- methods and peers

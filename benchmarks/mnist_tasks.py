@@ -58,30 +58,6 @@ TASKS = {"mnist5k": "mnist-5k", "cross": "mnist-cross", "cross_k20": "mnist-cros
          "artifact": "artifact-mnist"}
 SEEDS = [0, 1, 2]
 QUICK_SCALE = 0.2
-SMOKE_ROWS, SMOKE_CLASSES = 150, 3
-
-
-def _shrink(task, seed):
-    """A smoke-sized copy of ``task``: rows of its first 3 classes, at most 150 per side (the
-    registry's smallest budgets are sized for a few clusters)."""
-    import copy
-
-    rng = np.random.default_rng(seed)
-
-    def keep(y):
-        idx = np.flatnonzero(np.isin(y, np.unique(y)[:SMOKE_CLASSES]))
-        return np.sort(rng.choice(idx, size=min(SMOKE_ROWS, idx.size), replace=False))
-
-    small = copy.copy(task)
-    same = task.X_source is task.X_target
-    s = keep(task.y_source)
-    small.X_source, small.y_source = task.X_source[s], task.y_source[s]
-    if same:  # one data set (fit_predict): source and target stay the same arrays
-        small.X_target, small.y_target = small.X_source, small.y_source
-    else:
-        t = keep(task.y_target)
-        small.X_target, small.y_target = task.X_target[t], task.y_target[t]
-    return small
 
 
 @functools.lru_cache(maxsize=None)
@@ -89,7 +65,7 @@ def _arena(seed, smoke):
     """compare's MNIST tasks for ``seed``, by CLI name (loaded once per seed)."""
     tasks = {t.name: t for t in ARENA["mnist"](seed, "default")}
     out = {cli: tasks[name] for cli, name in TASKS.items()}
-    return {cli: _shrink(t, seed) for cli, t in out.items()} if smoke else out
+    return {cli: _common.shrink_task(t, seed) for cli, t in out.items()} if smoke else out
 
 
 def _k(task):

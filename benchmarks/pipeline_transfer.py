@@ -4,25 +4,24 @@ task (K = 5, shift 3), for SinkhornKMeans and TDCMCluster at their defaults behi
 ``StandardScaler`` and ``StandardScaler + PCA(min(20, d))``, beside the bare estimator and KMeans
 refitted on the target, in the same run.
 
-    python benchmarks/pipeline_transfer.py [--seeds 0 1 2] [--threads 1] [--name NAME]
+    python benchmarks/pipeline_transfer.py [--seeds 0 1 2] [--threads 1] [--name NAME] [--smoke]
+
+Canonical run: ``python benchmarks/pipeline_transfer.py``.
 
 Writes benchmarks/results/pipeline/pipeline_transfer.{json,md}. Cells: target ARI,
-median [min, max] over the seeds.
+median [min, max] over the seeds. ``--smoke`` (seed 0, each task cut to 150 rows per side of
+its first 3 classes, the registry's smallest budgets) writes under a temporary folder.
 """
 
 from __future__ import annotations
 
 import argparse
 
-import torch
 from sklearn.cluster import KMeans
 from sklearn.decomposition import PCA
 from sklearn.metrics import adjusted_rand_score
 from sklearn.preprocessing import StandardScaler
-from threadpoolctl import threadpool_limits
-
 import _common
-from sktransfer_cluster import SinkhornKMeans, TDCMCluster
 from sktransfer_cluster.datasets import load_digits_transfer, make_tdcm_transfer
 from sktransfer_cluster.pipeline import make_transfer_pipeline
 
@@ -34,15 +33,20 @@ PREPROCESSING = {
 }
 
 
+# The registry methods this study compares (the two whose preprocessing question it asks).
+METHODS = ("SinkhornKMeans", "TDCMCluster")
+
+
 def _tasks(seed):
-    return {
+    tasks = {
         "digits": load_digits_transfer(),
         "tdcm-shift-k5": make_tdcm_transfer(n_clusters=5, shift=3.0, random_state=seed),
     }
+    return {name: _common.shrink_task(t, seed) for name, t in tasks.items()} if _common.SMOKE else tasks
 
 
 def _estimator(name, k, seed):
-    return {"SinkhornKMeans": SinkhornKMeans, "TDCMCluster": TDCMCluster}[name](k, random_state=seed)
+    return _common.build(name, k, random_state=seed)
 
 
 def main(argv=None):
@@ -50,17 +54,18 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--threads", type=int, default=1)
     _common.add_name_argument(parser, "pipeline")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    args = _common.setup(parser.parse_args(argv))
+    if args.smoke:
+        args.seeds = [0]
     rows = []
-    with threadpool_limits(args.threads):
+    with _common.limited_threads(args.threads):
         for seed in args.seeds:
             for task_name, task in _tasks(seed).items():
                 k = task.n_clusters_target
                 km = KMeans(k, n_init=10, random_state=seed).fit_predict(task.X_target)
                 rows.append({"task": task_name, "method": "KMeans (on target)", "pre": "-", "mode": "-", "seed": seed,
                              "ari": adjusted_rand_score(task.y_target, km)})
-                for method in ("SinkhornKMeans", "TDCMCluster"):
+                for method in METHODS:
                     for pre_name, pre in PREPROCESSING.items():
                         for mode in ("source", "target") if pre_name != "none" else ("-",):
                             pipe = make_transfer_pipeline(*pre(task.X_source.shape[1]), _estimator(method, k, seed)).fit(task.X_source)
@@ -88,7 +93,7 @@ def main(argv=None):
         lines.append(f"| {s['task']} | {s['method']} | {s['pre']} | {s['mode']} | "
                      f"{a['median']:.3f} [{a['min']:.3f}, {a['max']:.3f}] |")
     _common.write("pipeline", args.name, {"rows": rows, "summary": summary, "seeds": args.seeds,
-                                          "threads": args.threads}, "\n".join(lines) + "\n")
+                                          "threads": args.threads}, "\n".join(lines) + "\n", quick=args.smoke)
 
 
 if __name__ == "__main__":
