@@ -1,0 +1,467 @@
+"""CCNCluster experiments behind results/ccn/variants/ (issue 15), one script with a ``--variant`` switch.
+
+These were stored as the nine ``results/ccn/variants/*/*.py.txt`` files (named below), ported
+to today's layout (the CCN wing's ``pairs`` module, the registry's CCNCluster); their results
+files (``.jsonl``, ``.md``) stay where they were. Each variant prints one JSON line per row (``--out FILE`` also
+appends them to FILE), as the stored ``.jsonl`` files were written; ``tables`` turns such
+files into markdown rows.
+
+* ``cost``: CCNCluster at its defaults on digits 0-4 -> 5-9, K = 5: fit and transfer process
+  seconds and ACC, beside ``KMeans(5, n_init=10)`` on the target (``g_pairs_mnist/cost.py.txt``).
+  ``--tag`` labels the row (the stored runs named the code version measured).
+* ``full``: full transfers, K = 5 known and K at most 20 (``estimate_n_clusters=True``), for
+  ``--settings mlp`` (the defaults) and ``conv`` (``image_shape`` set: 28 x 28 on MNIST, 8 x 8 on
+  digits); one fit per setting (its own clustering network trained 1 epoch, not measured), then
+  the transfers at the default ``clustering_epochs``; KMeans(K) on the target in the same run
+  (``g_pairs_mnist/full.py.txt``).
+* ``remeasure``: KMeans(5) and KMeans(20) on the target, then one CCN fit and transfers with
+  K = 5 and K at most 20; for K at most 20 also the labels restricted to the dominant outputs
+  (rows of minor outputs reassigned to their most probable dominant output). ``--params`` (JSON)
+  sets CCNCluster parameters and ``--setting`` names the row (``n_clusters_normalised/remeasure.py.txt``).
+* ``gbn``: per ``--specs`` entry ``NAME[,param=value...]`` (NAME ``default`` or ``gbn``: a
+  ``BatchNorm1d`` after G's backbone) one fit (its clustering network 1 epoch, not measured), then
+  transfers with K = 5 and K at most 20, and G's pair quality on all pairs of 1,000 fixed target
+  rows with the target-adapted G (ROC AUC, precision/recall at p > 0.5); KMeans(5) in the same run
+  (``float32_gbn/exp.py.txt``).
+* ``gdiag``: G's target pairs, ``default`` against ``gbn``, with batch norm as fitted on the
+  source and re-estimated on the target: AUC, precision/recall at p > 0.5, precision of the top
+  5 % of pairs (``float32_gbn/gdiag.py.txt``).
+* ``gnorm``: G's target pair quality with and without the estimator's affine input normalisation
+  (a subclass with ``_input_normalization = None``) (``n_clusters_normalised/gnorm.py.txt``).
+* ``labels``: CCN pair-label variants on one fitted G, per ``--specs`` entry: ``base`` (the
+  defaults), ``eN`` (``clustering_epochs=N``), ``confdisT`` (dissimilar only where G's probability
+  is below T and the pair are not neighbours, similar where above 0.5 and neighbours, unknown
+  otherwise); a suffix ``:5`` or ``:20`` runs only that K (``n_clusters_normalised/variants.py.txt``).
+* ``gauc``: one G (``n_similarity_nets=1``) per ``--specs`` JSON entry ``{"name", "params",
+  "prep", "dihedral", "conv"}`` and seed (``--seeds``): target and source pair AUC, precision and
+  recall at p > 0.5. ``prep``: ``std`` (each domain z-scored with its own statistics),
+  ``std_src`` (both with the source's), ``l2`` (rows to unit norm); ``dihedral``: G learned on
+  the source's 8 rotations/reflections as classes; ``conv``: channels of the package's own
+  convolutional stem (``image_shape`` set; the stored runs wired their own stem before the
+  package had one) (``g_pairs_mnist/gauc.py.txt``).
+
+The gbn, gdiag, labels and gauc variants replace functions of the CCN wing's ``pairs`` module
+(or G's backbone) for the run: they are experiments on the estimator's internals and may need
+mending when those change.
+
+    python benchmarks/ccn_variants.py --variant cost [--tag NAME]
+    python benchmarks/ccn_variants.py --variant full --data mnist --seed 0 --settings mlp conv
+    python benchmarks/ccn_variants.py --variant remeasure --data mnist --seed 0 [--params '{...}'] [--setting NAME]
+    python benchmarks/ccn_variants.py --variant tables FILE.jsonl [FILE.jsonl ...]
+    python benchmarks/ccn_variants.py --variant gbn --data mnist --seed 0 --specs default gbn
+    python benchmarks/ccn_variants.py --variant gdiag --data mnist --seed 0
+    python benchmarks/ccn_variants.py --variant gnorm --data mnist --seed 0
+    python benchmarks/ccn_variants.py --variant labels --data mnist --seed 0 --specs base confdis0.1 e10:20
+    python benchmarks/ccn_variants.py --variant gauc --data mnist --seeds 0 1 --specs '{"name": "std", "prep": "std"}'
+    python benchmarks/ccn_variants.py --smoke
+
+There is no canonical run: each stored result names its command. Every run uses one torch thread
+and ``OMP_NUM_THREADS=1`` unless set. ``--smoke`` runs every variant on 150 digits per side at the
+registry's smallest CCNCluster, then ``tables`` over their rows, writing under a temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before numpy and torch load their thread pools
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from sklearn.metrics import normalized_mutual_info_score as nmi  # noqa: E402
+
+import _common  # noqa: E402
+from sktransfer_cluster.datasets import load_digits_transfer, load_mnist_transfer  # noqa: E402
+from sktransfer_cluster.metrics import clustering_accuracy, n_dominant_clusters  # noqa: E402
+
+import contextlib  # noqa: E402
+import copy  # noqa: E402
+
+from sklearn.metrics import roc_auc_score  # noqa: E402
+
+from sktransfer_cluster.cluster.ccn import CCNCluster, pairs  # noqa: E402
+
+VARIANTS = ("cost", "full", "remeasure", "tables", "gbn", "gdiag", "gnorm", "labels", "gauc")
+
+
+class Rows:
+    """Prints each row as a JSON line (floats rounded), and appends it to ``path`` when given."""
+
+    def __init__(self, path=None, digits=4):
+        self.path, self.digits = path, digits
+
+    def __call__(self, row):
+        row = {k: (round(v, self.digits) if isinstance(v, float) else v) for k, v in row.items()}
+        line = json.dumps(row)
+        print(line, flush=True)
+        if self.path:
+            with open(self.path, "a") as f:
+                f.write(line + "\n")
+
+
+def load(data, seed=0):
+    task = load_mnist_transfer() if data == "mnist" else load_digits_transfer()
+    if _common.SMOKE:  # every class, 150 rows per side
+        rng = np.random.default_rng(seed)
+        for side in ("source", "target"):
+            X, y = getattr(task, f"X_{side}"), getattr(task, f"y_{side}")
+            idx = np.sort(rng.choice(X.shape[0], 150, replace=False))
+            setattr(task, f"X_{side}", X[idx])
+            setattr(task, f"y_{side}", y[idx])
+    return task
+
+
+def ccn(k, seed, **params):
+    """CCNCluster through the registry (its smallest budget in a smoke run; ``params`` win)."""
+    return _common.build("CCNCluster", k, device="cpu", random_state=seed,
+                         **{**_common.smoke_params("CCNCluster"), **params})
+
+
+def default_clustering_epochs():
+    return ccn(5, 0).clustering_epochs
+
+
+def cost(args, out):
+    t = load("digits")
+    with _common.Timer() as km:
+        _common.peer("KMeans", 5).fit(t.X_target)
+    est = ccn(5, 0)
+    with _common.Timer() as fit:
+        est.fit(t.X_source, t.y_source)
+    with _common.Timer() as tr:
+        lab = est.transfer(t.X_target)
+    out(dict(code=args.tag, acc=clustering_accuracy(t.y_target, lab), fit_cpu=round(fit.cpu, 1),
+             transfer_cpu=round(tr.cpu, 1), kmeans_cpu=round(km.cpu, 2), threads=torch.get_num_threads()))
+
+
+def full(args, out):
+    task = load(args.data, args.seed)
+    Xs, ys, Xt, yt = task.X_source, task.y_source, task.X_target, task.y_target
+    shape = (28, 28) if args.data == "mnist" else (8, 8)
+    settings = {"mlp": {}, "conv": {"image_shape": shape}}
+    for K in (5, 20):
+        with _common.Timer() as t:
+            lab = _common.peer("KMeans", K, args.seed).fit_predict(Xt)
+        out(dict(data=args.data, setting=f"KMeans({K})", seed=args.seed, acc=clustering_accuracy(yt, lab),
+                 ndc=n_dominant_clusters(lab, n_clusters=K), cpu=t.cpu))
+    for name in args.settings:
+        est = ccn(5, args.seed, clustering_epochs=1, **settings[name])
+        with _common.Timer() as g:
+            est.fit(Xs, ys)
+        est.set_params(clustering_epochs=default_clustering_epochs())
+        for K, estimate in ((5, False), (20, True)):
+            est.set_params(n_clusters=K, estimate_n_clusters=estimate)
+            with _common.Timer() as t:
+                lab = est.transfer(Xt)
+            out(dict(data=args.data, setting=name, seed=args.seed, K=K, acc=clustering_accuracy(yt, lab),
+                     n_clusters_=int(est.n_clusters_), k_error=abs(int(est.n_clusters_) - 5), cpu=t.cpu,
+                     wall=t.wall, g_fit_cpu=g.cpu, threads=torch.get_num_threads(),
+                     omp=os.environ.get("OMP_NUM_THREADS")))
+
+
+def remeasure(args, out):
+    task = load(args.data, args.seed)
+    Xs, ys, Xt, yt = task.X_source, task.y_source, task.X_target, task.y_target
+    common = dict(threads=torch.get_num_threads(), omp=os.environ.get("OMP_NUM_THREADS"))
+    for K in (5, 20):
+        with _common.Timer() as t:
+            lab = _common.peer("KMeans", K, args.seed).fit_predict(Xt)
+        out(dict(data=args.data, setting=f"KMeans({K})", seed=args.seed, K=K, acc=clustering_accuracy(yt, lab),
+                 nmi=nmi(yt, lab), distinct=len(np.unique(lab)), ndc=n_dominant_clusters(lab, n_clusters=K),
+                 cpu=t.cpu, **common))
+    params = dict(args.params)
+    est = ccn(5, args.seed, **{**params, "clustering_epochs": 1})
+    with _common.Timer() as g:
+        est.fit(Xs, ys)
+    est.set_params(clustering_epochs=params.get("clustering_epochs", default_clustering_epochs()))
+    for K in (5, 20):
+        est.set_params(n_clusters=K, estimate_n_clusters=K > 5)
+        with _common.Timer() as t:
+            lab = est.transfer(Xt)
+        r = dict(data=args.data, setting=args.setting, seed=args.seed, K=K, acc=clustering_accuracy(yt, lab),
+                 nmi=nmi(yt, lab), distinct=len(np.unique(lab)), ndc=n_dominant_clusters(lab, n_clusters=K),
+                 n_clusters_=int(est.n_clusters_), cpu=t.cpu, wall=t.wall, g_fit_cpu=g.cpu, **common)
+        if K > 5:
+            # The clustering network's outputs on the target (its logits, as predict sees them).
+            with torch.no_grad():
+                logits = est.clustering_net_(est._tensor(Xt)).cpu().numpy()
+            sizes = np.bincount(lab, minlength=len(est.cluster_outputs_))
+            dom = np.flatnonzero(sizes >= len(lab) / K)
+            lab_d = dom[logits[:, est.cluster_outputs_[dom]].argmax(1)]
+            r.update(acc_dom=clustering_accuracy(yt, lab_d), nmi_dom=nmi(yt, lab_d), distinct_dom=len(np.unique(lab_d)),
+                     ndc_dom=n_dominant_clusters(lab_d, n_clusters=K), sizes=sorted(sizes.tolist(), reverse=True))
+        out(r)
+
+
+@contextlib.contextmanager
+def replaced(module, **functions):
+    """``module``'s functions replaced by ``functions`` for the block (the CCN estimator calls
+    ``pairs.<name>`` at run time, so it sees the replacements)."""
+    old = {name: getattr(module, name) for name in functions}
+    for name, fn in functions.items():
+        setattr(module, name, fn)
+    try:
+        yield
+    finally:
+        for name, fn in old.items():
+            setattr(module, name, fn)
+
+
+def similarity_network_bn(*args, **kwargs):
+    """G with a BatchNorm1d after its backbone (h standardised per feature before the pair features)."""
+    g = _ORIGINAL_SIMILARITY_NETWORK(*args, **kwargs)
+    g.backbone = torch.nn.Sequential(g.backbone, torch.nn.BatchNorm1d(g.feature_dim))
+    return g
+
+
+_ORIGINAL_SIMILARITY_NETWORK = pairs.similarity_network
+
+
+def g_networks(name):
+    return replaced(pairs, similarity_network=similarity_network_bn) if name == "gbn" else contextlib.nullcontext()
+
+
+class PairSample:
+    """All pairs of (at most) 1,000 fixed target rows and whether each pair shares a class."""
+
+    def __init__(self, yt, n=1000):
+        m = min(n, yt.shape[0])
+        self.sub = np.random.default_rng(123).choice(yt.shape[0], size=m, replace=False)
+        self.iu = np.triu_indices(m, 1)
+        self.same = (yt[self.sub][:, None] == yt[self.sub][None, :])[self.iu]
+
+    def probabilities(self, g, T):
+        return np.asarray(pairs.pair_probabilities(g, T[torch.as_tensor(self.sub)]))[self.iu]
+
+    def quality(self, P):
+        call = P > 0.5
+        return dict(auc=roc_auc_score(self.same, P),
+                    prec=float(self.same[call].mean()) if call.any() else float("nan"),
+                    rec=float(call[self.same].mean()), called=float(call.mean()))
+
+
+def target_g(est, T):
+    """A copy of the fitted G with batch norm re-estimated on the target rows ``T`` (as transfer does)."""
+    g = copy.deepcopy(est.similarity_net_)
+    pairs.reestimate_batchnorm(g, [T[i:i + 100] for i in range(0, T.shape[0], 100)])
+    return g
+
+
+def gbn(args, out):
+    task = load(args.data, args.seed)
+    Xs, ys, Xt, yt = task.X_source, task.y_source, task.X_target, task.y_target
+    sample = PairSample(yt)
+    with _common.Timer() as t:
+        lab = _common.peer("KMeans", 5, args.seed).fit_predict(Xt)
+    out(dict(data=args.data, setting="KMeans(5)", seed=args.seed, K=5, acc=clustering_accuracy(yt, lab),
+             nmi=nmi(yt, lab), cpu=t.cpu, threads=torch.get_num_threads()))
+    for spec in args.specs or ["default", "gbn"]:
+        name, *opts = spec.split(",")
+        kw = {k: float(x) for k, x in (o.split("=") for o in opts)}
+        with g_networks(name):
+            est = ccn(5, args.seed, clustering_epochs=1, **kw)
+            with _common.Timer() as g:
+                est.fit(Xs, ys)
+            est.set_params(clustering_epochs=default_clustering_epochs())
+            for K in (5, 20):
+                est.set_params(n_clusters=K, estimate_n_clusters=K > 5)
+                with _common.Timer() as t:
+                    lab = est.transfer(Xt)
+                r = dict(data=args.data, setting=spec, seed=args.seed, K=K, acc=clustering_accuracy(yt, lab),
+                         nmi=nmi(yt, lab), n_clusters_=int(est.n_clusters_), cpu=t.cpu, g_fit_cpu=g.cpu)
+                if K == 5:
+                    r.update(sample.quality(sample.probabilities(est.target_similarity_net_, est._tensor(Xt))))
+                out(r)
+
+
+def gdiag(args, out):
+    task = load(args.data, args.seed)
+    Xs, ys, Xt, yt = task.X_source, task.y_source, task.X_target, task.y_target
+    sample = PairSample(yt)
+    for name in ("default", "gbn"):
+        with g_networks(name):
+            est = ccn(5, args.seed, clustering_epochs=1).fit(Xs, ys)
+        T = est._tensor(Xt)
+        for bn in ("source", "target"):
+            g = target_g(est, T) if bn == "target" else copy.deepcopy(est.similarity_net_)
+            P = sample.probabilities(g, T)
+            top = P >= np.quantile(P, 0.95)
+            out(dict(data=args.data, seed=args.seed, variant=name, bn=bn, **sample.quality(P),
+                     prec_top5=float(sample.same[top].mean()), threads=torch.get_num_threads()))
+
+
+class _RawCCN(CCNCluster):
+    """CCNCluster without the affine input normalisation."""
+
+    _input_normalization = None
+
+
+def gnorm(args, out):
+    task = load(args.data, args.seed)
+    Xs, ys, Xt, yt = task.X_source, task.y_source, task.X_target, task.y_target
+    sample = PairSample(yt)
+    for mode, cls in (("affine", CCNCluster), ("none", _RawCCN)):
+        with _common.Timer() as t:
+            params = ccn(5, args.seed, clustering_epochs=1).get_params()
+            est = cls(**params).fit(Xs, ys)
+            P = sample.probabilities(target_g(est, est._tensor(Xt)), est._tensor(Xt))
+        q = sample.quality(P)
+        out(dict(data=args.data, seed=args.seed, mode=mode, auc=q["auc"], precision=q["prec"], recall=q["rec"],
+                 called=q["called"], cpu=t.cpu))
+
+
+def labels(args, out):
+    task = load(args.data, args.seed)
+    Xs, ys, Xt, yt = task.X_source, task.y_source, task.X_target, task.y_target
+    threshold = {}
+
+    def soft_labels(g, xb, second_order_threshold=None, features=None):
+        logits = g(xb) if features is None else g.pair_logits(features)
+        return logits.softmax(-1)[..., 1]
+
+    def confident_agree(p, knn, idx):
+        nb = pairs.neighbor_pairs(knn, idx)
+        sim = ((p > 0.5) & nb).to(p.dtype)
+        known = ((p > 0.5) & nb) | ((p < threshold["t"]) & ~nb)
+        return sim, known
+
+    est = ccn(5, args.seed, clustering_epochs=1)
+    with _common.Timer() as g:
+        est.fit(Xs, ys)
+    for spec in args.specs or ["base"]:
+        name, _, only = spec.partition(":")
+        ks = [int(only)] if only else [5, 20]
+        confdis = name.startswith("confdis")
+        if confdis:
+            threshold["t"] = float(name[len("confdis"):])
+
+        def swap():  # the pair labels of this spec, for each transfer
+            if confdis:
+                return replaced(pairs, similarity_labels=soft_labels, agree_with_neighbors=confident_agree)
+            return contextlib.nullcontext()
+
+        epochs = int(name[1:]) if name[0] == "e" and name[1:].isdigit() else default_clustering_epochs()
+        for K in ks:
+            est.set_params(n_clusters=K, estimate_n_clusters=K > 5, clustering_epochs=epochs)
+            with swap(), _common.Timer() as t:
+                lab = est.transfer(Xt)
+            out(dict(data=args.data, setting=name, seed=args.seed, K=K, acc=clustering_accuracy(yt, lab),
+                     nmi=nmi(yt, lab), distinct=len(np.unique(lab)), ndc=n_dominant_clusters(lab, n_clusters=K),
+                     cpu=t.cpu, g_fit_cpu=g.cpu))
+
+
+def _prepared(prep, Xs, Xt):
+    if prep == "std":  # per-feature z-score, each domain with its own statistics
+        return (Xs - Xs.mean(0)) / (Xs.std(0) + 1e-3), (Xt - Xt.mean(0)) / (Xt.std(0) + 1e-3)
+    if prep == "std_src":
+        m, sd = Xs.mean(0), Xs.std(0) + 1e-3
+        return (Xs - m) / sd, (Xt - m) / sd
+    if prep == "l2":
+        return Xs / np.linalg.norm(Xs, axis=1, keepdims=True), Xt / np.linalg.norm(Xt, axis=1, keepdims=True)
+    return Xs, Xt
+
+
+def gauc(args, out):
+    from sktransfer_cluster.datasets import dihedral_classes
+
+    shape = (28, 28) if args.data == "mnist" else (8, 8)
+    specs = [json.loads(v) for v in args.specs] if args.specs else [{"name": "defaults"}]
+    for v in specs:
+        for seed in args.seeds:
+            task = load(args.data, seed)
+            ys, yt = task.y_source, task.y_target
+            xs, xt = _prepared(v.get("prep"), task.X_source.astype(np.float32), task.X_target.astype(np.float32))
+            xs_fit, ys_fit = dihedral_classes(xs, ys, shape) if v.get("dihedral") else (xs, ys)
+            params = {"n_similarity_nets": 1, **v.get("params", {})}
+            if "conv" in v:
+                params.update(image_shape=tuple(v.get("shape", shape)), conv_channels=tuple(v["conv"]))
+            est = ccn(5, seed, clustering_epochs=1, **params)
+            with _common.Timer() as t:
+                est.fit(np.asarray(xs_fit, dtype=np.float32), ys_fit)
+            target = PairSample(yt)
+            q = target.quality(target.probabilities(target_g(est, est._tensor(xt)), est._tensor(xt)))
+            # The source's pairs too (the generalisation gap), G as fitted.
+            subs = np.random.default_rng(7).choice(xs.shape[0], size=min(600, xs.shape[0]), replace=False)
+            ius = np.triu_indices(len(subs), 1)
+            Ps = np.asarray(pairs.pair_probabilities(copy.deepcopy(est.similarity_net_), est._tensor(xs[subs])))[ius]
+            sames = (ys[subs][:, None] == ys[subs][None, :])[ius]
+            out(dict(data=args.data, name=v["name"], seed=seed, auc=q["auc"], src_auc=roc_auc_score(sames, Ps),
+                     prec=q["prec"], rec=q["rec"], frac_sim=q["called"], g_cpu=t.cpu, g_wall=t.wall))
+
+
+def tables(files):
+    rows = [json.loads(line) for f in files for line in open(f) if line.strip()]
+    groups = collections.defaultdict(list)
+    for r in rows:
+        if "data" in r and "K" in r:
+            groups[(r["data"], r["setting"], r["K"])].append(r)
+
+    def spread(v, fmt="{:.3f}"):
+        v = [x for x in v if x is not None]
+        return f"{fmt.format(np.median(v))} [{fmt.format(min(v))}, {fmt.format(max(v))}]" if v else "-"
+
+    lines = []
+    for (d, st, K), rs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        rs.sort(key=lambda r: r["seed"])
+        line = f"| {d} | {st} | {K} | {spread([r['acc'] for r in rs])} | " + " / ".join(f"{r['acc']:.3f}" for r in rs)
+        line += (f" | {spread([r.get('nmi') for r in rs])} | " + " / ".join(str(r.get("ndc")) for r in rs) + " | "
+                 + " / ".join(str(r.get("distinct")) for r in rs))
+        if "acc_dom" in rs[0]:
+            line += (f" | {spread([r['acc_dom'] for r in rs])} | " + " / ".join(f"{r['acc_dom']:.3f}" for r in rs)
+                     + f" | {spread([r['nmi_dom'] for r in rs])}")
+        else:
+            line += " | | |"
+        line += f" | {spread([r['cpu'] for r in rs], '{:.1f}')} | {len(rs)} |"
+        lines.append(line)
+    print("\n".join(lines))
+    return lines
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variant", choices=VARIANTS)
+    ap.add_argument("files", nargs="*", help="tables: the .jsonl files to summarise")
+    ap.add_argument("--data", choices=["digits", "mnist"], default="digits")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--settings", nargs="+", choices=["mlp", "conv"], default=["mlp", "conv"], help="full")
+    ap.add_argument("--params", type=json.loads, default={}, help="remeasure: CCNCluster parameters (JSON)")
+    ap.add_argument("--setting", default="defaults", help="remeasure: the rows' setting name")
+    ap.add_argument("--tag", default="", help="cost: a label for the row")
+    ap.add_argument("--specs", nargs="+", default=None, help="gbn, labels, gauc: the variants to run")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="gauc")
+    ap.add_argument("--out", default=None, help="also append the JSON lines to this file")
+    _common.add_smoke_argument(ap)
+    args = _common.setup(ap.parse_args(argv))
+    torch.set_num_threads(1)
+    if args.smoke:
+        path = _common.RESULTS / "ccn" / "variants" / "ccn_variants_smoke.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        out = Rows(str(path))
+        args.tag = "smoke"
+        for fn in (cost, full, remeasure, gbn, gdiag, gnorm):
+            fn(args, out)
+        args.specs = ['{"name": "l2", "prep": "l2"}', '{"name": "conv", "conv": [4]}']
+        gauc(args, out)
+        args.specs = ["base", "confdis0.1:20", "e2:5"]
+        labels(args, out)
+        tables([path])
+        print(f"wrote {path}", flush=True)
+        return
+    if args.variant is None:
+        ap.error("--variant is required (or --smoke)")
+    if args.variant == "tables":
+        if not args.files:
+            ap.error("tables needs .jsonl files")
+        tables(args.files)
+        return
+    fns = {"cost": cost, "full": full, "remeasure": remeasure, "gbn": gbn, "gdiag": gdiag, "gnorm": gnorm,
+           "labels": labels, "gauc": gauc}
+    fns[args.variant](args, Rows(args.out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
