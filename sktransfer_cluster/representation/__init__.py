@@ -1,9 +1,11 @@
 """Neighbour-graph representations shared by the estimators (issue 28)."""
 
 from .encoder import encode, make_encoder, train_neighbour_encoder, umap_curve
+from .transformer import NeighbourEmbedding
 from .graph import fuzzy_graph, knn, neighbour_graph, prepare_rows, shared_neighbour_weights, shifted_images
 
 __all__ = [
+    "NeighbourEmbedding",
     "encode",
     "fuzzy_graph",
     "knn",

@@ -40,7 +40,8 @@ def make_encoder(n_features, n_components=10, hidden_dims=(256, 256), generator=
     dims = [int(n_features), *[int(h) for h in hidden_dims], int(n_components)]
     layers = []
     for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
-        lin = nn.Linear(a, b)
+        with torch.random.fork_rng(devices=[]):  # nn.Linear's own init draws from the global RNG
+            lin = nn.Linear(a, b)
         with torch.no_grad():
             bound = 1.0 / math.sqrt(a)
             # Kaiming-uniform-like scale for ReLU layers, drawn from the local generator.

@@ -1,0 +1,106 @@
+"""Behaviour of sktransfer_cluster.representation (graph, encoder, NeighbourEmbedding)."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import make_blobs
+
+from sktransfer_cluster.representation import (
+    NeighbourEmbedding,
+    encode,
+    knn,
+    make_encoder,
+    neighbour_graph,
+    shifted_images,
+    train_neighbour_encoder,
+    umap_curve,
+)
+
+SMALL = dict(hidden_dims=(32,), n_epochs=15, batch_size=1024, random_state=0)
+
+
+def blobs(n=300, seed=0):
+    return make_blobs(n, n_features=8, centers=3, cluster_std=1.0, random_state=seed)
+
+
+def test_graph_is_symmetric_and_does_not_bridge_separated_clusters():
+    X, y = blobs()
+    G = neighbour_graph(X, 10, shared_neighbours=True)
+    assert abs(G - G.T).max() < 1e-12
+    assert G.diagonal().sum() == 0
+    coo = G.tocoo()
+    assert np.all(y[coo.row] == y[coo.col])
+    assert coo.data.min() > 0 and coo.data.max() <= 1
+
+
+def test_shift_invariant_knn_finds_a_translated_copy():
+    rs = np.random.default_rng(0)
+    X = rs.random((20, 36)).astype(np.float32)
+    X.reshape(20, 6, 6)[:, [0, -1], :] = 0  # blank borders, so a one-pixel shift loses nothing
+    X.reshape(20, 6, 6)[:, :, [0, -1]] = 0
+    moved = shifted_images(torch.as_tensor(X[:1]), (6, 6), 1, -1).numpy()
+    ref = np.r_[X[1:], moved]
+    idx, dist = knn(ref, 1, query=X[:1], image_shape=(6, 6), max_shift=1)
+    assert idx[0, 0] == ref.shape[0] - 1 and dist[0, 0] < 1e-3
+    idx0, dist0 = knn(ref, 1, query=X[:1])
+    assert dist0[0, 0] > 0.1
+
+
+def test_flat_array_does_not_switch_to_image_behaviour():
+    # Image options are ignored without image_shape, whatever the number of columns.
+    rs = np.random.default_rng(0)
+    X = rs.random((60, 784))
+    a = NeighbourEmbedding(max_shift=1, blur=1.0, **SMALL)._graph(X)
+    b = NeighbourEmbedding(max_shift=0, blur=0.0, **SMALL)._graph(X)
+    assert (a != b).nnz == 0
+
+
+def test_held_out_rows_map_into_their_training_cluster():
+    X, y = blobs(330)
+    X_train, y_train, X_new, y_new = X[:300], y[:300], X[300:], y[300:]
+    emb = NeighbourEmbedding(n_components=2, **SMALL).fit(X_train)
+    Z = emb.transform(X_train)
+    centres = np.stack([Z[y_train == c].mean(0) for c in range(3)])
+    Zn = emb.transform(X_new)
+    nearest = ((Zn[:, None, :] - centres[None]) ** 2).sum(-1).argmin(1)
+    assert np.mean(nearest == y_new) >= 0.95
+
+
+def test_fixed_random_state_is_deterministic_and_inputs_are_not_modified():
+    X, _ = blobs(200)
+    X0 = X.copy()
+    state = torch.random.get_rng_state()
+    Z1 = NeighbourEmbedding(n_components=3, **SMALL).fit_transform(X)
+    Z2 = NeighbourEmbedding(n_components=3, **SMALL).fit_transform(X)
+    np.testing.assert_array_equal(Z1, Z2)
+    np.testing.assert_array_equal(X, X0)
+    assert torch.equal(state, torch.random.get_rng_state())  # global torch RNG untouched
+
+
+def test_refine_continues_from_the_fitted_encoder_on_the_new_graph():
+    X, _ = blobs(200)
+    Xt, _ = blobs(150, seed=1)
+    emb = NeighbourEmbedding(n_components=2, **SMALL).fit(X)
+    before = [p.detach().clone() for p in emb.encoder_.parameters()]
+    n_fit = len(emb.loss_curve_)
+    emb.refine(Xt, n_epochs=3)
+    assert len(emb.loss_curve_) == n_fit + 3
+    assert emb.graph_.shape == (150, 150)
+    assert any(not torch.equal(a, b) for a, b in zip(before, emb.encoder_.parameters()))
+    with pytest.raises(ValueError, match="features"):
+        emb.refine(X[:, :5])
+
+
+def test_functional_core_trains_an_encoder_in_place():
+    X, y = blobs(200)
+    G = neighbour_graph(X, 10)
+    gen = torch.Generator().manual_seed(0)
+    enc = make_encoder(8, 2, (16,), generator=gen)
+    losses = train_neighbour_encoder(enc, X / X.std(), G, n_epochs=20, batch_size=512, generator=gen)
+    assert losses[-1] < losses[0]
+    assert encode(enc, X).shape == (200, 2)
+
+
+def test_umap_curve_of_min_dist_zero():
+    a, b = umap_curve(0.0)
+    assert a == pytest.approx(1.93, abs=0.02) and b == pytest.approx(0.79, abs=0.01)
