@@ -406,12 +406,21 @@ def test_negative_stride_views_are_accepted(estimator, data):
 
 
 # ----------------------------------------------------------- training loops
+
+def _explicit(run, loss, extras):
+    """``(loss, extras)`` as ``end_epoch`` will record them: the step means when ``loss`` is None."""
+    if loss is None:
+        means = run.epoch_means()
+        loss, extras = means.pop("loss"), {**means, **extras}
+    return loss, extras
+
+
 def _training_phases(est, X, y):
     """The phase of every ``TrainingRun.end_epoch`` call of one fit of a clone of ``est``."""
     phases = []
     original = TrainingRun.end_epoch
 
-    def counting(run, loss, **extras):
+    def counting(run, loss=None, **extras):
         phases.append(run.phase)
         return original(run, loss, **extras)
 
@@ -462,7 +471,8 @@ def _patch_end_epoch(monkeypatch, *, interrupt_at=None, before=False, losses=Non
             return {k: v.clone() for k, v in obj.state_dict().items()}
         return obj.detach().clone()
 
-    def end_epoch(run, loss, **postfix):
+    def end_epoch(run, loss=None, **postfix):
+        loss, postfix = _explicit(run, loss, postfix)
         if keeping_only and not run.keeps_model:
             return original(run, loss, **postfix)
         i = calls["n"]
@@ -494,7 +504,7 @@ def _threads_in_training(est, X, y, monkeypatch, *, fail=False):
     seen = []
     original = TrainingRun.end_epoch
 
-    def spy(run, loss, **extras):
+    def spy(run, loss=None, **extras):
         seen.append(torch.get_num_threads())
         if fail:
             raise RuntimeError("training failed")

@@ -28,7 +28,7 @@ from sktransfer_cluster.base import TransferClusterMixin
 from . import test_common as common
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "adding_an_estimator.md"
-_MARKER = "# sktransfer_cluster/cluster/centroid.py"
+_MARKER = "# sktransfer_cluster/cluster/centroid/estimator.py"
 
 
 def _example_source():
@@ -246,7 +246,8 @@ def test_every_public_transfer_documents_each_of_its_options():
     import inspect
 
     for cls in common.discover_estimators():
-        hidden = set(inspect.signature(cls._transfer).parameters) - {"self", "X"}
+        # rng and torch_gen come from the base, not from the user.
+        hidden = set(inspect.signature(cls._transfer).parameters) - {"self", "X", "rng", "torch_gen"}
         public = set(inspect.signature(cls.transfer).parameters) - {"self", "X"}
         assert public == hidden, cls.__name__  # every option of _transfer is a named parameter
         doc = cls.transfer.__doc__
@@ -286,3 +287,17 @@ def test_an_upper_bound_on_the_number_of_clusters_gives_no_warning():
         est = CCNCluster(6, estimate_n_clusters=True, similarity_epochs=2, clustering_epochs=2,
                          device="cpu", random_state=0).fit(X, y)
     assert np.unique(est.labels_).shape[0] < 6
+
+
+# ---------------------------------------------- a sixth estimator through the registry
+def test_the_example_registered_as_a_sixth_method_runs_through_compare(only_methods):
+    from sktransfer_cluster import compare
+    from sktransfer_cluster.registry import REGISTRY, Method
+
+    only_methods(*REGISTRY.values(), Method("CentroidCluster", CentroidCluster, smallest_budget=dict(max_epochs=2)))
+    rows, tasks = compare.compare(["digits"], ["CentroidCluster"], progress=False, log=False, mode="quick")
+    [row] = [r for r in rows if r.method == "CentroidCluster"]
+    assert row.task == "digits" and row.k == "given 5"
+    # Fitted on digits 0-4, transferred to 5-9: well above the 0.2 of chance on five classes.
+    assert row.acc > 0.5
+    assert len(row.labels) == tasks[0].X_target.shape[0]

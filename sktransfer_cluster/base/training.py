@@ -198,8 +198,8 @@ class TrainingRun:
         self._weight += weight
         return loss
 
-    def _epoch_means(self):
-        """The weighted means of the epoch's :meth:`step` totals (one host transfer); resets them."""
+    def epoch_means(self):
+        """``{"loss": ..., **terms}``: the weighted means of this epoch's :meth:`step` calls so far (one host transfer)."""
         if not self._totals:
             raise RuntimeError("end_epoch() without a loss needs at least one step() in the epoch.")
         names = list(self._totals)
@@ -222,7 +222,7 @@ class TrainingRun:
             If ``loss`` or an ``extras`` value is NaN or infinite.
         """
         if loss is None:
-            means = self._epoch_means()
+            means = self.epoch_means()
             loss, extras = means.pop("loss"), {**means, **extras}
         self._totals, self._weight = {}, 0.0
         values = {"loss": float(loss), **{k: _plain(v) for k, v in extras.items()}}
