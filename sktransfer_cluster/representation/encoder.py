@@ -11,6 +11,7 @@ and an encoder trained on one data set can start the training on another.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -54,6 +55,7 @@ def make_encoder(n_features, n_components=10, hidden_dims=(256, 256), generator=
     return nn.Sequential(*layers)
 
 
+@functools.lru_cache(maxsize=16)
 def umap_curve(min_dist=0.0, spread=1.0):
     """``(a, b)`` of ``1 / (1 + a d^(2b))`` fitted to UMAP's target similarity curve.
 
@@ -87,6 +89,32 @@ def _random_shifts(X, image_shape, max_shift, generator):
         rows = (code == c).nonzero().squeeze(1)
         out[rows] = shifted_images(X[rows], image_shape, dy, dx)
     return out
+
+
+class _Adam:
+    """Plain Adam (Kingma & Ba, 2015). ``torch.optim.Adam`` would do the same, but its
+    first construction imports torch's compiler stack (about 2 CPU-seconds)."""
+
+    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8):
+        self.params, self.lr, self.betas, self.eps, self.t = params, lr, betas, eps, 0
+        self.m = [torch.zeros_like(p) for p in params]
+        self.v = [torch.zeros_like(p) for p in params]
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self):
+        self.t += 1
+        b1, b2 = self.betas
+        c1, c2 = 1 - b1**self.t, 1 - b2**self.t
+        for p, m, v in zip(self.params, self.m, self.v):
+            if p.grad is None:
+                continue
+            m.mul_(b1).add_(p.grad, alpha=1 - b1)
+            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            p.addcdiv_(m / c1, (v / c2).sqrt_().add_(self.eps), value=-self.lr)
 
 
 def train_neighbour_encoder(
@@ -157,7 +185,7 @@ def train_neighbour_encoder(
     steps_per_epoch = max(1, int(round(n_edges / bs)))
     n_steps = int(n_epochs) * steps_per_epoch
     augment = image_shape is not None and augment_shift > 0
-    opt = torch.optim.Adam(encoder.parameters(), lr=learning_rate)
+    opt = _Adam(list(encoder.parameters()), learning_rate)
     encoder.train()
     losses, running = [], 0.0
     for step in range(n_steps):
@@ -177,7 +205,7 @@ def train_neighbour_encoder(
         adn = a * (d2n + 1e-8) ** b
         neg = torch.log1p(adn) - torch.log(adn + 1e-4)
         loss = pos.mean() + negative_rate * neg.mean()
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad()
         loss.backward()
         opt.step()
         running += float(loss.detach())
