@@ -16,7 +16,7 @@ from sktransfer_cluster.representation import (
     umap_curve,
 )
 
-SMALL = dict(hidden_dims=(32,), n_epochs=15, batch_size=1024, random_state=0)
+SMALL = dict(hidden_dims=(32,), n_epochs=10, batch_size=2048, random_state=0)
 
 
 def blobs(n=300, seed=0):
@@ -96,7 +96,7 @@ def test_functional_core_trains_an_encoder_in_place():
     G = neighbour_graph(X, 10)
     gen = torch.Generator().manual_seed(0)
     enc = make_encoder(8, 2, (16,), generator=gen)
-    losses = train_neighbour_encoder(enc, X / X.std(), G, n_epochs=20, batch_size=512, generator=gen)
+    losses = train_neighbour_encoder(enc, X / X.std(), G, n_epochs=10, batch_size=1024, generator=gen)
     assert losses[-1] < losses[0]
     assert encode(enc, X).shape == (200, 2)
 
