@@ -16,8 +16,8 @@ more than about 2.5x the idle one. A run still going after ``--timeout`` seconds
 marked as such.
 
 Writes benchmarks/results/busy/busy.{json,md} (another ``--name``, or ``--quick``, goes to
-``busy/variants/``; ``--smoke`` -- ``compare --quick`` of SinkhornKMeans on digits, a 120 s
-timeout -- under a temporary folder).
+``busy/variants/``; ``--smoke`` -- ``compare --quick`` of SinkhornKMeans on a 150 + 150-row
+.npz task beside a *sleeping* process, a 120 s timeout -- under a temporary folder).
 """
 
 import argparse
@@ -35,6 +35,17 @@ import _common
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def smoke_task():
+    """A tiny transfer task as an .npz file (compare reads it like a user's), in the smoke folder."""
+    import numpy as np
+
+    X, y = _common.blobs(300, 5, _common.SMOKE_K)
+    path = _common.RESULTS / "busy_smoke_task.npz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, X_source=X[:150], y_source=y[:150], X_target=X[150:] + 0.5, y_target=y[150:])
+    return str(path)
+
+
 def user_environment():
     env = dict(os.environ)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY"):
@@ -46,7 +57,10 @@ def run_compare(data, quick, busy, timeout, methods=None):
     """One compare in a fresh process; returns its timings and rows."""
     hog = None
     if busy:
-        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        # A smoke run starts and stops a sleeping process instead: it checks the path, not the
+        # contention, and a spinning one would hold a CI core for the whole compare.
+        hog = subprocess.Popen([sys.executable, "-c",
+                                "import time; time.sleep(3600)" if _common.SMOKE else "while True: pass"])
         time.sleep(1.0)  # let the scheduler see it
     load = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -56,6 +70,8 @@ def run_compare(data, quick, busy, timeout, methods=None):
             cmd.append("--quick")
         if methods:
             cmd += ["--methods", methods]
+        if _common.SMOKE:  # one thread: spinning OpenMP threads on a shared CI core cost more than the run
+            cmd += ["--threads", "1"]
         t0 = time.perf_counter()
         try:
             subprocess.run(cmd, check=True, cwd=ROOT, env=user_environment(), stdout=subprocess.DEVNULL,
@@ -86,8 +102,9 @@ def per_method(run):
 def markdown(runs):
     idle, busy = runs
     md = ["`compare` in a fresh process with the user's environment (`OMP_NUM_THREADS` and "
-          "`OMP_WAIT_POLICY` unset), alone and beside one `python -c \"while True: pass\"` started and "
-          f"stopped by the benchmark. compare's thread count: {idle['threads']}.", "",
+          "`OMP_WAIT_POLICY` unset), alone and beside one "
+          + ("*sleeping* process (a smoke run)" if _common.SMOKE else "`python -c \"while True: pass\"`")
+          + f" started and stopped by the benchmark. compare's thread count: {idle['threads']}.", "",
           "| run | wall s | CPU s | load before |", "|---|---|---|---|"]
     for r in runs:
         stopped = "" if r["finished"] else " (stopped at the timeout)"
@@ -111,8 +128,8 @@ def main():
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds after which a run is stopped")
     _common.add_name_argument(parser, "busy")
     args = _common.setup(parser.parse_args())
-    if args.smoke:  # one fast method on one small task: the two runs and the hog, in seconds
-        args.data, args.methods, args.timeout = ["digits"], "SinkhornKMeans", min(args.timeout, 120.0)
+    if args.smoke:  # one fast method on a 150 + 150-row file task: the two runs and the hog, in seconds
+        args.data, args.methods, args.timeout = [smoke_task()], "SinkhornKMeans", min(args.timeout, 120.0)
     runs = []
     for busy in (False, True):
         runs.append(run_compare(args.data, args.quick, busy, args.timeout, args.methods))
