@@ -347,6 +347,52 @@ def run_cells(jobs, *, limit, threads=1, fresh=True):
                 yield {"status": status if status != "ok" else "error"}
 
 
+_PREDICT_CHILD = (
+    "import json, sys; sys.path.insert(0, sys.argv[1]); import _common; "
+    "_common._predict_child(json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))"
+)
+
+
+def _predict_child(paths, n_rows, d):
+    import pickle
+
+    X = np.random.default_rng(0).normal(size=(n_rows, d)).astype(np.float32)
+    for path in paths:
+        with open(path, "rb") as f:
+            model = pickle.load(f)
+        model.predict(X[:10])  # warm up lazy imports and torch's allocator
+        _, cpu, wall, extra = measured(lambda: model.predict(X))
+        print(_MARK + json.dumps({"status": "ok", "predict_s": cpu, "predict_wall_s": wall,
+                                  "predict_peak_extra_mib": extra / 2**20}), flush=True)
+
+
+def predict_peaks(models, n_rows, d, *, limit, threads=1, fresh=True):
+    """Peak extra memory (and CPU/wall seconds) of ``predict`` on ``n_rows`` x ``d`` float32
+    normal rows, for each fitted model of ``models`` (pickled), in a process that has done
+    nothing but load it: no freed pages of a fit for predict to reuse. ``fresh=False`` (smoke
+    runs): every model in one process. Yields one dict per model, in order."""
+    import pickle
+
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = []
+        for i, model in enumerate(models):
+            paths.append(str(Path(tmp) / f"model{i}.pkl"))
+            with open(paths[-1], "wb") as f:
+                pickle.dump(model, f)
+        groups = [[p] for p in paths] if fresh else [paths]
+        for group in groups:
+            cmd = [sys.executable, "-c", _PREDICT_CHILD, str(HERE), json.dumps(group), str(n_rows), str(d)]
+            try:
+                res = subprocess.run(cmd, cwd=HERE, env=thread_env(threads), capture_output=True, text=True,
+                                     timeout=limit)
+                out, err = res.stdout, res.stderr
+            except subprocess.TimeoutExpired:
+                out, err = "", f"killed after {limit:.0f} s"
+            done = [json.loads(line[len(_MARK):]) for line in out.splitlines() if line.startswith(_MARK)]
+            for i in range(len(group)):
+                yield done[i] if i < len(done) else {"status": "error", "stderr": err[-2000:]}
+
+
 # --------------------------------------------------------------------------- watching training
 
 

@@ -11,10 +11,10 @@ canonical file, written by ``sinkhorn_speed.py``).
   ``sktransfer_cluster.registry.REGISTRY``, each ``REGISTRY[name].build(10)`` at its default
   budgets (``--budget-scale`` multiplies every ``*epochs``/``n_iter`` budget, as
   ``compare --quick``/``--full`` do);
-* extra peak memory of ``predict`` on 10^6 x 64 float32 (the goal is < 1 GiB), each in a
-  fresh subprocess reading the kernel's peak-RSS counter (``_common.run_cells``; the model is
-  fitted there on 500 x 64 rows at the shortest training, as predict's memory does not depend
-  on how long it trained);
+* extra peak memory of ``predict`` on 10^6 x 64 float32 (the goal is < 1 GiB), each model
+  refitted on 500 x 64 rows at the shortest training (predict's memory does not depend on how
+  long it trained), pickled, and loaded by a fresh subprocess that reads the kernel's peak-RSS
+  counter around its predict (``_common.predict_peaks``);
 * our Sinkhorn against POT, from ``sinkhorn_speed.py`` in the same process (``--no-sinkhorn``
   skips it; it writes its own file).
 
@@ -70,13 +70,20 @@ def main():
                          "predict_ratio_vs_kmeans": t_pred.wall / t_km_pred.wall,
                          "budgets": {p: est.get_params()[p] for p in _common.budget_names(est)}})
             print(rows[-1], flush=True)
-    # Peak memory of predict, each model in a fresh process (in a smoke run, all in one).
-    jobs = [{"method": name, "n": 500 if not args.smoke else 300, "d": 64, "n_pred": n_mem_pred, "k": k,
-             "budget": "shortest", "smallest": args.smoke, "warm_predict": True} for name in args.methods]
-    for row, cell in zip(rows, _common.run_cells(jobs, limit=600, threads=args.threads, fresh=not args.smoke)):
+    # Peak memory of predict: each model refitted on 500 x 64 normal rows at the shortest training
+    # (predict's memory does not depend on how long it trained), pickled, and loaded by a fresh
+    # process that predicts 10^6 x 64 rows (in a smoke run: every model in one process).
+    rng = np.random.default_rng(1)
+    X64, y64 = rng.normal(size=(500, 64)).astype(np.float32), np.arange(500) % k
+    models = []
+    with _common.limited_threads(args.threads):
+        for name in args.methods:
+            models.append(fit_source(_common.build(name, k, budget="shortest", random_state=0, device="cpu"), X64, y64))
+    peaks = _common.predict_peaks(models, n_mem_pred, 64, limit=600, threads=args.threads, fresh=not args.smoke)
+    for row, cell in zip(rows, peaks):
         row["predict_peak_extra_mib"] = cell.get("predict_peak_extra_mib")
         if cell["status"] != "ok":
-            print(f"{row['method']}: the peak-memory cell failed: {cell.get('stderr', cell['status'])}", flush=True)
+            print(f"{row['method']}: the peak-memory process failed: {cell.get('stderr')}", flush=True)
     budget_text = ("the registry's smallest budgets (smoke run)" if args.smoke else "the registry's defaults"
                    if scale == 1.0 else f"every training budget x{scale:g}")
     md = [
