@@ -403,60 +403,24 @@ def takes_callbacks(estimator):
 
 @contextlib.contextmanager
 def observing(estimator, callback):
-    """Deliver the training events of ``estimator``'s fits and transfers inside the block to
-    ``callback``: an object with any of ``on_phase_begin(run)``, ``on_epoch_end(run, values)``
-    (``values``: ``{"loss": ..., **monitored extras}`` of that epoch or step),
-    ``on_record(run, record)`` (each ``history_`` record as it is appended) and
-    ``on_phase_end(run)``; ``run.phase``, ``run.n_epochs`` and ``run.completed`` are set.
+    """``callback`` added to ``estimator``'s ``callbacks`` for the block (its fits and transfers
+    inside it report to it), the parameter restored afterwards.
 
-    Estimators with a ``callbacks`` parameter get ``callback`` added to it for the block.
-    Without one (the parameter is being added, issue 27), the same events are raised by
-    wrapping ``sktransfer_cluster.base.training.TrainingRun`` for the block, for this
-    estimator's runs only; the wrap goes when every estimator takes ``callbacks``.
+    A callback (``sktransfer_cluster.base.training.TrainingCallback``, skorch's idea) is any
+    object with some of ``on_phase_begin(run)``, ``on_epoch_end(run, values)`` (``values``:
+    ``{"loss": ..., **monitored extras}`` of that epoch or step), ``on_record(run, record)``
+    (each ``history_`` record as it is appended) and ``on_phase_end(run)``; ``run.phase``,
+    ``run.n_epochs``, ``run.completed`` and ``run.owner`` are set. No benchmark patches
+    ``TrainingRun``.
     """
-    if takes_callbacks(estimator):
-        before = estimator.get_params(deep=False)["callbacks"]
-        estimator.set_params(callbacks=[*(before or []), callback])
-        try:
-            yield estimator
-        finally:
-            estimator.set_params(callbacks=before)
-        return
-    from sktransfer_cluster.base.training import TrainingRun
-
-    def call(run, hook, *args):
-        if run.owner is estimator and hasattr(callback, hook):
-            getattr(callback, hook)(run, *args)
-
-    originals = {name: TrainingRun.__dict__[name] for name in ("epochs", "end_epoch", "record")}
-
-    def epochs(run):
-        call(run, "on_phase_begin")
-        try:
-            yield from originals["epochs"](run)
-        finally:
-            call(run, "on_phase_end")
-
-    def end_epoch(run, *args, **kwargs):
-        n_records = len(run.owner.history_)
-        originals["end_epoch"](run, *args, **kwargs)
-        if len(run.owner.history_) > n_records:  # logged: the values as end_epoch stored them
-            values = {k: v for k, v in run.owner.history_[-1].items() if k not in ("phase", "epoch")}
-        else:
-            loss = args[0] if args else kwargs.get("loss")
-            values = {"loss": float(loss), **{k: v for k, v in kwargs.items() if k not in ("loss", "log")}}
-        call(run, "on_epoch_end", values)
-
-    def record(run, **fields):
-        originals["record"](run, **fields)
-        call(run, "on_record", run.owner.history_[-1])
-
-    TrainingRun.epochs, TrainingRun.end_epoch, TrainingRun.record = epochs, end_epoch, record
+    if not takes_callbacks(estimator):
+        raise TypeError(f"{type(estimator).__name__} has no callbacks parameter to observe its training")
+    before = estimator.get_params(deep=False)["callbacks"]
+    estimator.set_params(callbacks=[*(before or []), callback])
     try:
         yield estimator
     finally:
-        for name, fn in originals.items():
-            setattr(TrainingRun, name, fn)
+        estimator.set_params(callbacks=before)
 
 
 # --------------------------------------------------------------------------- results
