@@ -33,17 +33,16 @@ import argparse
 import json
 import time
 
+import _common
 import numpy as np
 import torch
+from _common import CANONICAL, add_name_argument, write
 from sklearn.cluster import KMeans
 from sklearn.metrics import normalized_mutual_info_score, roc_auc_score
 
 from sktransfer_cluster.cluster.ccn import CCNCluster
 from sktransfer_cluster.datasets import dihedral_classes, load_digits_transfer
 from sktransfer_cluster.metrics import clustering_accuracy, n_dominant_clusters
-
-import _common
-from _common import CANONICAL, add_name_argument, write
 
 # Parameters the script sets for every run itself; --params may not set them.
 _PER_RUN = ("n_clusters", "estimate_n_clusters", "device", "random_state")

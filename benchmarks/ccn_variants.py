@@ -70,20 +70,18 @@ import sys
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before numpy and torch load their thread pools
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from sklearn.metrics import normalized_mutual_info_score as nmi  # noqa: E402
-
-import _common  # noqa: E402
-from sktransfer_cluster.datasets import load_digits_transfer, load_mnist_transfer  # noqa: E402
-from sktransfer_cluster.metrics import clustering_accuracy, n_dominant_clusters  # noqa: E402
-
 import contextlib  # noqa: E402
 import copy  # noqa: E402
 
+import _common  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from sklearn.metrics import normalized_mutual_info_score as nmi  # noqa: E402
 from sklearn.metrics import roc_auc_score  # noqa: E402
 
 from sktransfer_cluster.cluster.ccn import CCNCluster, pairs  # noqa: E402
+from sktransfer_cluster.datasets import load_digits_transfer, load_mnist_transfer  # noqa: E402
+from sktransfer_cluster.metrics import clustering_accuracy, n_dominant_clusters  # noqa: E402
 
 VARIANTS = ("cost", "full", "remeasure", "tables", "gbn", "gdiag", "gnorm", "labels", "gauc")
 
@@ -394,7 +392,10 @@ def gauc(args, out):
 
 
 def tables(files):
-    rows = [json.loads(line) for f in files for line in open(f) if line.strip()]
+    rows = []
+    for name in files:
+        with open(name) as f:
+            rows += [json.loads(line) for line in f if line.strip()]
     groups = collections.defaultdict(list)
     for r in rows:
         if "data" in r and "K" in r:

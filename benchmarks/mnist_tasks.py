@@ -45,10 +45,11 @@ import functools
 import json
 import time
 
+import _common
 import numpy as np
 
-import _common
-from sktransfer_cluster.compare import TASKS as ARENA, scale_budgets
+from sktransfer_cluster.compare import TASKS as ARENA
+from sktransfer_cluster.compare import scale_budgets
 from sktransfer_cluster.metrics import n_dominant_clusters
 from sktransfer_cluster.registry import REGISTRY
 
@@ -60,7 +61,7 @@ SEEDS = [0, 1, 2]
 QUICK_SCALE = 0.2
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _arena(seed, smoke):
     """compare's MNIST tasks for ``seed``, by CLI name (loaded once per seed)."""
     tasks = {t.name: t for t in ARENA["mnist"](seed, "default")}

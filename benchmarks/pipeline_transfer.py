@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import argparse
 
+import _common
 from sklearn.cluster import KMeans
 from sklearn.decomposition import PCA
 from sklearn.metrics import adjusted_rand_score
 from sklearn.preprocessing import StandardScaler
-import _common
+
 from sktransfer_cluster.datasets import load_digits_transfer, make_tdcm_transfer
 from sktransfer_cluster.pipeline import make_transfer_pipeline
 

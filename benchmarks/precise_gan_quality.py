@@ -46,9 +46,9 @@ import multiprocessing as mp
 import os
 import time
 
+import _common
 import numpy as np
 import torch
-import _common
 from _common import add_name_argument, observing, result_stem, scores, summary, write
 from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits

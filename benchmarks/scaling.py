@@ -45,9 +45,8 @@ import json
 import math
 import time
 
-import numpy as np
-
 import _common
+import numpy as np
 from _common import command_line, machine
 
 PEERS = ("KMeans", "MiniBatchKMeans")

@@ -15,10 +15,9 @@ one seed, 300 digits of classes 0-2, the registry's smallest budgets -- under a 
 import argparse
 import time
 
+import _common
 import numpy as np
 import torch
-
-import _common
 from _common import add_name_argument, summary, write
 from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits

@@ -25,12 +25,12 @@ too, in its own process. Timings use ``_common.best_of`` (wall clock).
 
 import argparse
 
+import _common
 import numpy as np
 import ot
 import torch
-
-import _common
 from _common import add_name_argument, best_of, write
+
 from sktransfer_cluster.ot import sinkhorn, sinkhorn_potentials
 from sktransfer_cluster.ot.semi_dual import row_chunks, semi_dual_pass
 

@@ -26,9 +26,8 @@ is read from each estimator's tags.
 
 import argparse
 
-import numpy as np
-
 import _common
+import numpy as np
 from _common import Timer, fit_source, write
 
 

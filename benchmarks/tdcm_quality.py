@@ -48,10 +48,9 @@ predict rows -- under a temporary folder).
 import argparse
 import time
 
+import _common
 import numpy as np
 import torch
-
-import _common
 from _common import add_name_argument, scores, write
 from sklearn.cluster import KMeans
 from sklearn.mixture import GaussianMixture

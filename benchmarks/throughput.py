@@ -39,14 +39,12 @@ import argparse
 import contextlib
 import time
 
+import _common
 import numpy as np
 import torch
-from _common import add_name_argument, fit_source, write
+from _common import add_name_argument, fit_source, observing, write
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
-
-import _common
-from _common import observing
 
 K, D = 10, 64
 

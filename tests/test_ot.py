@@ -1,5 +1,6 @@
 """Our Sinkhorn solver, cross-checked against POT and by its defining properties."""
 
+import importlib
 import warnings
 
 import numpy as np
@@ -167,8 +168,18 @@ POT_CALL = {"numItermax": 1000, "stopThr": 1e-9, "log": True}
 
 
 def _far_apart_cost():
-    """A cost whose kernel exp(-M/reg) underflows to 0 at reg=0.01 (every entry > 1000)."""
+    """Every entry > 1000: exp(-M/reg) underflows at reg=0.01, exp(-(M - min)/reg) does not."""
     return 1000.0 + np.random.default_rng(1).random((30, 7)) * 3
+
+
+def _overflowing_start():
+    """A cost and a warm start whose kernel exp((f + g - M)/reg) underflows at reg=0.01.
+
+    (An offset of the costs alone no longer does it: balanced problems are solved on
+    M less its row and column minima, issue 30 S2.)
+    """
+    M = np.random.default_rng(0).random((30, 7))
+    return M, (np.zeros(30), np.full(7, -1000.0))
 
 
 @pytest.mark.parametrize("method", ["sinkhorn", "sinkhorn_log", "sinkhorn_stabilized"])
@@ -253,15 +264,25 @@ def test_pot_method_names_select_our_schemes(method, scheme):
 @pytest.mark.parametrize("method", ["stabilized", "sinkhorn_stabilized"])
 def test_stabilized_raises_where_it_overflows_instead_of_falling_back(method):
     with pytest.raises(FloatingPointError, match="method='auto'.*method='log'.*larger reg"):
-        sinkhorn(None, None, _far_apart_cost(), 0.01, method=method)
+        M, init = _overflowing_start()
+        sinkhorn(None, None, M, 0.01, method=method, init=init)
 
 
 @pytest.mark.parametrize("method", ["auto", "sinkhorn"])
 def test_auto_falls_back_to_the_log_domain_where_stabilized_overflows(method):
-    M = _far_apart_cost()
-    plan, log = sinkhorn(None, None, M, 0.01, method=method, log=True)
+    M, init = _overflowing_start()
+    plan, log = sinkhorn(None, None, M, 0.01, method=method, init=init, log=True)
     assert log["method"] == "log" and log["converged"]
     np.testing.assert_allclose(plan, sinkhorn(None, None, M, 0.01, method="log"), atol=1e-9)
+
+
+@pytest.mark.parametrize("method", ["auto", "stabilized", "log"])
+def test_an_offset_of_the_costs_leaves_the_plan_unchanged_in_every_scheme(method):
+    """Issue 30 S2: the exp-domain scheme used to overflow on costs offset by 1000 at reg 0.01."""
+    M = _far_apart_cost()
+    plan, log = sinkhorn(None, None, M, 0.01, method=method, log=True)
+    assert log["converged"] and log["marginal_error"] < 1e-9
+    np.testing.assert_allclose(plan, sinkhorn(None, None, M - 1000.0, 0.01, method="log"), rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize(
@@ -506,3 +527,248 @@ def test_ot_clustering_loss_warm_started_from_its_own_potentials_solves_in_one_p
     loss, res = ot_clustering_loss(Z, mu, 0.2, log_w, tol=1e-10)
     again, warm = ot_clustering_loss(Z, mu, 0.2, log_w, init=res.g, tol=1e-9)
     assert warm.n_iter == 1 and float(again) == pytest.approx(float(loss), rel=1e-9)
+
+
+# ------------------------------------------------------------------ issue 30: S2, T4, R4
+def test_a_one_row_problem_with_a_cost_of_1e20_gives_the_only_feasible_plan():
+    """S2: was [[0.5, 0.0]] with converged=True and marginal error 1.0."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        P, log = sinkhorn([1], [0.5, 0.5], [[0, 1e20]], 1, log=True)
+    np.testing.assert_array_equal(P, [[0.5, 0.5]])  # the only plan with these marginals
+    assert log["converged"] and log["marginal_error"] == 0.0
+
+
+@pytest.mark.parametrize("method", ["auto", "stabilized", "log"])
+def test_costs_offset_by_1e14_give_the_plan_of_the_costs_without_the_offset(method):
+    """S2: ``rand(6, 5) + 1e14`` at reg 0.01 was called converged with marginal error 0.82."""
+    M = np.random.default_rng(0).random((6, 5)) + 1e14
+    exact = M - 1e14  # exact in float64: the costs the solver was given, less their offset
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        P, log = sinkhorn(None, None, M, 0.01, method=method, log=True)
+    assert log["converged"] and log["marginal_error"] < 1e-9
+    pot = ot.sinkhorn(np.full(6, 1 / 6), np.full(5, 1 / 5), exact, 0.01, method="sinkhorn_log", stopThr=1e-13, numItermax=10**5)
+    np.testing.assert_allclose(P, pot, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(P.sum(1), 1 / 6, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(P.sum(0), 1 / 5, rtol=0, atol=1e-9)
+
+
+def test_converged_is_said_only_of_a_plan_that_meets_tol(monkeypatch):
+    """S2: the returned plan's own marginal error decides ``converged``, with a warning otherwise."""
+    module = importlib.import_module("sktransfer_cluster.ot.sinkhorn")  # the module, not the function
+
+    # A solver whose criterion claims success for potentials that are off (as cancellation made
+    # them before the fix): the plan check must catch it.
+    real_solve = module._solve
+
+    def lying_solve(*args):
+        res, M, r, c = real_solve(*args)
+        res.g = res.g + 0.1
+        return res, M, r, c
+
+    monkeypatch.setattr(module, "_solve", lying_solve)
+    a, b, M = _small_problem()
+    with pytest.warns(ConvergenceWarning, match="off its marginals"):
+        P, log = sinkhorn(a, b, M, 0.1, log=True)
+    assert not log["converged"] and log["marginal_error"] <= 2
+    assert (P <= np.minimum.outer(a, b) + 1e-15).all()
+
+
+@pytest.mark.parametrize("eps_scaling", [1.0, 2.0, 0.0, -0.5, float("nan"), float("inf"), True, "0.5"])
+def test_eps_scaling_outside_0_1_is_refused_with_what_to_pass(eps_scaling):
+    """T4: 1.0 and 2.0 looped without end, 0 raised ZeroDivisionError."""
+    a, b, M = _small_problem()
+    with pytest.raises(ValueError, match=r"eps_scaling must be a float strictly between 0 and 1 .*or None"):
+        sinkhorn(a, b, M, 0.1, eps_scaling=eps_scaling)
+    with pytest.raises(ValueError, match="eps_scaling must be"):
+        sinkhorn_potentials(torch.as_tensor(M), 0.1, eps_scaling=eps_scaling)
+
+
+def test_an_eps_scaling_near_one_runs_within_max_iter():
+    a, b, M = _small_problem()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        P, log = sinkhorn(a, b, M * 1e6, 0.1, eps_scaling=1 - 1e-12, max_iter=50, log=True)
+    assert log["n_iter"] == 50 and np.isfinite(P).all()
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("check_every", 0, "check_every must be a positive integer"),
+        ("check_every", -3, "check_every must be a positive integer"),
+        ("check_every", 2.5, "check_every must be a positive integer"),
+        ("tol", float("nan"), "tol must be non-negative"),
+        ("tol", -1e-9, "tol must be non-negative"),
+        ("tol", "1e-9", "tol must be a non-negative float"),
+        ("reg_m", float("nan"), "reg_m must be positive or None"),
+        ("reg_m", 0.0, "reg_m must be positive or None"),
+        ("reg_m", True, "reg_m must be a positive float"),
+        ("max_iter", True, "max_iter must be a positive integer"),
+        ("method", None, "method must be one of"),
+    ],
+)
+def test_every_option_outside_its_domain_is_a_clear_value_error(option, value, message):
+    a, b, M = _small_problem()
+    with pytest.raises(ValueError, match=message):
+        sinkhorn(a, b, M, 0.1, **{option: value})
+
+
+@pytest.mark.parametrize("reg", [0.0, -1.0, float("nan"), float("inf"), True, "0.1", None, 1j])
+def test_reg_outside_its_domain_is_a_clear_value_error(reg):
+    a, b, M = _small_problem()
+    with pytest.raises(ValueError, match="reg must be"):
+        sinkhorn(a, b, M, reg)
+
+
+def test_a_complex_cost_or_marginal_is_refused_not_truncated():
+    """R4: a complex M was cast to its real part with only a cast warning."""
+    a, b, M = _small_problem()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no ComplexWarning on the way to the error
+        with pytest.raises(ValueError, match=r"M is complex; pass real values \(e.g. M.real"):
+            sinkhorn(a, b, M + 1j, 0.1)
+        with pytest.raises(ValueError, match=r"M is complex"):
+            sinkhorn(a, b, torch.as_tensor(M + 0j), 0.1)
+        with pytest.raises(ValueError, match="a is complex"):
+            sinkhorn(a + 0j, b, M, 0.1)
+        with pytest.raises(ValueError, match="The cost matrix M is complex"):
+            sinkhorn_potentials(torch.as_tensor(M + 0j), 0.1)
+    with pytest.raises(ValueError, match="array of real numbers"):
+        sinkhorn(a, b, [["x", "y"], ["z", "w"]], 0.1)
+
+
+@pytest.mark.parametrize("spelling", ["warmstart", "init"])
+def test_a_wrong_shape_warm_start_is_a_value_error_naming_the_shapes(spelling):
+    """R4: was a RuntimeError from torch's expand."""
+    a, b, M = _small_problem()  # M is 5 x 4
+    expected = r"M needs \(\.\.\., 5\) and \(\.\.\., 4\) for M of shape \(5, 4\)"
+    with pytest.raises(ValueError, match=r"warm start has shapes \(\(4,\), \(5,\)\), but " + expected):
+        sinkhorn(a, b, M, 0.1, **{spelling: (np.zeros(4), np.zeros(5))})
+    with pytest.raises(ValueError, match="pair of arrays"):
+        sinkhorn(a, b, M, 0.1, **{spelling: (np.zeros(5),)})
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        sinkhorn(a, b, M, 0.1, **{spelling: (np.full(5, np.nan), np.zeros(4))})
+    with pytest.raises(ValueError, match="warm start has shapes"):
+        sinkhorn_potentials(torch.as_tensor(M), 0.1, init=(torch.zeros(3), torch.zeros(4)))
+
+
+def test_the_inputs_are_never_modified():
+    a, b, M = _small_problem()
+    M = M + 1e14
+    saved = [x.copy() for x in (a, b, M)]
+    Mt = torch.as_tensor(M)
+    sinkhorn(a, b, M, 0.01)
+    sinkhorn(a, b, Mt, 0.01)
+    for x, y in zip((a, b, M), saved):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(Mt.numpy(), saved[2])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    n=st.integers(1, 6),
+    m=st.integers(1, 6),
+    log_offset=st.floats(-3, 20),
+    offset_sign=st.sampled_from([1.0, -1.0]),
+    log_span=st.floats(-3, 6),
+    log_rel_reg=st.floats(-1, 1),
+    seed=st.integers(0, 2**16),
+)
+def test_an_offset_up_to_1e20_leaves_the_plan_of_the_costs_unchanged(n, m, log_offset, offset_sign, log_span, log_rel_reg, seed):
+    """S2 as a property: costs ``offset + span * U`` with ``|offset|`` up to 1e20 give the plan of
+    the costs without the offset (as the solver received them), which POT computes right."""
+    rng = np.random.default_rng(seed)
+    offset, span = offset_sign * 10.0**log_offset, 10.0**log_span
+    M = offset + span * rng.random((n, m))
+    exact = M - offset  # the costs M holds, less the offset (exact while span <= |offset|)
+    reg = span * 10.0**log_rel_reg
+    a, b = rng.random(n) + 0.1, rng.random(m) + 0.1
+    a, b = a / a.sum(), b / b.sum()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        P, log = sinkhorn(a, b, M, reg, tol=1e-10, max_iter=10**4, log=True)
+    assert log["converged"] and log["marginal_error"] < 1e-10 + 1e-13
+    ref = sinkhorn(a, b, exact, reg, tol=1e-10, max_iter=10**4)
+    np.testing.assert_allclose(P, ref, rtol=0, atol=1e-10)
+    pot = ot.sinkhorn(a, b, exact, reg, method="sinkhorn_log", stopThr=1e-12, numItermax=10**5)
+    np.testing.assert_allclose(P, pot, rtol=0, atol=1e-8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    n=st.integers(1, 6),
+    m=st.integers(1, 6),
+    log_scale=st.floats(-20, 20),
+    sign=st.sampled_from([1.0, -1.0]),
+    log_offset=st.one_of(st.none(), st.floats(-20, 20)),
+    log_reg=st.floats(-20, 20),
+    max_iter=st.integers(1, 400),
+    method=st.sampled_from(["auto", "log", "sinkhorn_log"]),
+    seed=st.integers(0, 2**16),
+)
+def test_converged_and_the_warning_tell_the_truth_about_the_plan(n, m, log_scale, sign, log_offset, log_reg, max_iter, method, seed):
+    """Cost magnitudes up to 1e20 (and 1e20 offsets), any reg: a plan said to be converged, and
+    given without a warning, meets its marginals; any other comes with a ConvergenceWarning."""
+    rng = np.random.default_rng(seed)
+    M = sign * rng.random((n, m)) * 10.0**log_scale + (0.0 if log_offset is None else 10.0**log_offset)
+    a, b = rng.random(n) + 0.1, rng.random(m) + 0.1
+    a, b = a / a.sum(), b / b.sum()
+    tol = 1e-9
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        P, log = sinkhorn(a, b, M, 10.0**log_reg, tol=tol, max_iter=max_iter, method=method, log=True)
+    warned = any(issubclass(w.category, ConvergenceWarning) for w in caught)
+    assert np.isfinite(P).all() and (P >= 0).all()
+    assert warned == (not log["converged"])
+    if log["converged"]:
+        assert log["marginal_error"] < tol + 1e-13
+        np.testing.assert_allclose(P.sum(1), a, rtol=0, atol=tol)
+        np.testing.assert_allclose(P.sum(0), b, rtol=0, atol=tol)
+    else:
+        assert log["marginal_error"] <= 2 + 1e-9
+
+
+def _valid(option, value):
+    """The documented domain of each option, written out independently of the solver."""
+    real = isinstance(value, (int, float)) and not isinstance(value, bool)
+    integer = isinstance(value, int) and not isinstance(value, bool)
+    return {
+        "reg": real and 0 < value < float("inf"),
+        "reg_m": value is None or (real and value > 0),
+        "max_iter": value is None or (integer and value >= 1),  # None: the default (POT's spelling unset)
+        "tol": value is None or (real and value >= 0),
+        "check_every": integer and value >= 1,
+        "eps_scaling": value is None or (real and 0 < value < 1),
+        "method": value in ("auto", "stabilized", "log", "sinkhorn", "sinkhorn_log", "sinkhorn_stabilized"),
+    }[option]
+
+
+ANY_VALUE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 60),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(0, 1),
+    st.sampled_from(["auto", "log", "stabilized", "sinkhorn", "newton", "0.5", ""]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(option=st.sampled_from(["reg", "reg_m", "max_iter", "tol", "check_every", "eps_scaling", "method"]), value=ANY_VALUE)
+def test_every_option_is_checked_against_its_domain(option, value):
+    """T4 as a property: any value of any option either runs (finite plan, within max_iter) or
+    is a ValueError naming the option; never a hang, a ZeroDivisionError or a TypeError."""
+    a, b, M = _small_problem()
+    kwargs = {"reg": 0.1, "max_iter": 60}
+    kwargs[option] = value
+    reg = kwargs.pop("reg")
+    if not _valid(option, value):
+        with pytest.raises(ValueError, match=option):
+            sinkhorn(a, b, M, reg, **kwargs)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        P, log = sinkhorn(a, b, M, reg, log=True, **kwargs)
+    assert np.isfinite(P).all() and log["n_iter"] <= (kwargs["max_iter"] or 1000)

@@ -31,9 +31,14 @@ Schemes, one function each at a fixed ``reg``:
 * ``method="auto"`` runs the stabilised scheme and continues in the log domain if it
   overflows, so no input gives NaN.
 
-Inputs are validated (shapes, non-negative finite marginals with mass, finite costs,
-positive reg and max_iter) with a clear ValueError; every plan returned is finite, the
-best one reached, with a ConvergenceWarning when tol was not met.
+Inputs are validated (shapes, real non-negative finite marginals with mass, real finite
+costs, the domain of every option, warm starts' shapes) with a clear ValueError; every plan
+returned is finite, the best one reached, with a ConvergenceWarning when tol was not met.
+
+Balanced problems are solved on ``M`` minus its row minima and then its column minima: the
+plan does not change (the potentials absorb the shift), but ``(f + g - M) / reg`` no longer
+cancels when the costs sit far from zero (``M = rand + 1e14`` at ``reg=0.01``). The plan
+:func:`sinkhorn` returns is checked against its marginals before it is called converged.
 
 :func:`_epsilon_scaling` drives them, annealing ``reg`` geometrically from a hundredth of
 the cost's range down to its target and warm-starting the potentials.
@@ -48,6 +53,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from numbers import Real
 
 import numpy as np
 import torch
@@ -88,6 +94,63 @@ def _check_marginal_shape(name, log_w, shape):
     if log_w is not None and log_w.shape != shape and torch.Size(shape[-1:]) != log_w.shape:
         shared = f" (or {tuple(shape[-1:])}, shared by the batch)" if len(shape) > 1 else ""
         raise ValueError(f"{name} has shape {tuple(log_w.shape)}, but M needs {tuple(shape)}{shared}.")
+
+
+def _check_options(reg, reg_m, max_iter, tol, check_every, eps_scaling):
+    """ValueError, saying what to pass, for an option outside its domain.
+
+    Booleans are refused where a number is meant (``reg=True`` is a slip, not 1.0), and
+    ``eps_scaling`` must lie strictly between 0 and 1: at 1 or above the schedule never
+    reaches ``reg`` (issue 30 T4: an endless loop), at 0 it divides by zero.
+    """
+
+    def real(name, value, what):
+        number = isinstance(value, Real) and not isinstance(value, (bool, np.bool_))
+        # 0-d arrays and one-element tensors, such as a reg computed as 0.1 * M.mean()
+        scalar_array = (
+            (isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iuf")
+            or (torch.is_tensor(value) and value.numel() == 1 and (value.is_floating_point() or value.dtype in _INT_DTYPES[:-1]))
+        )
+        if not (number or scalar_array):
+            raise ValueError(f"{name} must be {what}, got {value!r}.")
+        return float(value)
+
+    reg = real("reg", reg, "a positive finite float (the entropic regularisation, in M's unit)")
+    if not 0 < reg < math.inf:
+        raise ValueError(f"reg must be positive and finite, got {reg!r}; pass e.g. reg=0.1 * M.mean().")
+    if reg_m is not None:
+        what = "a positive float (the KL marginal relaxation) or None for balanced OT"
+        if not real("reg_m", reg_m, what) > 0:
+            raise ValueError(f"reg_m must be positive or None, got {reg_m!r}; pass {what}.")
+    if isinstance(max_iter, (bool, np.bool_)) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
+        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}; pass e.g. max_iter=1000.")
+    if not real("tol", tol, "a non-negative float") >= 0:
+        raise ValueError(f"tol must be non-negative, got {tol!r}; pass e.g. tol=1e-9.")
+    if isinstance(check_every, (bool, np.bool_)) or not isinstance(check_every, (int, np.integer)) or check_every < 1:
+        raise ValueError(f"check_every must be a positive integer, got {check_every!r}; pass e.g. check_every=10.")
+    if eps_scaling is not None:
+        what = "a float strictly between 0 and 1 (e.g. 0.5, the default), or None to disable epsilon-scaling"
+        if not 0 < real("eps_scaling", eps_scaling, what) < 1:
+            raise ValueError(f"eps_scaling must be {what}; got {eps_scaling!r}.")
+
+
+def _shift_costs(M):
+    """``M - r_i - c_j`` with ``r`` the row minima of ``M`` and ``c`` the column minima of ``M - r``.
+
+    A balanced plan is the same for both costs, and every row and column of the
+    shifted one holds a zero, so the potentials stay near the costs' spread instead
+    of their offset and ``(f + g - M) / reg`` keeps its precision. Differences too
+    large for the dtype (a row spanning -1e308 .. 1e308) saturate at its largest value:
+    their kernel entries are zero at any ``reg`` that resolves them.
+
+    Returns ``(M_shifted, r, c)``.
+    """
+    r = M.amin(-1)
+    shifted = M - r.unsqueeze(-1)
+    c = shifted.amin(-2).clamp_max(torch.finfo(M.dtype).max)
+    shifted.sub_(c.unsqueeze(-2))
+    top = torch.finfo(M.dtype).max
+    return torch.nan_to_num(shifted, nan=top, posinf=top), r, c
 
 
 def _lse_rows(M, g, log_b, reg):
@@ -234,15 +297,19 @@ def _run_stage(scheme, fallback, M, f, g, log_a, log_b, reg, fi, n_iter, tol, ch
     return f, g, done + extra, err, "log"
 
 
-def _epsilon_schedule(M, reg, eps_scaling):
-    """Decreasing regs, geometric by ``eps_scaling``, from about span/100 down to ``reg``."""
+def _epsilon_schedule(M, reg, eps_scaling, max_iter):
+    """Decreasing regs, geometric by ``eps_scaling``, from about span/100 down to ``reg``.
+
+    At most ``max_iter`` of them: each stage runs at least one iteration, so more could
+    not run (and an ``eps_scaling`` near 1 would otherwise build a list without end).
+    """
     schedule = [reg]
     if eps_scaling is not None:
         # Above span/100 the kernel exp(-M/eps) is well conditioned, so
         # annealing from higher only adds iterations (measured in benchmarks/).
         start = (M.amax() - M.amin()).item() / _SCALING_START
         eps = reg
-        while eps < start:
+        while eps < start and len(schedule) < max_iter:
             eps = eps / eps_scaling
             schedule.append(eps)
         schedule.reverse()
@@ -315,7 +382,7 @@ def sinkhorn_potentials(
     tol : float, default=1e-9
         Stopping threshold on the L1 row-marginal error (balanced) or on the
         largest potential change divided by ``reg`` (unbalanced).
-    check_every : int, default=10
+    check_every : int >= 1, default=10
         Iterations between two convergence checks (each check synchronises).
     eps_scaling : float in (0, 1) or None, default=0.5
         Geometric factor of the epsilon-scaling schedule; ``None`` disables it.
@@ -328,23 +395,37 @@ def sinkhorn_potentials(
     Returns
     -------
     SinkhornResult
+        Potentials of ``M`` itself. A balanced problem is solved on ``M`` less its row and
+        column minima, whose potentials are then shifted back: for costs far from zero
+        (1e14 at ``reg=0.01``) ``f`` and ``g`` are then too large to rebuild the plan from
+        ``M`` at float precision; :func:`sinkhorn` builds it from the shifted costs.
 
     Raises
     ------
+    ValueError
+        For an input or option outside its domain; the message says what to pass.
     FloatingPointError
         With ``method="stabilized"`` when its scalings stop being finite.
     """
+    res, _, r, c = _solve(M, reg, log_a, log_b, reg_m, init, max_iter, tol, check_every, eps_scaling, method, verbose)
+    res.f, res.g = res.f + r, res.g + c
+    return res
+
+
+def _solve(M, reg, log_a, log_b, reg_m, init, max_iter, tol, check_every, eps_scaling, method, verbose):
+    """:func:`sinkhorn_potentials` on the shifted costs of :func:`_shift_costs`.
+
+    Returns ``(result, M_solved, r, c)``: the potentials of ``result`` are those of
+    ``M_solved = M - r_i - c_j``, so ``f + r`` and ``g + c`` are those of ``M``
+    (``r``, ``c`` are zeros for unbalanced OT, whose plan a shift would change).
+    """
     method = _scheme(method)
-    if not (reg > 0 and reg < math.inf):
-        raise ValueError(f"reg must be positive and finite, got {reg!r}.")
-    if reg_m is not None and not reg_m > 0:
-        raise ValueError(f"reg_m must be positive or None, got {reg_m!r}.")
+    _check_options(reg, reg_m, max_iter, tol, check_every, eps_scaling)
+    reg = float(reg)
     if reg_m is not None and math.isinf(reg_m):
         reg_m = None  # an infinitely strong marginal penalty is the balanced problem (as in POT)
-    if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
-        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}.")
-    if not tol >= 0:
-        raise ValueError(f"tol must be non-negative, got {tol!r}.")
+    if M.is_complex():
+        raise ValueError("The cost matrix M is complex; pass a real cost matrix (e.g. M.real if its imaginary part is zero).")
     if M.ndim < 2 or M.shape[-1] == 0 or M.shape[-2] == 0:
         raise ValueError(f"M must be a non-empty cost matrix of shape (..., n, m), got shape {tuple(M.shape)}.")
     if not torch.isfinite(M).all():
@@ -352,12 +433,17 @@ def sinkhorn_potentials(
     _check_marginal_shape("a", log_a, (*M.shape[:-2], M.shape[-2]))
     _check_marginal_shape("b", log_b, (*M.shape[:-2], M.shape[-1]))
     log_a, log_b = log_marginals(M, log_a, log_b)
+    if reg_m is None:
+        M, r, c = _shift_costs(M)
+    else:
+        r, c = torch.zeros_like(log_a), torch.zeros_like(log_b)
     if init is not None:
-        f, g = (t.to(dtype=M.dtype, device=M.device).expand(w.shape) for t, w in zip(init, (log_a, log_b)))
+        f, g = _check_init(init, log_a, log_b, M)
+        f, g = f - r, g - c
         schedule = [reg]
     else:
         f, g = torch.zeros_like(log_a), torch.zeros_like(log_b)
-        schedule = _epsilon_schedule(M, reg, eps_scaling)
+        schedule = _epsilon_schedule(M, reg, eps_scaling, max_iter)
     errors = []
 
     def trace(it, err):
@@ -369,9 +455,34 @@ def sinkhorn_potentials(
     f, g, n_iter, err, used = _epsilon_scaling(
         M, f, g, log_a, log_b, schedule, reg_m, max_iter, tol, check_every, method, trace
     )
-    return SinkhornResult(
-        f=f, g=g, n_iter=n_iter, err=float(err), converged=err < tol, method=used, errors=errors
-    )
+    res = SinkhornResult(f=f, g=g, n_iter=n_iter, err=float(err), converged=err < tol, method=used, errors=errors)
+    return res, M, r, c
+
+
+def _check_init(init, log_a, log_b, M):
+    """Warm-start potentials ``(f, g)`` on ``M``'s dtype and device, shaped like the marginals.
+
+    ValueError (not torch's RuntimeError) for anything but a pair of real arrays that
+    fit ``(..., n)`` and ``(..., m)``, naming the shapes expected.
+    """
+    n, m = M.shape[-2], M.shape[-1]
+    expected = f"(..., {n}) and (..., {m}) for M of shape {tuple(M.shape)}"
+    if not isinstance(init, (tuple, list)) or len(init) != 2:
+        raise ValueError(f"A warm start must be a pair of arrays of shapes {expected}; got {type(init).__name__}.")
+    out = []
+    for t, w in zip(init, (log_a, log_b)):
+        t = _tensor(t)
+        if t.is_complex() or not (t.is_floating_point() or t.dtype in _INT_DTYPES):
+            raise ValueError(f"A warm start must hold real numbers; got dtype {t.dtype}.")
+        try:
+            t = t.to(dtype=M.dtype, device=M.device).expand(w.shape)
+        except RuntimeError:
+            got = tuple(tuple(_tensor(x).shape) for x in init)
+            raise ValueError(f"The warm start has shapes {got}, but M needs {expected}.") from None
+        if not torch.isfinite(t).all():
+            raise ValueError("The warm start holds NaN or infinite values; pass finite potentials (e.g. a previous log's f, g).")
+        out.append(t)
+    return out
 
 
 def _one_of(name, value, pot_name, pot_value, default):
@@ -382,8 +493,25 @@ def _one_of(name, value, pot_name, pot_value, default):
     return default if value is None else value
 
 
+_INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
+
+
 def _tensor(x):
-    return x if torch.is_tensor(x) else torch.as_tensor(np.asarray(x))
+    """``x`` as a tensor; ValueError for what is not an array of numbers (strings, objects)."""
+    if torch.is_tensor(x):
+        return x
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "biufc":
+        raise ValueError(f"Expected an array of real numbers, got dtype {arr.dtype}.")
+    return torch.as_tensor(arr)
+
+
+def _real(name, x):
+    """``x`` as a real tensor; ValueError for complex input (a cast would drop the imaginary part)."""
+    x = _tensor(x)
+    if x.is_complex():
+        raise ValueError(f"{name} is complex; pass real values (e.g. {name}.real if its imaginary part is zero).")
+    return x
 
 
 def _log_marginal(name, w, like):
@@ -394,7 +522,7 @@ def _log_marginal(name, w, like):
     """
     if w is None:
         return None
-    w = _tensor(w)
+    w = _real(name, w)
     if w.numel() == 0:
         return None
     w = w.to(dtype=like.dtype, device=like.device)
@@ -413,7 +541,7 @@ def _from_warmstart(warmstart, method, unbalanced, M, log_a, log_b, reg):
     ``(alpha, beta) = reg * (log u, log v)``. ``sinkhorn_unbalanced`` puts ``a b^T`` in its
     kernel, ``diag(u) (a b^T exp(-M / reg)) diag(v)``, so there ``log u = f / reg``.
     """
-    log_u, log_v = (_tensor(w).to(dtype=M.dtype, device=M.device) for w in warmstart)
+    log_u, log_v = _check_init(warmstart, *log_marginals(M, log_a, log_b), M)
     if unbalanced:
         return reg * log_u, reg * log_v
     if method.lower() == "sinkhorn_stabilized":
@@ -495,14 +623,15 @@ def sinkhorn(
     verbose : bool, default=False
         Print the stopping criterion at each check.
     log : bool, default=False
-        Also return a dict: ``n_iter``, ``converged``, ``method``, potentials ``f``,
-        ``g``, and POT's keys ``niter``, ``err`` (list, one value per check), the
+        Also return a dict: ``n_iter``, ``converged`` (the iterations met ``tol`` and so
+        does the returned plan, whose L1 error on both marginals is ``marginal_error``
+        for balanced OT), ``method``, potentials ``f``, ``g``, and POT's keys ``niter``, ``err`` (list, one value per check), the
         scalings ``u``, ``v``, ``log_u``, ``log_v`` of ``P = diag(u) exp(-M / reg) diag(v)``,
         ``alpha``, ``beta`` (``reg * log_u``, ``reg * log_v``) and ``logu``, ``logv``
         (the warm start of POT's ``sinkhorn_stabilized`` and ``sinkhorn_unbalanced``).
     warn : bool, default=True
         Emit a :class:`~sklearn.exceptions.ConvergenceWarning` when ``tol``
-        is not reached.
+        is not reached, by the iterations or by the returned plan's marginals.
     warmstart : tuple of arrays, default=None
         POT's warm start, in the convention of the POT solver the call stands for:
         ``(log_u, log_v)``; ``(alpha, beta)`` with ``method="sinkhorn_stabilized"``;
@@ -511,9 +640,9 @@ def sinkhorn(
         Warm-start potentials ``(f, g)`` as in our log. Skips epsilon-scaling.
     reg_m : float or None, default=None
         Marginal relaxation for unbalanced OT.
-    eps_scaling : float or None, default=0.5
+    eps_scaling : float in (0, 1) or None, default=0.5
         Factor of the epsilon-scaling schedule; ``None`` disables it.
-    check_every : int, default=10
+    check_every : int >= 1, default=10
         Iterations between two convergence checks.
 
     Returns
@@ -525,6 +654,9 @@ def sinkhorn(
 
     Raises
     ------
+    ValueError
+        For an input or option outside its domain (complex or non-finite costs, a warm start
+        of the wrong shape, ``eps_scaling`` outside (0, 1), ...); the message says what to pass.
     FloatingPointError
         With ``method="stabilized"`` (or ``"sinkhorn_stabilized"``) when its scalings stop
         being finite; ``"auto"`` then continues in the log domain instead.
@@ -591,44 +723,70 @@ def sinkhorn(
     max_iter = _one_of("max_iter", max_iter, "numItermax", numItermax, 1000)
     tol = _one_of("tol", tol, "stopThr", stopThr, 1e-9)
     _one_of("init", init, "warmstart", warmstart, None)  # one option in two conventions
-    M_in = _tensor(M)
+    # Before any use: a warm start in POT's stabilised convention is divided by reg.
+    _check_options(reg, reg_m, max_iter, tol, check_every, eps_scaling)
+    reg = float(reg)
+    M_in = _real("M", M)
     out_dtype = M_in.dtype if M_in.is_floating_point() else torch.float64
     # float64 on CPU: float32 loses the marginals at small reg.
     work_dtype = torch.float64 if M_in.device.type == "cpu" else out_dtype
     Mt = M_in.to(work_dtype)
     log_a, log_b = _log_marginal("a", a, Mt), _log_marginal("b", b, Mt)
-    if warmstart is not None:
-        unbalanced = reg_m is not None and not math.isinf(reg_m)
-        init = _from_warmstart(warmstart, method, unbalanced, Mt, log_a, log_b, reg)
-    elif init is not None:
-        init = tuple(_tensor(t) for t in init)
-    res = sinkhorn_potentials(
-        Mt, reg, log_a, log_b, reg_m=reg_m, init=init, max_iter=max_iter, tol=tol,
-        check_every=check_every, eps_scaling=eps_scaling, method=method, verbose=verbose,
-    )
-    if warn and not res.converged:
-        warnings.warn(
-            f"Sinkhorn did not converge in {max_iter} iterations (error {res.err:.3g} > tol "
-            f"{tol:g}); increase max_iter or reg.",
-            ConvergenceWarning,
-            stacklevel=2,
-        )
-    out = (lambda t: t.to(out_dtype)) if torch.is_tensor(M) else (lambda t: t.to(out_dtype).numpy())
     balanced = reg_m is None or math.isinf(reg_m)
-    # NaN potentials (never expected from validated input) must not leak out as a plan.
-    P = torch.nan_to_num(plan_from_potentials(Mt, res.f, res.g, reg, log_a, log_b, balanced=balanced), nan=0.0)
-    if balanced and not res.converged:
-        # Stopped early, rows or columns may hold more than their marginal (a capped entry can
-        # reach min(a_i, b_j) in every cell). Shrink rows, then columns, to at most their
-        # marginals: the plan stays the best one reached where it was feasible, and its L1
-        # marginal error is at most 2 (twice the missing mass).
+    if Mt.ndim >= 2 and Mt.numel() > 0:  # else _solve says what M must be
+        _check_marginal_shape("a", log_a, (*Mt.shape[:-2], Mt.shape[-2]))
+        _check_marginal_shape("b", log_b, (*Mt.shape[:-2], Mt.shape[-1]))
+        if warmstart is not None:
+            init = _from_warmstart(warmstart, method, not balanced, Mt, log_a, log_b, reg)
+    res, Ms, r, c = _solve(
+        Mt, reg, log_a, log_b, reg_m, init, max_iter, tol, check_every, eps_scaling, method, verbose
+    )
+    # The plan comes from the shifted costs and their potentials, where (f + g - M) / reg
+    # has not lost its precision to the costs' offset.
+    P = torch.nan_to_num(plan_from_potentials(Ms, res.f, res.g, reg, log_a, log_b, balanced=balanced), nan=0.0)
+    converged = res.converged
+    if balanced:
         wa, wb = (w.exp() for w in log_marginals(Mt, log_a, log_b))
-        P = P * (wa / P.sum(-1).clamp_min(torch.finfo(P.dtype).tiny)).clamp_max(1.0).unsqueeze(-1)
-        P = P * (wb / P.sum(-2).clamp_min(torch.finfo(P.dtype).tiny)).clamp_max(1.0).unsqueeze(-2)
+        marginal_error = _marginal_error(P, wa, wb)
+        # The solver's criterion is read off its own arithmetic; the plan handed back is what
+        # must meet tol (issue 30 S2: a plan 1.0 off its marginals was called converged).
+        # Allowed beyond tol: the rounding of the sums themselves.
+        roundoff = 4 * torch.finfo(P.dtype).eps * (P.shape[-1] + P.shape[-2])
+        plan_ok = marginal_error < tol + roundoff
+        if not converged:
+            # Stopped early, rows or columns may hold more than their marginal (a capped entry can
+            # reach min(a_i, b_j) in every cell). Shrink rows, then columns, to at most their
+            # marginals: the plan stays the best one reached where it was feasible, and its L1
+            # marginal error is at most 2 (twice the missing mass).
+            P = P * (wa / P.sum(-1).clamp_min(torch.finfo(P.dtype).tiny)).clamp_max(1.0).unsqueeze(-1)
+            P = P * (wb / P.sum(-2).clamp_min(torch.finfo(P.dtype).tiny)).clamp_max(1.0).unsqueeze(-2)
+            marginal_error = _marginal_error(P, wa, wb)
+        elif not plan_ok:
+            converged = False
+    if warn and not converged:
+        if res.converged:
+            spread = float(Ms.amax())
+            message = (
+                f"Sinkhorn's plan is off its marginals by {marginal_error:.3g} (L1) > tol {tol:g}, although "
+                f"its iterations met tol: at reg={reg:g} float precision cannot resolve costs spread over "
+                f"{spread:.3g}. Raise reg or rescale M."
+            )
+        else:
+            message = (
+                f"Sinkhorn did not converge in {max_iter} iterations (error {res.err:.3g} > tol "
+                f"{tol:g}); increase max_iter or reg."
+            )
+        warnings.warn(message, ConvergenceWarning, stacklevel=2)
+    out = (lambda t: t.to(out_dtype)) if torch.is_tensor(M) else (lambda t: t.to(out_dtype).numpy())
     if not log:
         return out(P)
+    res.f, res.g, res.converged = res.f + r, res.g + c, converged
     log_dict = _log_dict(res, Mt, log_a, log_b, reg, not balanced, out)
     if balanced:  # L1 error of both marginals of the returned plan
-        wa, wb = (w.exp() for w in log_marginals(Mt, log_a, log_b))
-        log_dict["marginal_error"] = float(((P.sum(-1) - wa).abs().sum(-1) + (P.sum(-2) - wb).abs().sum(-1)).max())
+        log_dict["marginal_error"] = marginal_error
     return out(P), log_dict
+
+
+def _marginal_error(P, wa, wb):
+    """L1 error of both marginals of ``P``, max over the batch."""
+    return float(((P.sum(-1) - wa).abs().sum(-1) + (P.sum(-2) - wb).abs().sum(-1)).max())
