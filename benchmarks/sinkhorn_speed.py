@@ -19,7 +19,7 @@ run. One iteration reads the array twice, so "two copies" is the bandwidth bound
 
 Writes benchmarks/results/sinkhorn/sinkhorn_speed.{json,md} (another ``--name``, or
 ``--quick``: n = 2,000, n-big = 10^5 and one repeat, goes to ``sinkhorn/variants/``;
-``--smoke``: n = 500, n-big = 10^4, one repeat, at most 200 iterations, under a temporary folder). ``speed.py`` runs it
+``--smoke``: n = 500, n-big = 2,000, one repeat, at most 50 iterations, under a temporary folder). ``speed.py`` runs it
 too, in its own process. Timings use ``_common.best_of`` (wall clock).
 """
 
@@ -43,14 +43,14 @@ def best_time(fn, repeats):
     return best_of(fn, repeats, clock="wall")
 
 
-def per_iteration(n, k, repeats):
+def per_iteration(n, k, repeats, warm_iter=2000):
     """Seconds per iteration of each scheme at n x k, beside numpy copies of the n x k array."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(n, 10))
     M = torch.as_tensor(ot.dist(X, X[rng.choice(n, k, replace=False)]))
     M = M / (0.05 * M.mean())
     log_b = torch.full((k,), -np.log(k), dtype=torch.float64)
-    warm = sinkhorn_potentials(M, 1.0, None, log_b, tol=1e-3, max_iter=2000)
+    warm = sinkhorn_potentials(M, 1.0, None, log_b, tol=1e-3, max_iter=warm_iter)
     init = (warm.f, warm.g)
     iters = 20
     out = {}
@@ -82,7 +82,7 @@ def main(argv=None):
     args = _common.setup(parser.parse_args(argv))
     tol, max_iter = 1e-6, 100000
     if args.smoke:  # a check that it runs: the solvers stop early, the numbers mean nothing
-        args.n, args.repeats, args.n_big, tol, max_iter = min(args.n, 500), 1, min(args.n_big, 10_000), 1e-3, 200
+        args.n, args.repeats, args.n_big, tol, max_iter = min(args.n, 500), 1, min(args.n_big, 2000), 1e-3, 50
     elif args.quick:
         args.n, args.repeats, args.n_big = min(args.n, 2000), 1, min(args.n_big, 100_000)
     torch.set_num_threads(args.threads)  # the solver's threads; not restored: the process is ours
@@ -124,7 +124,7 @@ def main(argv=None):
             f"| {r['problem']} | `{r['pot_method']}` | {r['ours_s']:.4f} | {r['pot_s']:.4f} | "
             f"{r['speedup']:.1f}x | {r['ours_err']:.1e} | {r['pot_err']:.1e} | {r['max_plan_diff']:.1e} |"
         )
-    it = per_iteration(args.n_big, args.k, args.repeats)
+    it = per_iteration(args.n_big, args.k, args.repeats, warm_iter=50 if args.smoke else 2000)
     two_copies = 2 * it["numpy_copy_prealloc_s"]
     md += [
         "",

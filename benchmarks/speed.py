@@ -19,8 +19,8 @@ canonical file, written by ``sinkhorn_speed.py``).
   skips it; it writes its own file).
 
 Writes benchmarks/results/speed/speed.{json,md} (another ``--name``, or ``--quick``, goes to
-``speed/variants/``; ``--smoke`` -- 300 rows, K = 3, the registry's smallest budgets, 2,000
-predict rows for the memory part -- under a temporary folder). Whether ``fit`` gets the labels
+``speed/variants/``; ``--smoke`` -- 300 rows, K = 3, the registry's smallest budgets, the memory
+part on the same models and 2,000 x 10 rows -- under a temporary folder). Whether ``fit`` gets the labels
 is read from each estimator's tags.
 """
 
@@ -72,13 +72,15 @@ def main():
     # Peak memory of predict: each model refitted on 500 x 64 normal rows at the shortest training
     # (predict's memory does not depend on how long it trained), pickled, and loaded by a fresh
     # process that predicts 10^6 x 64 rows (in a smoke run: every model in one process).
+    # (A smoke run reuses the models above, fitted on 10 features: one fit per method, not two.)
+    d_mem = 10 if args.smoke else 64
     rng = np.random.default_rng(1)
     X64, y64 = rng.normal(size=(500, 64)).astype(np.float32), np.arange(500) % k
-    models = []
+    models = list(ests.values()) if args.smoke else []
     with _common.limited_threads(args.threads):
-        for name in args.methods:
+        for name in [] if args.smoke else args.methods:
             models.append(fit_source(_common.build(name, k, budget="shortest", random_state=0, device="cpu"), X64, y64))
-    peaks = _common.predict_peaks(models, n_mem_pred, 64, limit=600, threads=args.threads, fresh=not args.smoke)
+    peaks = _common.predict_peaks(models, n_mem_pred, d_mem, limit=600, threads=args.threads, fresh=not args.smoke)
     for row, cell in zip(rows, peaks):
         row["predict_peak_extra_mib"] = cell.get("predict_peak_extra_mib")
         if cell["status"] != "ok":
@@ -91,7 +93,7 @@ def main():
         f"KMeans(n_init=10): fit {t_km_fit.wall:.3f} s on {n_fit:,} x 10; predict "
         f"{X_pred.shape[0] / t_km_pred.wall:,.0f} rows/s.",
         "",
-        f"| method | fit s | fit / KMeans | predict rows/s | predict time / KMeans | predict {n_mem_pred:,} x 64 "
+        f"| method | fit s | fit / KMeans | predict rows/s | predict time / KMeans | predict {n_mem_pred:,} x {d_mem} "
         "float32: extra peak MiB |",
         "|---|---|---|---|---|---|",
     ]
