@@ -293,9 +293,13 @@ class ScalarNorm(torch.nn.BatchNorm1d):
 def principal_axes(X, n_components):
     """Mean and top ``n_components`` principal axes of the rows of ``X`` (numpy, deterministic).
 
-    Eigenvectors of the ``d x d`` covariance (accumulated in float64 over row
-    chunks), largest variance first, each signed so that its largest-magnitude
-    entry is positive. No random numbers: equal data give equal axes.
+    With at least as many rows as features: eigenvectors of the ``d x d``
+    covariance (accumulated in float64 over row chunks). With fewer rows: right
+    singular vectors of the ``n x d`` centred rows, the same axes without the
+    ``d x d`` matrix, whose memory and ``O(d^3)`` eigendecomposition made 100 rows
+    of 10,000 features take minutes and gigabytes (issue 30 R1). Largest variance
+    first, each axis signed so that its largest-magnitude entry is positive. No
+    random numbers: equal data give equal axes.
 
     Returns
     -------
@@ -306,13 +310,18 @@ def principal_axes(X, n_components):
     X = np.asarray(X)
     n, d = X.shape
     mean = X.mean(0, dtype=np.float64)
-    cov = np.zeros((d, d))
-    step = max(1, _ADAPT_ENTRIES // max(1, d))
-    for s in range(0, n, step):
-        xc = X[s : s + step].astype(np.float64) - mean
-        cov += xc.T @ xc
-    evals, evecs = np.linalg.eigh(cov / n)
-    comps = evecs[:, ::-1][:, :n_components].T.copy()
+    if n < d:
+        # Singular values come sorted, largest first, as the covariance's reversed eigenvalues.
+        _, _, vt = np.linalg.svd(X.astype(np.float64) - mean, full_matrices=False)
+        comps = vt[:n_components].copy()
+    else:
+        cov = np.zeros((d, d))
+        step = max(1, _ADAPT_ENTRIES // max(1, d))
+        for s in range(0, n, step):
+            xc = X[s : s + step].astype(np.float64) - mean
+            cov += xc.T @ xc
+        evals, evecs = np.linalg.eigh(cov / n)
+        comps = evecs[:, ::-1][:, :n_components].T.copy()
     signs = np.sign(comps[np.arange(comps.shape[0]), np.abs(comps).argmax(1)])
     comps *= np.where(signs == 0, 1.0, signs)[:, None]
     return mean, comps
