@@ -6,23 +6,34 @@ that ``--help`` and ``--version`` answer without importing torch. The work is in
 """
 
 import argparse
+import math
+import sys
+from pathlib import Path
 
 from . import __version__
+from .errors import UsageError
 from .registry import REGISTRY, method_names
 
 _COMPARE_HELP = """\
 Fit every estimator on the source of each task, transfer it to the target, and
-print one table beside KMeans and GaussianMixture fitted on the target. Each
-method runs at its defaults; --quick and --full only scale the epoch counts.
-One line per method goes to stderr as it starts and ends.
+print one table beside KMeans, GaussianMixture and UMAP+GMM (umap-learn, the
+bench extra) fitted on the target. Each method runs at its defaults; --quick and
+--full only scale the epoch counts. One line per method goes to stderr as it
+starts and ends, and one line per warning, which the table marks and lists.
 
 Files (--data FILE):
   .npz  arrays X_source, X_target (2-D, numbers) and optional y_source, y_target
         (one label per row). Nothing is unpickled.
-  .csv  a header row; a 'domain' column whose values are source or target (any
-        case); an optional label column ('label', or --label-column NAME); every
-        other column is a numeric feature. Labels may be strings; a blank label
-        is missing, and a side whose labels are all blank has none.
+  .csv  a header row (UTF-8, a BOM is fine); a 'domain' column whose every value
+        is source or target (any case); an optional label column ('label', or
+        --label-column NAME, never the domain column); every other column is a
+        numeric feature. Leading unnamed index columns (pandas' to_csv, R's row
+        names) are skipped; write other index columns with index=False. Labels
+        may be strings; a blank label is missing, and a side whose labels are
+        all blank has none.
+  Two files may not share a name (a/t.csv b/t.csv): results are keyed by it.
+--out DIR is written all at once: a rerun replaces the outputs of the last one,
+and a folder holding other files is refused.
 K is the number of target classes, or --n-clusters. Without target labels pass
 --n-clusters, or run only the methods that estimate K ({estimators}; they need
 source labels), which get an upper bound of 20.
@@ -69,7 +80,7 @@ def build_parser():
     cmp_.add_argument("--device", default="cpu", help="auto, cpu, cuda, cuda:N or mps (default: cpu)")
     cmp_.add_argument("--threads", type=_positive_int, default=None, help="torch and BLAS threads (default: OMP_NUM_THREADS, else the physical cores)")
     cmp_.add_argument("--seed", type=int, default=0)
-    cmp_.add_argument("--max-array-mb", type=float, default=1024, help="refuse file arrays larger than this once loaded (default: 1024)")
+    cmp_.add_argument("--max-array-mb", type=float, default=1024, help="refuse a file whose loaded arrays (rows x columns x 8 bytes) exceed this (default: 1024)")
     cmp_.add_argument("--out", default=None, help="directory for results.json, results.md and figures")
     speed = cmp_.add_mutually_exclusive_group()
     speed.add_argument("--quick", action="store_true", help="every epoch count x0.2 (default: each method at its defaults)")
@@ -91,6 +102,60 @@ def main(argv=None):
         The exit status: 0, or 2 after a one-line error about the input.
     """
     args = build_parser().parse_args(argv)
-    from .compare import run  # torch, scikit-learn and the estimators load here
+    try:
+        args.data = check_inputs(args)
+    except UsageError as exc:
+        print(f"sktransfer-cluster: error: {exc}", file=sys.stderr)
+        return 2
+    from .compare import run  # torch and the estimators load here, after every input check
 
     return run(args)
+
+
+_BUILT_IN = ("digits", "tdcm", "mnist")
+
+
+def check_inputs(args):
+    """Every check of a ``compare`` command line that needs no torch; returns ``args.data`` loaded.
+
+    User files are read here (:func:`~sktransfer_cluster.files.load_transfer_file`), so a
+    bad file is reported at once, before torch is imported; built-in task names stay names.
+
+    Raises
+    ------
+    UsageError
+        Unknown methods, a non-finite or non-positive ``--max-array-mb``, an unknown task,
+        a file that cannot be read, two files of the same name (their results and figures
+        would overwrite each other), or an ``--out`` that is a file.
+    """
+    if args.methods:
+        unknown = [m.strip() for m in args.methods.split(",") if m.strip() and m.strip() not in REGISTRY]
+        if unknown:
+            raise UsageError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(REGISTRY)}")
+    if not (math.isfinite(args.max_array_mb) and args.max_array_mb > 0):
+        raise UsageError(f"--max-array-mb must be a positive number of MiB, got {args.max_array_mb!r}")
+    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out} is a file; pass a directory (it is created if missing)")
+    from .files import load_transfer_file  # numpy and scikit-learn only
+
+    label_column = None if args.label_column.lower() == "none" else args.label_column
+    loaded, paths = [], {}
+    for item in args.data:
+        if item in _BUILT_IN:
+            loaded.append(item)
+            continue
+        if Path(item).suffix not in (".npz", ".csv"):
+            raise UsageError(f"unknown task {item!r}; use {', '.join(_BUILT_IN)} or a .npz/.csv file")
+        try:
+            task = load_transfer_file(item, label_column=label_column, max_bytes=int(args.max_array_mb * 2**20))
+        except (ValueError, OSError) as exc:
+            raise UsageError(str(exc)) from exc
+        if task.name in paths or task.name in _BUILT_IN:
+            other = paths.get(task.name, "the built-in task")
+            raise UsageError(
+                f"{other} and {item} are both named {task.name!r}: results and figures are keyed by "
+                "the file name, so rename one of them"
+            )
+        paths[task.name] = item
+        loaded.append(task)
+    return loaded

@@ -23,7 +23,8 @@ import os
 import platform
 import sys
 import time
-from dataclasses import asdict, dataclass
+import warnings
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,7 @@ from sklearn.utils import get_tags
 from . import __version__
 
 from .base import resolve_device
+from .errors import UsageError
 from .registry import REGISTRY
 from .datasets import (
     TransferTask,
@@ -89,7 +91,10 @@ def scale_budgets(estimator, factor):
     return budgets
 
 
-BASELINES = ("KMeans", "GaussianMixture")
+# Fitted on the target alone, K given. "UMAP+GMM" is what a user tries first on images:
+# UMAP(10 components, 15 neighbours, min_dist 0) then a GaussianMixture (umap-learn, the
+# bench extra); without umap-learn its row says so.
+BASELINES = ("KMeans", "GaussianMixture", "UMAP+GMM")
 
 
 def _digits(seed, mode):
@@ -170,10 +175,8 @@ class Row:
     fit_s: float
     transfer_s: float
     labels: list
-
-
-class UsageError(Exception):
-    """A user mistake reported as one line, no traceback."""
+    warnings: list = field(default_factory=list)
+    cpu_s: float = 0.0
 
 
 def _say(message):
@@ -232,18 +235,22 @@ def _run_method(name, task, k, seed, device, scale, verbose=0):
     scale_budgets(est, scale)
     if verbose and "verbose" in est.get_params():
         est.set_params(verbose=verbose)  # a tqdm bar on stderr; labels are the same
-    t0 = time.perf_counter()
-    if getattr(task, "protocol", "transfer") == "cluster":
-        labels = est.fit_predict(task.X_target)
-        t1 = t2 = time.perf_counter()
-    else:
-        if get_tags(est).target_tags.required:
-            est.fit(task.X_source, task.y_source)
+    t0, c0 = time.perf_counter(), time.process_time()
+    # Warnings become one line each on stderr and a note under the table (see compare).
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if getattr(task, "protocol", "transfer") == "cluster":
+            labels = est.fit_predict(task.X_target)
+            t1 = t2 = time.perf_counter()
         else:
-            est.fit(task.X_source)
-        t1 = time.perf_counter()
-        labels = est.transfer(task.X_target)
-        t2 = time.perf_counter()
+            if get_tags(est).target_tags.required:
+                est.fit(task.X_source, task.y_source)
+            else:
+                est.fit(task.X_source)
+            t1 = time.perf_counter()
+            labels = est.transfer(task.X_target)
+            t2 = time.perf_counter()
+    notes = list(dict.fromkeys(f"{w.category.__name__}: {w.message}" for w in caught))
     labels = np.asarray(labels)
     found = est.n_clusters_  # distinct labels, for every estimator
     if bound is not None:
@@ -252,20 +259,53 @@ def _run_method(name, task, k, seed, device, scale, verbose=0):
         k_text = f"found {found}"
     else:
         k_text = f"given {k}" if found == k else f"given {k}, {found} used"
-    return Row(task.name, name, k_text, *_scores(task.y_target, labels), t1 - t0, t2 - t1, labels.tolist())
+    cpu = time.process_time() - c0
+    return Row(task.name, name, k_text, *_scores(task.y_target, labels), t1 - t0, t2 - t1, labels.tolist(), notes, cpu)
+
+
+def umap_gmm(X, n_clusters, random_state=0):
+    """The off-the-shelf peer on images: UMAP to 10 dimensions, then a GaussianMixture.
+
+    ``umap.UMAP(n_components=10, n_neighbors=15, min_dist=0.0)`` (fewer components and
+    neighbours on a tiny set) and ``GaussianMixture(n_clusters, n_init=3)``.
+
+    Raises
+    ------
+    ImportError
+        Without umap-learn (``pip install umap-learn``, in the bench extra).
+    """
+    from umap import UMAP  # numba compiles on the first call: imported only here
+
+    n = X.shape[0]
+    embedding = UMAP(
+        n_components=max(1, min(10, n - 2)), n_neighbors=max(2, min(15, n - 1)), min_dist=0.0,
+        random_state=random_state, n_jobs=1,
+    ).fit_transform(X)
+    return GaussianMixture(n_clusters, n_init=3, random_state=random_state).fit(embedding).predict(embedding)
 
 
 def _run_baseline(name, task, k, seed):
+    method = f"{name} (on target)"
     if k is None:
-        return Row(task.name, f"{name} (on target)", "skipped: needs K", None, None, None, 0.0, 0.0, [])
-    t0 = time.perf_counter()
+        return Row(task.name, method, "skipped: needs K", None, None, None, 0.0, 0.0, [])
+    t0, c0 = time.perf_counter(), time.process_time()
     if name == "KMeans":
         labels = KMeans(k, n_init=10, random_state=seed).fit_predict(task.X_target)
-    else:
+    elif name == "GaussianMixture":
         labels = GaussianMixture(k, covariance_type="diag", random_state=seed).fit(task.X_target).predict(task.X_target)
-    t1 = time.perf_counter()
+    else:
+        try:
+            labels = umap_gmm(task.X_target, k, random_state=seed)
+        except ImportError:
+            return Row(task.name, method, "skipped: umap-learn is not installed (pip install umap-learn)",
+                       None, None, None, 0.0, 0.0, [])
+        except ValueError as exc:  # e.g. a mixture component collapsed on the embedding
+            reason = str(exc).split(" because ")[0].split(". ")[0]
+            return Row(task.name, method, f"skipped: it failed ({reason})", None, None, None, 0.0, 0.0, [])
+    t1, c1 = time.perf_counter(), time.process_time()
     given = "true" if task.y_target is not None and k == task.n_clusters_target else "given"
-    return Row(task.name, f"{name} (on target)", f"{given} {k}", *_scores(task.y_target, labels), t1 - t0, 0.0, labels.tolist())
+    scores = _scores(task.y_target, labels)
+    return Row(task.name, method, f"{given} {k}", *scores, t1 - t0, 0.0, labels.tolist(), cpu_s=c1 - c0)
 
 
 def _default_threads():
@@ -291,7 +331,9 @@ def _threads(n):
 def _load_tasks(data, seed, mode, label_column, max_array_mb):
     tasks = []
     for item in data:
-        if item in TASKS:
+        if isinstance(item, TransferTask):  # loaded already (the command line reads files first)
+            tasks.append(item)
+        elif item in TASKS:
             tasks.extend(TASKS[item](seed, mode))
         elif Path(item).suffix in (".npz", ".csv"):
             try:
@@ -396,6 +438,8 @@ def compare(
             except (ValueError, FloatingPointError) as exc:
                 # Invalid data for this method (too few rows, degenerate values): one line.
                 raise UsageError(f"{name} on {task.name}: {exc}") from exc
+            for note in rows[-1].warnings:
+                _say(f"{where}: {note}")  # one line each, whatever the log setting
             if log:
                 skipped = rows[-1].k.startswith("skipped")
                 _say(f"{where} {rows[-1].k}" if skipped else f"{where} done in {time.perf_counter() - t0:.1f} s")
@@ -407,17 +451,35 @@ def _fmt(v):
 
 
 def format_table(rows):
-    """The results as a markdown table (also what is printed)."""
+    """The results as a markdown table (also what is printed), with a row's warnings as numbered notes below."""
     lines = [
-        "| task | method | K | ACC | NMI | ARI | fit s | transfer s |",
-        "|---|---|---|---|---|---|---|---|",
+        "| task | method | K | ACC | NMI | ARI | fit s | transfer s | CPU s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+    notes = []
     for r in rows:
+        marks = ""
+        for note in r.warnings:
+            notes.append(f"[{len(notes) + 1}] {r.task}, {r.method}: {note}")
+            marks += f" [{len(notes)}]"
         lines.append(
-            f"| {r.task} | {r.method} | {r.k} | {_fmt(r.acc)} | {_fmt(r.nmi)} | {_fmt(r.ari)} | "
-            f"{r.fit_s:.1f} | {r.transfer_s:.1f} |"
+            f"| {r.task} | {r.method} | {r.k}{marks} | {_fmt(r.acc)} | {_fmt(r.nmi)} | {_fmt(r.ari)} | "
+            f"{r.fit_s:.1f} | {r.transfer_s:.1f} | {r.cpu_s:.1f} |"
         )
+    if notes:
+        lines += ["", "Warnings:", *notes]
     return "\n".join(lines)
+
+
+def _plane(X):
+    """Two coordinates per row to draw: a 2-D PCA, X itself with 2 features, the feature and 0 with one."""
+    from sklearn.decomposition import PCA
+
+    if X.shape[1] > 2:
+        return PCA(n_components=2, random_state=0).fit_transform(X)
+    if X.shape[1] == 2:
+        return X
+    return np.column_stack([X[:, 0], np.zeros(X.shape[0])])
 
 
 def _figures(rows, tasks, out):
@@ -425,12 +487,11 @@ def _figures(rows, tasks, out):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from sklearn.decomposition import PCA
 
     written = []
     for task in tasks:
         task_rows = [r for r in rows if r.task == task.name and r.labels]  # not the skipped ones
-        xy = PCA(n_components=2, random_state=0).fit_transform(task.X_target) if task.X_target.shape[1] > 2 else task.X_target
+        xy = _plane(task.X_target)
         n = len(task_rows) + (task.y_target is not None)
         cols = min(4, n)
         fig, axes = plt.subplots((n + cols - 1) // cols, cols, figsize=(3.2 * cols, 3.0 * ((n + cols - 1) // cols)), squeeze=False)
@@ -501,28 +562,66 @@ def run_metadata(seed, mode, threads, device):
     }
 
 
-def write_outputs(rows, tasks, out, metadata=None):
-    """Write results.json, results.md and (with matplotlib) PNG figures into ``out``.
+def _is_ours(path):
+    """Whether ``path`` is a file that :func:`write_outputs` writes."""
+    return path.is_file() and (
+        path.name in ("results.json", "results.md")
+        or (path.suffix == ".png" and path.name.startswith(("clusters_", "scores_")))
+    )
 
+
+def write_outputs(rows, tasks, out, metadata=None):
+    """Write results.json, results.md and (with matplotlib) PNG figures into ``out``, all or nothing.
+
+    Everything is written into a new folder beside ``out`` that then takes its
+    place, so a failure leaves ``out`` as it was and a rerun leaves no stale
+    figure of an earlier run. An existing ``out`` may hold only such outputs;
+    anything else in it is never deleted (``OSError``: pass another folder).
     ``metadata`` (see :func:`run_metadata`) heads results.md and is kept in
     results.json as ``{"metadata": ..., "rows": [...]}``.
+
+    Returns
+    -------
+    list of Path
+        The figures, at their final paths.
     """
+    import shutil
+    import tempfile
+
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    metadata = metadata or {}
-    (out / "results.json").write_text(json.dumps({"metadata": metadata, "rows": [asdict(r) for r in rows]}, indent=1))
-    header = ", ".join(f"{k} {v}" for k, v in metadata.items())
-    (out / "results.md").write_text((f"Run: {header}.\n\n" if header else "") + format_table(rows) + "\n")
+    if out.exists():
+        foreign = [p.name for p in out.iterdir() if not _is_ours(p)]
+        if foreign:
+            raise OSError(
+                f"{out} holds files that compare did not write ({', '.join(sorted(foreign)[:5])}); "
+                "pass a new or empty folder to --out"
+            )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        print(
-            "note: matplotlib is not installed, so no figures were written; "
-            "install the plot extra: pip install 'sktransfer-cluster[plot]'",
-            file=sys.stderr,
-        )
-        return []
-    return _figures(rows, tasks, out)
+        metadata = metadata or {}
+        table = json.dumps({"metadata": metadata, "rows": [asdict(r) for r in rows]}, indent=1)
+        (staging / "results.json").write_text(table)
+        header = ", ".join(f"{k} {v}" for k, v in metadata.items())
+        (staging / "results.md").write_text((f"Run: {header}.\n\n" if header else "") + format_table(rows) + "\n")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print(
+                "note: matplotlib is not installed, so no figures were written; "
+                "install the plot extra: pip install 'sktransfer-cluster[plot]'",
+                file=sys.stderr,
+            )
+            figures = []
+        else:
+            figures = _figures(rows, tasks, staging)
+        if out.exists():  # only our own outputs (checked above): the new run replaces them all
+            shutil.rmtree(out)
+        staging.rename(out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return [out / p.name for p in figures]
 
 
 def run(args):

@@ -251,15 +251,16 @@ def test_data_mnist_runs_the_four_mnist_tasks(mnist_run):
 
 def test_data_mnist_reports_each_method_start_end_and_skip_on_stderr(mnist_run):
     lines = mnist_run[2].splitlines()
-    assert "compare [1/16] mnist-5k: SinkhornKMeans ..." in lines
-    assert "compare [2/16] mnist-5k: CCNCluster skipped: needs source labels, this task has none" in lines
-    assert any(re.fullmatch(r"compare \[6/16\] mnist-cross: CCNCluster done in \d+\.\d s", x) for x in lines)
+    assert "compare [1/20] mnist-5k: SinkhornKMeans ..." in lines
+    assert "compare [2/20] mnist-5k: CCNCluster skipped: needs source labels, this task has none" in lines
+    assert any(re.fullmatch(r"compare \[7/20\] mnist-cross: CCNCluster done in \d+\.\d s", x) for x in lines)
 
 
 def test_skipped_methods_have_no_scores_and_no_figure_panel(mnist_run, tmp_path):
     _, _, _, rows, tasks = mnist_run
     skipped = [r for r in rows if r.k.startswith("skipped")]
-    assert {(r.task, r.method) for r in skipped} == {
+    # The UMAP+GMM peer may also be skipped (no umap-learn, or its mixture failing on these stand-ins).
+    assert {(r.task, r.method) for r in skipped if "UMAP+GMM" not in r.method} == {
         ("mnist-5k", "CCNCluster"),
         ("artifact-mnist", "CCNCluster"),
         ("mnist-cross-kmax20", "SinkhornKMeans"),
@@ -293,8 +294,8 @@ def test_compare_prints_a_start_and_an_end_line_per_method_on_stderr(tmp_path, c
     assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans"]) == 0
     captured = capsys.readouterr()
     lines = captured.err.splitlines()
-    for i, name in enumerate(["SinkhornKMeans", "KMeans", "GaussianMixture"], 1):
-        where = f"compare [{i}/3] tiny: {name}"
+    for i, name in enumerate(["SinkhornKMeans", "KMeans", "GaussianMixture", "UMAP+GMM"], 1):
+        where = f"compare [{i}/4] tiny: {name}"
         assert f"{where} ..." in lines
         assert any(re.fullmatch(re.escape(where) + r" done in \d+\.\d s", line) for line in lines)
     assert "compare [" not in captured.out  # the table on stdout is unchanged
@@ -361,7 +362,8 @@ def test_one_row_file_gives_one_line_and_exit_2(tmp_path, capsys):
 def test_baseline_time_is_reported_as_fit_time(tmp_path):
     rows, _ = cli.compare([str(_blobs_npz(tmp_path))], ["SinkhornKMeans"], mode="quick", progress=False, log=False)
     baselines = [r for r in rows if "(on target)" in r.method]
-    assert len(baselines) == 2 and all(r.fit_s > 0 and r.transfer_s == 0 for r in baselines)
+    ran = [r for r in baselines if not r.k.startswith("skipped")]  # UMAP+GMM needs umap-learn
+    assert len(baselines) == 3 and len(ran) >= 2 and all(r.fit_s > 0 and r.transfer_s == 0 for r in ran)
 
 
 def test_results_md_records_seed_mode_threads_and_versions(tmp_path):
@@ -434,3 +436,130 @@ def test_the_parser_lists_exactly_the_registered_methods(capsys):
         main(["compare", "--help"])
     listed = re.search(r"subset of: ([^)]*?)\n\s*(?:--|$)", capsys.readouterr().out.replace("\n                        ", " "))
     assert listed is not None and tuple(listed.group(1).strip().split(", ")) == tuple(REGISTRY)
+
+
+# ------------------------------------------------- issue 30: the CLI as a new user meets it
+def _one_feature_npz(tmp_path, name="one.npz"):
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(0, 0.2, (20, 1)), rng.normal(5, 0.2, (20, 1))])
+    y = np.repeat([0, 1], 20)
+    path = tmp_path / name
+    np.savez(path, X_source=X, X_target=X + 1.0, y_source=y, y_target=y)
+    return path
+
+
+def test_a_one_feature_file_with_out_writes_every_output(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "out"
+    argv = ["compare", "--quick", "--data", str(_one_feature_npz(tmp_path)), "--methods", "SinkhornKMeans", "--out", str(out)]
+    assert main(argv) == 0
+    assert {"results.json", "results.md", "clusters_one.png"} <= {p.name for p in out.iterdir()}
+
+
+def test_two_files_with_the_same_name_are_refused_naming_both(tmp_path, capsys):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, second = _blobs_npz(tmp_path / "a", name="t.npz"), _blobs_npz(tmp_path / "b", name="t.npz")
+    assert main(["compare", "--data", str(first), str(second), "--methods", "SinkhornKMeans"]) == 2
+    err = capsys.readouterr().err
+    assert str(first) in err and str(second) in err and "rename" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "0", "-5"])
+def test_max_array_mb_must_be_a_positive_finite_number(value, capsys):
+    assert main(["compare", "--max-array-mb", value]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"sktransfer-cluster: error: --max-array-mb must be a positive number of MiB, got {float(value)!r}"
+    ]
+
+
+def test_a_bad_file_is_reported_before_torch_is_imported(tmp_path):
+    import subprocess
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("domain,x\nsource,1\ntagret,2\n")
+    code = (
+        "import sys\n"
+        "from sktransfer_cluster.cli import main\n"
+        f"rc = main(['compare', '--data', {str(bad)!r}])\n"
+        "print(rc, 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["2", "False"]
+    assert "tagret" in out.stderr
+
+
+def test_a_rerun_into_the_same_out_leaves_no_stale_output(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "clusters_old-task.png").write_bytes(b"stale")
+    path = _blobs_npz(tmp_path, name="task.npz")
+    assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans", "--out", str(out)]) == 0
+    names = {p.name for p in out.iterdir()}
+    assert "clusters_old-task.png" not in names and "results.json" in names
+
+
+def test_an_out_folder_holding_other_files_is_refused_and_left_untouched(tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    path = _blobs_npz(tmp_path, name="task.npz")
+    assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans", "--out", str(out)]) == 2
+    assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "keep me"
+    assert "notes.txt" in capsys.readouterr().err
+
+
+def test_a_failure_while_writing_leaves_out_as_it_was(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    path = _blobs_npz(tmp_path, name="task.npz")
+    assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans", "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def failing(rows):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(cli, "format_table", failing)
+    with pytest.raises(OSError, match="disk full"):
+        cli.write_outputs([], [], out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")] == []  # no staging left
+
+
+def test_a_warning_inside_compare_is_one_line_and_a_note_under_the_table(tmp_path, capsys):
+    # Two distinct target rows: SinkhornKMeans asked for 2 clusters on a source of 2, then 3 on the target.
+    rng = np.random.default_rng(0)
+    Xs = np.concatenate([rng.normal(0, 0.3, (20, 2)), rng.normal(3, 0.3, (20, 2))])
+    Xt = np.repeat([[0.0, 0.0], [3.0, 3.0]], 20, axis=0)
+    path = tmp_path / "dup.npz"
+    np.savez(path, X_source=Xs, X_target=Xt)
+    assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans", "--n-clusters", "3"]) == 0
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if "ConvergenceWarning" in line]
+    assert lines and all(line.startswith("compare [") for line in lines)
+    assert "warnings.warn" not in captured.err and "/sktransfer_cluster/" not in captured.err
+    row = next(line for line in captured.out.splitlines() if line.startswith("| dup | SinkhornKMeans |"))
+    assert "[1]" in row
+    assert "Warnings:" in captured.out and "[1] dup, SinkhornKMeans: ConvergenceWarning:" in captured.out
+
+
+def test_the_peer_umap_gmm_has_a_row_measured_in_the_same_run(tmp_path, capsys):
+    pytest.importorskip("umap", reason="the UMAP+GMM peer needs umap-learn (the bench and test extras)")
+    path = _blobs_npz(tmp_path, name="task.npz", n_per_blob=30)
+    assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans"]) == 0
+    assert "| task | UMAP+GMM (on target) | true 2 | 1.000 |" in capsys.readouterr().out
+
+
+def test_without_umap_learn_the_peer_row_says_how_to_get_it(tmp_path, monkeypatch, capsys):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_umap(name, *args, **kwargs):
+        if name == "umap" or name.startswith("umap."):
+            raise ImportError("No module named 'umap'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_umap)
+    path = _blobs_npz(tmp_path, name="task.npz")
+    assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans"]) == 0
+    assert "| task | UMAP+GMM (on target) | skipped: umap-learn is not installed (pip install umap-learn) |" in capsys.readouterr().out
