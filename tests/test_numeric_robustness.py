@@ -48,3 +48,41 @@ def test_principal_axes_with_as_many_rows_as_features_keep_the_covariance_path()
     _, comps = tdcm_model.principal_axes(X, 8)
     ref, _ = _axes_from_covariance(X, 8)
     np.testing.assert_allclose(comps, ref, rtol=0, atol=1e-10)
+
+
+# ------------------------------------------------------------------ R3: C2M at extreme scales
+def _plain_standardize(X):
+    """graph.standardize as it was: right wherever the squares of X neither under- nor overflow."""
+    mean = X.mean(0)
+    scale = float(X.std(0).mean())
+    return (X - mean) / (scale if np.isfinite(scale) and scale > 0 else 1.0), mean, scale
+
+
+def test_c2m_standardize_is_scale_free_and_bit_identical_on_ordinary_data():
+    import torch
+
+    from sktransfer_cluster.cluster.c2m.graph import standardize
+
+    gen = torch.Generator().manual_seed(0)
+    X = torch.randn(50, 4, generator=gen, dtype=torch.float64) * torch.tensor([1.0, 3.0, 0.1, 8.0]) + 5.0
+    for ordinary in (1.0, 1e-12, 1e12):
+        got, ref = standardize(X * ordinary), _plain_standardize(X * ordinary)
+        assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1]) and got[2] == ref[2]
+    unit = standardize(X)
+    for extreme in (1e-170, 1e-300, 1e160, 1e300):
+        Xs, mean, scale = standardize(X * extreme)
+        torch.testing.assert_close(Xs, unit[0], rtol=1e-12, atol=1e-12)
+        assert scale == pytest.approx(unit[2] * extreme, rel=1e-12)
+        torch.testing.assert_close(mean, unit[1] * extreme, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("scale", [1e-170, 1e160])
+def test_c2m_finds_the_blobs_at_extreme_scales(scale):
+    """R3: x1e160 ended in "cannot reshape array", x1e-170 found one cluster."""
+    from sktransfer_cluster import C2MCluster
+
+    X, y = make_blobs(n_samples=60, centers=3, n_features=3, cluster_std=0.4, center_box=(-8, 8), random_state=3)
+    model = C2MCluster(max_clusters=4, max_epochs=1, sets_per_epoch=4, random_state=0).fit(X * scale, y)
+    assert adjusted_rand_score(y, model.labels_) == 1.0
+    assert adjusted_rand_score(y, model.transfer(X * scale)) == 1.0
+    assert adjusted_rand_score(y, model.predict(X * scale)) == 1.0

@@ -220,20 +220,36 @@ def kmeans_candidates(Xs, n_inputs, hidden, n_out, rng, *, n_init=1):
     return torch.stack(rows)
 
 
+def _times_power_of_two(x, e):
+    """``x * 2**e`` in two exact steps, so that neither factor over- or underflows (|e| up to ~2100)."""
+    half = e // 2
+    return x * 2.0**half * 2.0 ** (e - half)
+
+
 def standardize(X, enabled=True):
     """A set centred and divided by its mean per-feature standard deviation.
 
     Returns ``(Xs, mean, scale)``; with ``enabled=False`` ``X`` itself, a zero
     mean and scale 1. One scalar scale keeps the set's shape; a constant set
     keeps scale 1.
+
+    The statistics are computed on ``X`` times the power of two that brings its
+    largest magnitude near 1: exact, so ordinary data give the same bits as
+    without it, while the squares in the standard deviation can no longer
+    underflow (data at 1e-170) or overflow (1e160), which had left such sets at
+    scale 1 and broke the neighbour graph (issue 30 R3).
     """
     if not enabled:
         return X, torch.zeros(X.shape[1], dtype=X.dtype, device=X.device), 1.0
-    mean = X.mean(0)
-    scale = float(X.std(0).mean())
+    peak = float(X.abs().max()) if X.numel() else 0.0
+    e = math.frexp(peak)[1] if 0.0 < peak < math.inf else 0
+    Z = _times_power_of_two(X, -e) if e else X
+    mean = Z.mean(0)
+    scale = float(Z.std(0).mean())
     if not math.isfinite(scale) or scale <= 0:
-        scale = 1.0
-    return (X - mean) / scale, mean, scale
+        mean = X.mean(0)
+        return X - mean, mean, 1.0
+    return (Z - mean) / scale, _times_power_of_two(mean, e), _times_power_of_two(scale, e)
 
 
 def spectral_embedding(X, n_components, n_neighbors):
