@@ -101,8 +101,11 @@ def slope(points):
 
 
 def figure(rows, ds, path):
-    import matplotlib
-
+    """The log-log figure; False (and no file) without matplotlib (the plot extra)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -121,6 +124,7 @@ def figure(rows, ds, path):
     axes[0, 0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    return True
 
 
 def fmt(x, spec=".3g"):
@@ -255,15 +259,17 @@ def main():
                "threads": "1 per process (OMP/MKL/OpenBLAS and torch), every method",
                "cell_limit_s": args.cell_limit, "results": rows, "predict_1e6x64": pred_rows}
     stem.with_suffix(".json").write_text(json.dumps(payload, indent=2))
-    figure(rows, ds, stem.with_suffix(".png"))
+    png = figure(rows, ds, stem.with_suffix(".png"))
     m = payload["machine"]
     text = (f"Measured {m['date']} on {m['cpu_count']} CPU cores ({m['processor']}), torch {m['torch']}, "
             f"1 thread per process.\n\nCommand: `{payload['command']}`.\n\n"
-            f"![fit and predict time against n]({stem.name}.png)\n\n" + markdown(rows, ds, ns, args) + "\n"
+            + (f"![fit and predict time against n]({stem.name}.png)\n\n" if png else "")
+            + markdown(rows, ds, ns, args) + "\n"
             + predict_markdown(pred_rows, args) + "\n")
     stem.with_suffix(".md").write_text(text)
     print(text)
-    print(f"wrote {stem}.json, .md and .png", flush=True)
+    print(f"wrote {stem}.json, .md" + (" and .png" if png else " (no figure: matplotlib is not installed)"),
+          flush=True)
 
 
 if __name__ == "__main__":
