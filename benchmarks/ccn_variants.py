@@ -3,7 +3,8 @@
 These were stored as the nine ``results/ccn/variants/*/*.py.txt`` files (named below), ported
 to today's layout (the CCN wing's ``pairs`` module, the registry's CCNCluster); their results
 files (``.jsonl``, ``.md``) stay where they were. Each variant prints one JSON line per row (``--out FILE`` also
-appends them to FILE), as the stored ``.jsonl`` files were written; ``tables`` turns such
+appends them to FILE after a line with the command and the machine), as the stored ``.jsonl``
+files were written; ``tables`` turns such
 files into markdown rows.
 
 * ``cost``: CCNCluster at its defaults on digits 0-4 -> 5-9, K = 5: fit and transfer process
@@ -91,6 +92,9 @@ class Rows:
 
     def __init__(self, path=None, digits=4):
         self.path, self.digits = path, digits
+        if path:  # the command and machine first, as every results file has them (tables skips it)
+            with open(path, "a") as f:
+                f.write(json.dumps({"command": _common.command_line(), "machine": _common.machine()}) + "\n")
 
     def __call__(self, row):
         row = {k: (round(v, self.digits) if isinstance(v, float) else v) for k, v in row.items()}
