@@ -171,14 +171,24 @@ _TITLES = {
 }
 
 
-def _markdown(summary, args):
+# How the methods were built, as the table says it: runs written before the registry (no
+# "built" key in their file) built each class by hand, C2MCluster with max_clusters=K.
+_BUILT = {
+    "registry": "Methods at their defaults, built as `compare` builds them: `REGISTRY[name].build(K, "
+    "random_state=seed)`, or with K at most 20 `build(bound=20, ...)` (C2MCluster: "
+    "`max_clusters=max(10, 2K)`; CCNCluster with K at most 20: `estimate_n_clusters=True`)",
+    "classes": "Estimators at their defaults: `Cls(K, random_state=seed)` (SinkhornKMeans-AE: "
+    "`embedding='autoencoder'`; C2MCluster: `max_clusters=K`; CCNCluster with K at most 20: "
+    "`estimate_n_clusters=True`)",
+}
+
+
+def _markdown(summary, args, built="registry"):
     lines = [
         "# The MNIST arena: estimators at their defaults on 5,000 real MNIST images",
         "",
         f"Seeds {' '.join(map(str, args.seeds))}; cells are median [min, max] over the seeds. "
-        "Methods at their defaults, built as `compare` builds them: `REGISTRY[name].build(K, "
-        "random_state=seed)`, or with K at most 20 `build(bound=20, ...)` (C2MCluster: "
-        "`max_clusters=max(10, 2K)`; CCNCluster with K at most 20: `estimate_n_clusters=True`)"
+        + (_BUILT[built] if built in _BUILT else " / ".join(_BUILT.values()) + " (runs of both kinds combined)")
         + (" at the registry's smallest budgets on tiny data (`--smoke`)" if getattr(args, "smoke", False)
            else f", epoch counts x{QUICK_SCALE} (`--quick`)" if args.quick else "")
         + ". Peers are fitted on the target in the same run (KMeans `n_init=10`, "
@@ -207,10 +217,11 @@ def _markdown(summary, args):
 
 def _combine(names, args):
     """The canonical table from variant runs: their rows, each run's command kept."""
-    rows, commands, threads = [], [], set()
+    rows, commands, threads, built = [], [], set(), set()
     for name in names:
         stem = _common.result_stem("mnist", name)
         run = json.loads(stem.with_suffix(".json").read_text())
+        built.add(run.get("built", "classes"))
         if run["quick"]:
             raise SystemExit(f"{name} is a --quick run; the canonical table needs full budgets")
         rows += run["rows"]
@@ -225,7 +236,8 @@ def _combine(names, args):
     args.quick = False
     summary = _summary(rows)
     runs = "\n".join(f"- `{c}`" for c in commands)
-    md = _markdown(summary, args) + f"\nCommand: `{_common.command_line()}`, combining the runs\n\n{runs}\n"
+    md = (_markdown(summary, args, built.pop() if len(built) == 1 else "both")
+          + f"\nCommand: `{_common.command_line()}`, combining the runs\n\n{runs}\n")
     payload = {"rows": rows, "summary": summary, "combined": names, "commands": commands,
                "seeds": args.seeds, "threads": sorted(threads), "quick": False}
     _common.write("mnist", None, payload, md)
@@ -279,6 +291,7 @@ def main(argv=None):
         "seeds": args.seeds,
         "threads": args.threads,
         "quick": args.quick,
+        "built": "registry",
     }
     _common.write("mnist", args.name, payload, _markdown(summary, args), quick=args.quick)
 
