@@ -683,3 +683,91 @@ def test_predict_falls_back_to_the_blocks_for_a_nonlinear_encoder_or_an_indefini
         model.blocks_[-1].A_q.copy_(-model.blocks_[-1].A_k)
     assert model._linear_predictor() is None
     np.testing.assert_array_equal(model.predict(X), _block_labels(model, X))
+
+
+# --------------------------------------------------------- representation="neighbours" (issue 28)
+
+NEIGHBOURS = dict(representation="neighbours", max_epochs=10, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def pixel_task():
+    """Three separated blobs in 64 features (an 8 x 8 'image'), and the same blobs shifted as a target."""
+    X, y = make_blobs(n_samples=240, centers=3, n_features=64, cluster_std=1.0, center_box=(-6, 6), random_state=3)
+    return X, y, X + 1.5
+
+
+def test_neighbours_held_out_rows_of_a_training_cluster_land_in_that_cluster(pixel_task):
+    X, y, _ = pixel_task
+    held = np.r_[0:240:12]
+    train = np.setdiff1d(np.arange(240), held)
+    model = TDCMCluster(3, random_state=0, **NEIGHBOURS).fit(X[train])
+    assert adjusted_rand_score(y[train], model.labels_) == 1.0
+    # Each held-out row gets the label that its cluster's training rows got.
+    majority = {c: np.bincount(model.labels_[y[train] == c]).argmax() for c in range(3)}
+    np.testing.assert_array_equal(model.predict(X[held]), [majority[c] for c in y[held]])
+    # predict is row-wise: a subset gets the labels it gets inside the whole set.
+    np.testing.assert_array_equal(model.predict(X[:7]), model.predict(X)[:7])
+
+
+def test_neighbours_transfer_starts_from_the_source_encoder_and_refines_it_on_the_target(pixel_task, monkeypatch):
+    X, _, Xt = pixel_task
+    calls = []
+    real = tdcm.train_neighbour_encoder
+
+    def spy(encoder, inputs, graph, **kw):
+        calls.append(({k: v.clone() for k, v in encoder.state_dict().items()}, graph.shape[0], kw["n_epochs"]))
+        return real(encoder, inputs, graph, **kw)
+
+    monkeypatch.setattr(tdcm, "train_neighbour_encoder", spy)
+    model = TDCMCluster(3, random_state=0, **NEIGHBOURS).fit(X[:200])
+    fitted = {k: v.clone() for k, v in model.encoder_[0].state_dict().items()}
+    assert [c[1:] for c in calls] == [(200, model._neighbour_epochs)]
+    labels = model.transfer(Xt)
+    assert [c[1:] for c in calls[1:]] == [(240, model._refine_epochs)]  # the target's own graph
+    start = calls[1][0]
+    assert all(torch.equal(start[k], fitted[k]) for k in fitted)  # refined from the source's weights
+    assert any(not torch.equal(model.encoder_[0].state_dict()[k], fitted[k]) for k in fitted)
+    assert {r["phase"] for r in model.history_} == {"neighbours", "fit", "transfer-neighbours"}
+    np.testing.assert_array_equal(model.predict(Xt), labels)
+
+
+def test_neighbours_graph_uses_the_image_shape_only_when_it_is_passed(pixel_task, monkeypatch):
+    import sktransfer_cluster.representation as rep
+
+    X, _, _ = pixel_task
+    seen = []
+    real = rep.neighbour_graph
+
+    def spy(X, k, **kw):
+        seen.append(kw)
+        return real(X, k, **kw)
+
+    monkeypatch.setattr(rep, "neighbour_graph", spy)
+    TDCMCluster(3, random_state=0, **NEIGHBOURS).fit(X)  # 64 columns: never read as 8 x 8
+    assert seen[-1]["image_shape"] is None and seen[-1]["max_shift"] == 0 and seen[-1]["blur"] == 0
+    TDCMCluster(3, random_state=0, image_shape=(8, 8), **NEIGHBOURS).fit(X)
+    assert seen[-1]["image_shape"] == (8, 8) and seen[-1]["max_shift"] == 1 and seen[-1]["blur"] == 1.0
+
+
+@pytest.mark.parametrize("bad", [(7, 7), (8, 8, 8, 8), (8, 0), (8.0, 8)])
+def test_neighbours_bad_image_shape_is_a_clear_error(pixel_task, bad):
+    X, _, _ = pixel_task
+    with pytest.raises(ValueError, match="image_shape"):
+        TDCMCluster(3, image_shape=bad, **NEIGHBOURS).fit(X)
+
+
+def test_neighbours_is_deterministic_pickles_and_clones(pixel_task):
+    import pickle
+
+    from sklearn.base import clone
+
+    X, _, Xt = pixel_task
+    a = TDCMCluster(3, random_state=1, **NEIGHBOURS).fit(X)
+    b = clone(a).fit(X)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    np.testing.assert_array_equal(a.transform(Xt), b.transform(Xt))
+    c = pickle.loads(pickle.dumps(a))
+    np.testing.assert_array_equal(c.predict(Xt), a.predict(Xt))
+    np.testing.assert_array_equal(c.transfer(Xt), a.transfer(Xt))
+    assert a.embedding_dim_ == 10 and a.cluster_centers_.shape == (3, 10)

@@ -24,10 +24,12 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from . import model
 from .blocks import CentroidUpdateBlock
+from ...representation import make_encoder, train_neighbour_encoder
 from ...base import (
     COMMON_PARAMETER_CONSTRAINTS,
     TransferClusterMixin,
     WithinClusterScoreMixin,
+    check_image_shape,
     chunked,
     compact_labels,
     make_generators,
@@ -86,6 +88,22 @@ class TDCMCluster(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, T
     ----------
     n_clusters : int, default=8
         Number of clusters ``K``.
+    representation : {"input", "neighbours"}, default="input"
+        What the encoder is. ``"input"``: the encoder below (linear by default)
+        trained with TDCM's loss on the (smoothed) rows. ``"neighbours"``: a
+        parametric-UMAP MLP (``hidden_dims``, ``(256, 256)`` when empty) trained
+        on the fuzzy k-NN graph of the source
+        (:mod:`sktransfer_cluster.representation`, 40 epochs), then frozen; the
+        blocks are trained with TDCM's loss on its codes (smoothed over the
+        codes' own neighbours, ``smoothing_steps``). :meth:`transfer` first
+        refines the encoder on the target's own graph (20 epochs), then runs
+        the blocks on the target's codes. ``input_projection`` and
+        ``isometry_weight`` are ignored.
+    image_shape : tuple of int or None, default=None
+        ``(h, w)`` or ``(c, h, w)`` of one row, with ``representation="neighbours"``:
+        the graph's distances are then taken between blurred images and
+        minimised over 1-pixel shifts. Never inferred from the number of
+        columns; a shape that does not hold ``n_features`` values is a ValueError.
     hidden_dims : tuple of int, default=()
         Hidden widths of the MLP encoder; ``()`` is a linear (affine) encoder,
         which keeps the target's cluster geometry for the blocks to adapt to
@@ -249,6 +267,8 @@ class TDCMCluster(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, T
 
     _parameter_constraints = {
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        "representation": [StrOptions({"input", "neighbours"})],
+        "image_shape": [tuple, list, None],
         "hidden_dims": [tuple, list],
         "embedding_dim": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "input_projection": [StrOptions({"pca"}), None],
@@ -278,6 +298,8 @@ class TDCMCluster(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, T
         self,
         n_clusters=8,
         *,
+        representation="input",
+        image_shape=None,
         hidden_dims=(),
         embedding_dim="auto",
         input_projection="pca",
@@ -305,6 +327,8 @@ class TDCMCluster(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, T
         verbose=0,
     ):
         self.n_clusters = n_clusters
+        self.representation = representation
+        self.image_shape = image_shape
         self.hidden_dims = hidden_dims
         self.embedding_dim = embedding_dim
         self.input_projection = input_projection
@@ -336,7 +360,13 @@ class TDCMCluster(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, T
         super()._check_params_vs_input(X, reset=reset)
         if not reset:
             return
-        auto = model.auto_embedding_dim(self.n_clusters, X.shape[1])
+        if self.image_shape is not None:
+            check_image_shape(self.image_shape, X.shape[1])
+        if self._neighbours():
+            # The codes' width: NeighbourEmbedding's 10 components, or K when larger.
+            auto = max(self.n_clusters, 10)
+        else:
+            auto = model.auto_embedding_dim(self.n_clusters, X.shape[1])
         self.embedding_dim_ = auto if self.embedding_dim == "auto" else int(self.embedding_dim)
         if self.embedding_dim_ < self.n_clusters:
             raise ValueError(
@@ -379,19 +409,109 @@ class TDCMCluster(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, T
         W = self._linear_encoder_weight()
         return self.blocks_, self._c0(), self.tau, self.beta, self.ortho_weight, self.isometry_weight, W
 
-    def _train(self, Xt, epochs, torch_gen, phase):
-        params = list(self.encoder_.parameters()) + list(self.blocks_.parameters())
+    def _train(self, Xt, epochs, torch_gen, phase, encoder=None):
+        """Train ``encoder`` (default ``encoder_``) and the blocks on the rows ``Xt`` with TDCM's loss."""
+        encoder = self.encoder_ if encoder is None else encoder
+        params = list(encoder.parameters()) + list(self.blocks_.parameters())
         opt = torch.optim.Adam(params, lr=self.learning_rate, weight_decay=self.weight_decay)
         n = Xt.shape[0]
-        self.encoder_.train()
-        with self._training(phase, epochs, state=[self.encoder_, self.blocks_]) as run:
+        encoder.train()
+        with self._training(phase, epochs, state=[encoder, self.blocks_]) as run:
             for _ in run.epochs():
                 for idx in run.batches(n, self.batch_size, torch_gen, Xt.device):
-                    loss, *terms = model.objective(self.encoder_(Xt[idx]), *self._objective_args())
+                    loss, *terms = model.objective(encoder(Xt[idx]), *self._objective_args())
                     run.step(opt, loss, weight=idx.shape[0], **dict(zip(_TERMS, terms)))
                 run.end_epoch()
-        self.encoder_.eval()
+        encoder.eval()
         return run.completed
+
+    # ------------------------------------------------- representation="neighbours"
+    #: Epochs of the neighbour encoder on the source graph (fit) and the target graph (transfer).
+    _neighbour_epochs = 40
+    _refine_epochs = 20
+    #: Also train the neighbour encoder with TDCM's loss (False: frozen; see docs/notes/tdcm.md).
+    _tune_neighbour_encoder = False
+
+    def _neighbours(self):
+        return self.representation == "neighbours"
+
+    def _train_neighbour_encoder(self, codes, X, epochs, torch_gen, phase):
+        """Train the MLP ``codes`` in place on the fuzzy k-NN graph of the raw rows ``X`` (on the CPU)."""
+        graph = model.neighbour_encoder_graph(X, self.image_shape)
+        inputs = self._tensor(X).cpu().float().numpy()  # the source's input affine, as predict sees it
+        steps = model.neighbour_steps_per_epoch(graph, 4096)
+        was = next(codes.parameters()).device
+        codes.to("cpu")
+        with self._training(phase, epochs, state=[codes]) as run:
+            losses = []
+
+            def close_epoch(step, loss):
+                losses.append(loss)
+                if len(losses) == steps:
+                    run.end_epoch(loss=sum(losses) / steps)
+                    losses.clear()
+
+            train_neighbour_encoder(
+                codes, inputs, graph, n_epochs=epochs, batch_size=4096, learning_rate=1e-3,
+                generator=torch_gen, callback=close_epoch,
+            )
+            if losses:
+                run.end_epoch(loss=sum(losses) / len(losses))
+        codes.to(was).eval()
+
+    def _codes(self, X):
+        """Neighbour codes of ``X`` (before the normalisation), smoothed over their own neighbours."""
+        H = chunked(lambda xc: self.encoder_[0](self._tensor(xc)), X)
+        if self.smoothing_steps == 0:
+            return H
+        Hn = H.cpu().double().numpy()
+        return torch.as_tensor(model.smooth_rows(Hn, Hn, self.n_neighbors, self.smoothing_steps), dtype=H.dtype, device=H.device)
+
+    @torch.no_grad()
+    def _set_code_norm(self, H):
+        """The normalisation's statistics: the exact mean and variance of the codes ``H``."""
+        norm = self.encoder_[-1]
+        norm.running_mean.copy_(H.mean(0))
+        norm.running_var.copy_(H.var(0, unbiased=False))
+
+    def _fit_neighbours(self, X, torch_gen):
+        b = self.embedding_dim_
+        hidden = tuple(self.hidden_dims) or model.NEIGHBOUR_HIDDEN
+        codes = make_encoder(X.shape[1], b, hidden, generator=torch_gen)
+        self._train_neighbour_encoder(codes, X, self._neighbour_epochs, torch_gen, "neighbours")
+        encoder = torch.nn.Sequential(codes, model.ScalarNorm(b)).to(device=self.device_, dtype=self._dtype()).eval()
+        records = list(self.history_)
+        best = None
+        for _ in range(self.n_init):
+            self.encoder_ = copy.deepcopy(encoder)
+            self.blocks_ = model.new_blocks(self.n_blocks, b, self.symmetric, self.activation, torch_gen).to(
+                device=self.device_, dtype=self._dtype())
+            self.history_ = list(records)
+            if self._tune_neighbour_encoder:
+                n_iter = self._train(self._tensor(X), self.max_epochs, torch_gen, "fit")
+                self._set_norm_stats(X)
+                H = self._codes(X)
+            else:
+                H = self._codes(X)
+                n_iter = self._train(H, self.max_epochs, torch_gen, "fit", encoder=self.encoder_[-1])
+                self._set_code_norm(H)
+            Z = self.encoder_[-1](H).detach()
+            objective = self._full_objective(X, Z)
+            if best is None or objective < best[0]:
+                best = (objective, self.encoder_, self.blocks_, self.history_, n_iter, Z)
+            if self._training_stopped:
+                break
+        _, self.encoder_, self.blocks_, self.history_, self.n_iter_, Z = best
+        self.labels_ = self._adapt(X, Z)
+
+    def _transfer_neighbours(self, X, torch_gen, fine_tune_epochs):
+        self._train_neighbour_encoder(self.encoder_[0], X, self._refine_epochs, torch_gen, "transfer-neighbours")
+        H = self._codes(X)
+        self._set_code_norm(H)
+        if fine_tune_epochs > 0:
+            self._train(H, int(fine_tune_epochs), torch_gen, "transfer", encoder=self.encoder_[-1])
+            self._set_code_norm(H)
+        return self._adapt(X, self.encoder_[-1](H).detach())
 
     @torch.no_grad()
     def _set_norm_stats(self, X):
@@ -415,9 +535,9 @@ class TDCMCluster(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, T
         bn.running_mean.copy_(mean)
         bn.running_var.copy_((s2 / X.shape[0] - mean * mean).clamp_min(0.0))
 
-    def _adapt(self, X):
-        """Run the blocks on all of ``X``; store the centroids; return the labels."""
-        Z = self._embed_all(X)
+    def _adapt(self, X, Z=None):
+        """Run the blocks on all of ``X`` (embedded as ``Z`` when given); store the centroids; return the labels."""
+        Z = self._embed_all(X) if Z is None else Z
         # c^(0), then adapt_n_init - 1 k-means++ seeds of Z (seeded: reproducible).
         rng, _ = make_generators(self.random_state, "cpu")
         seeds = model.kmeans_plusplus_starts(Z, self.n_clusters, self.adapt_n_init - 1, rng)
@@ -452,6 +572,8 @@ class TDCMCluster(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, T
         return next((m for m in self.encoder_.modules() if isinstance(m, model.InputProjection)), None)
 
     def _fit(self, X, y, *, rng, torch_gen):
+        if self._neighbours():
+            return self._fit_neighbours(X, torch_gen)
         b = self.embedding_dim_
         pca = self.input_projection == "pca" and len(self.hidden_dims) == 0
         projection = model.pca_projection(X, b) if pca else None
@@ -526,6 +648,8 @@ class TDCMCluster(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, T
             target before the forward pass; 0 is the paper's pure forward-pass
             transfer.
         """
+        if self._neighbours():
+            return self._transfer_neighbours(X, torch_gen, fine_tune_epochs)
         X = self._smoothed(X, self._input_projection())
         if fine_tune_epochs > 0:
             self._check_norm_samples(X.shape[0], "fine-tuning")
@@ -596,9 +720,10 @@ class TDCMCluster(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, T
         X = self._fitted_input(X)
         return self._chunked(lambda xc: self._embed(xc).cpu().numpy(), X, dtype=np.float64)
 
-    def _full_objective(self, X):
-        """The training objective on all of ``X`` (blocks streamed), as a float."""
-        return model.streamed_objective(self._embed_all(X), *self._objective_args())
+    def _full_objective(self, X, Z=None):
+        """The training objective on all of ``X`` (embedded as ``Z`` when given; blocks streamed), as a float."""
+        Z = self._embed_all(X) if Z is None else Z
+        return model.streamed_objective(Z, *self._objective_args())
 
     @property
     def _n_features_out(self):

@@ -46,6 +46,10 @@ __all__ = [
     "new_blocks",
     "neighbor_mean_operator",
     "smooth_rows",
+    "NEIGHBOUR_GRAPH",
+    "NEIGHBOUR_HIDDEN",
+    "neighbour_encoder_graph",
+    "neighbour_steps_per_epoch",
 ]
 
 # Cap on n_chunk * K score entries held at once when adapting centroids on a full data set.
@@ -448,3 +452,35 @@ def orthogonality_penalty(W):
     """``||W W^T - I||_F^2``: the soft form of the constraint ``W W^T = I``."""
     eye = torch.eye(W.shape[0], dtype=W.dtype, device=W.device)
     return ((W @ W.T - eye) ** 2).sum()
+
+
+#: The neighbour graph of ``representation="neighbours"``: that of
+#: :class:`~sktransfer_cluster.representation.NeighbourEmbedding` at its defaults
+#: (15 cosine neighbours, shared-neighbour weights; with ``image_shape``, a 1-pixel
+#: blur and distances minimised over 1-pixel shifts).
+NEIGHBOUR_GRAPH = {"n_neighbors": 15, "metric": "cosine", "shared_neighbours": True, "max_shift": 1, "blur": 1.0}
+
+#: Hidden widths of the neighbour encoder when ``hidden_dims=()`` (NeighbourEmbedding's default).
+NEIGHBOUR_HIDDEN = (256, 256)
+
+
+def neighbour_encoder_graph(X, image_shape=None):
+    """The fuzzy k-NN graph of the raw rows ``X`` that the neighbour encoder is trained on.
+
+    :data:`NEIGHBOUR_GRAPH` with :func:`~sktransfer_cluster.representation.neighbour_graph`;
+    the image terms (blur, shifts) only when ``image_shape`` is given (never inferred
+    from the number of columns). Deterministic.
+    """
+    from ...representation import neighbour_graph
+
+    opts = dict(NEIGHBOUR_GRAPH)
+    if image_shape is None:
+        opts.update(max_shift=0, blur=0.0)
+    n_neighbors = min(opts.pop("n_neighbors"), X.shape[0] - 1)
+    return neighbour_graph(X, n_neighbors, image_shape=image_shape, **opts)
+
+
+def neighbour_steps_per_epoch(graph, batch_size):
+    """Adam steps in one epoch of :func:`~sktransfer_cluster.representation.train_neighbour_encoder` on ``graph``."""
+    n_edges = int((scipy.sparse.coo_matrix(graph).data > 0).sum())
+    return max(1, int(round(n_edges / max(1, min(int(batch_size), n_edges)))))
