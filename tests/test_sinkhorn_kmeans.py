@@ -7,6 +7,7 @@ import numpy as np
 import ot
 import pandas as pd
 import pytest
+import torch
 from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits, make_blobs
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
@@ -291,7 +292,7 @@ def test_n_iter_counts_only_the_joint_epochs_that_ran_after_a_kept_interrupt(blo
     assert km.n_iter_ == one_epoch.n_iter_
 
 
-@pytest.mark.parametrize("bad", [-1, 1.5, "2", None])
+@pytest.mark.parametrize("bad", [-1, 1.5, "2", True])
 def test_transfer_rejects_a_negative_or_non_integer_fine_tune_epochs(blobs, bad):
     X, _ = blobs
     km = SinkhornKMeans(3, pretrain_epochs=1, max_epochs=1, **AE).fit(X)
@@ -301,6 +302,7 @@ def test_transfer_rejects_a_negative_or_non_integer_fine_tune_epochs(blobs, bad)
     np.testing.assert_array_equal(km.cluster_centers_, centres)
     assert len(km.history_) == n_records
     assert km.transfer(X + 1.0, fine_tune_epochs=1).shape == (X.shape[0],)  # still usable
+    assert km.transfer(X + 1.0, fine_tune_epochs=None).shape == (X.shape[0],)  # None: the default (0 here)
 
 
 @pytest.fixture(scope="module")
@@ -446,7 +448,7 @@ def test_auto_hidden_dims_with_image_shape_is_16_32_channels_and_a_10_wide_code(
         (dict(image_shape=(6, 0)), r"image_shape must be \(h, w\) or \(c, h, w\)"),
         (dict(image_shape=(6, 6.0)), r"image_shape must be \(h, w\) or \(c, h, w\)"),
         (dict(image_shape=(6, 6), hidden_dims=(10,)), "at least one convolution's channels and the code width"),
-        (dict(image_shape=(6, 6), embedding=None), "image_shape=.* needs embedding='autoencoder'"),
+        (dict(image_shape=(6, 6), embedding=None), "image_shape=.* needs an embedding.*'neighbours'"),
     ],
 )
 def test_bad_image_shape_is_refused_with_what_to_pass(tiny_images, params, message):
@@ -461,3 +463,136 @@ def test_image_shape_is_never_guessed_from_the_data():
     X = np.random.default_rng(0).random((60, 64))  # 8 x 8 would fit, but nobody said so
     km = SinkhornKMeans(2, **{**AE, "hidden_dims": "auto", "pretrain_epochs": 1, "max_epochs": 1}).fit(X)
     assert isinstance(km.autoencoder_, AutoEncoder)
+
+
+# ------------------------------------------------------------ embedding="neighbours"
+NE = dict(embedding="neighbours", hidden_dims=(32, 4), pretrain_epochs=20, n_neighbors=8, **FAST)
+
+
+@pytest.fixture(scope="module")
+def separated():
+    """Three well separated blobs in 10 dimensions."""
+    X, y = make_blobs(n_samples=270, centers=3, n_features=10, cluster_std=0.5, center_box=(-6, 6), random_state=1)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def digit_images():
+    X, y = load_digits(return_X_y=True)
+    return X[:240] / 16.0, y[:240]
+
+
+def test_neighbours_maps_a_held_out_row_of_a_training_cluster_into_that_cluster(separated):
+    X, y = separated
+    held = np.arange(0, 270, 9)  # 30 rows never seen in fit
+    train = np.setdiff1d(np.arange(270), held)
+    km = SinkhornKMeans(3, **NE).fit(X[train])
+    assert km.encoder_ is not None and km.autoencoder_ is None
+    assert km.cluster_centers_.shape == (3, 4)
+    # The fit's own partition is the blobs' ...
+    assert adjusted_rand_score(y[train], km.labels_) == 1.0
+    # ... and every held-out row lands in the cluster its blob got in fit.
+    cluster_of_blob = {b: np.bincount(km.labels_[y[train] == b]).argmax() for b in range(3)}
+    np.testing.assert_array_equal(km.predict(X[held]), [cluster_of_blob[b] for b in y[held]])
+
+
+def test_neighbours_predict_is_subset_invariant_and_never_adapts(separated):
+    X, _ = separated
+    km = SinkhornKMeans(3, **NE).fit(X)
+    before = [p.detach().clone() for p in km.encoder_.parameters()]
+    full = km.predict(X)
+    np.testing.assert_array_equal(km.predict(X[:7]), full[:7])
+    np.testing.assert_array_equal(km.predict(X[::-1])[::-1], full)
+    np.testing.assert_array_equal(full, km.labels_)
+    assert all(torch.equal(a, b) for a, b in zip(before, km.encoder_.parameters()))
+    d = km.transform(X[:5])
+    assert d.shape == (5, 3)
+    np.testing.assert_array_equal(d.argmin(1), full[:5])
+    assert km._linear_predictor() is None
+
+
+class _WeightsAtPhaseStart:
+    def __init__(self):
+        self.seen = {}
+
+    def on_phase_begin(self, run):
+        self.seen[run.phase] = [p.detach().clone() for p in run.owner.encoder_.parameters()]
+
+
+def test_neighbours_transfer_refines_the_source_encoder_on_the_target(separated):
+    X, y = separated
+    src, tgt = y < 2, y >= 1  # the target shares one blob with the source and has one new
+    spy = _WeightsAtPhaseStart()
+    km = SinkhornKMeans(2, **NE, callbacks=[spy]).fit(X[src])
+    source = [p.detach().clone() for p in km.encoder_.parameters()]
+    labels = km.transfer(X[tgt], fine_tune_epochs=3)
+    # The refinement starts from the source encoder's weights and moves them.
+    assert all(torch.equal(a, b) for a, b in zip(spy.seen["refine"], source))
+    assert any(not torch.equal(a, b) for a, b in zip(source, km.encoder_.parameters()))
+    assert [r["epoch"] for r in km.history_ if r["phase"] == "refine"] == [0, 1, 2]
+    assert len([r for r in km.history_ if r["phase"] == "neighbours"]) == NE["pretrain_epochs"]
+    np.testing.assert_array_equal(labels, km.labels_)
+    np.testing.assert_array_equal(km.predict(X[tgt]), labels)
+    assert adjusted_rand_score(y[tgt], labels) == 1.0
+    # fine_tune_epochs=0 keeps the source encoder.
+    frozen = SinkhornKMeans(2, **NE).fit(X[src])
+    kept = [p.detach().clone() for p in frozen.encoder_.parameters()]
+    frozen.transfer(X[tgt], fine_tune_epochs=0)
+    assert all(torch.equal(a, b) for a, b in zip(kept, frozen.encoder_.parameters()))
+
+
+def test_neighbours_graph_uses_image_shape_only_when_passed(digit_images):
+    from sktransfer_cluster.representation import neighbour_graph
+
+    X, _ = digit_images
+    flat = SinkhornKMeans(10, **NE)._neighbour_graph(X)  # 64 columns: 8 x 8 would fit, never guessed
+    plain = neighbour_graph(X, 8, metric="cosine", shared_neighbours=True)
+    assert (flat != plain).nnz == 0
+    image = SinkhornKMeans(10, **{**NE, "image_shape": (8, 8)})._neighbour_graph(X)
+    assert (image != flat).nnz > 0
+    shifted = neighbour_graph(X, 8, metric="cosine", image_shape=(8, 8), max_shift=1, blur=1.0, shared_neighbours=True)
+    assert (image != shifted).nnz == 0
+    km = SinkhornKMeans(10, **{**NE, "image_shape": (8, 8), "pretrain_epochs": 1}).fit(X)
+    assert isinstance(km.encoder_, torch.nn.Sequential)  # the encoder stays an MLP
+
+
+def test_neighbours_is_deterministic_given_random_state(separated):
+    X, _ = separated
+    a = SinkhornKMeans(3, **NE).fit(X)
+    b = SinkhornKMeans(3, **NE).fit(X)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    assert all(torch.equal(p, q) for p, q in zip(a.encoder_.parameters(), b.encoder_.parameters()))
+    np.testing.assert_array_equal(a.transfer(X[:150] + 0.1), b.transfer(X[:150] + 0.1))
+    c = SinkhornKMeans(3, **{**NE, "random_state": 1}).fit(X)
+    assert any(not torch.equal(p, q) for p, q in zip(a.encoder_.parameters(), c.encoder_.parameters()))
+
+
+def test_neighbours_pickles_and_clones(separated):
+    import pickle
+
+    from sklearn.base import clone
+
+    X, _ = separated
+    km = SinkhornKMeans(3, **NE).fit(X)
+    back = pickle.loads(pickle.dumps(km))
+    np.testing.assert_array_equal(back.predict(X), km.predict(X))
+    fresh = clone(km)
+    assert fresh.get_params()["embedding"] == "neighbours" and not hasattr(fresh, "encoder_")
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        (dict(image_shape=(7, 7)), r"image_shape=\(7, 7\) holds 49 pixels but X has 64 features"),
+        (dict(image_shape=(8, 8, 8, 1)), r"image_shape must be \(h, w\) or \(c, h, w\)"),
+        (dict(image_shape=(8, -8)), r"image_shape must be \(h, w\) or \(c, h, w\)"),
+    ],
+)
+def test_neighbours_bad_image_shape_is_refused_with_what_to_pass(digit_images, params, message):
+    X, _ = digit_images
+    km = SinkhornKMeans(3, **{**NE, **params})
+    with pytest.raises(ValueError, match=message):
+        km.fit(X)
+    with pytest.raises(NotFittedError):
+        km.predict(X)

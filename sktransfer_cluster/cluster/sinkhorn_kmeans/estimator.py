@@ -59,6 +59,15 @@ _PLAN_MAX_ITER = 200
 # hidden_dims="auto": MLP encoder widths, and (conv channels..., code) with image_shape.
 _AUTO_MLP_DIMS = (256, 128, 10)
 _AUTO_CONV_DIMS = (16, 32, 10)
+# embedding="neighbours": MLP widths (hidden..., code) for hidden_dims="auto", the edges drawn per
+# Adam step, and the graph's image settings with image_shape (the representation's defaults:
+# distances between images blurred by 1 pixel, minimised over shifts of up to 1 pixel).
+_AUTO_NEIGHBOUR_DIMS = (256, 256, 10)
+_NEIGHBOUR_EDGES_PER_STEP = 4096
+_NEIGHBOUR_BLUR = 1.0
+_NEIGHBOUR_MAX_SHIFT = 1
+# transfer's fine_tune_epochs=None with embedding="neighbours": passes over the target graph's edges.
+_NEIGHBOUR_REFINE_EPOCHS = 20
 # Check of OT-Lloyd's final plan (a report only): a marginal error above 1e-3
 # (0.1% of the mass off the size prior) moves the centres materially.
 _CHECK_TOL = 1e-3
@@ -75,6 +84,11 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
     ``embedding="autoencoder"`` an autoencoder is pre-trained, centres are
     initialised by OT k-means on its codes, and encoder, decoder and centres are
     trained jointly on ``reconstruction + OT loss`` (Algorithm 2 of the paper).
+    With ``embedding="neighbours"`` an MLP encoder is trained with a
+    parametric-UMAP loss on the source's k-NN graph
+    (:mod:`sktransfer_cluster.representation`), then OT k-means runs on its
+    codes; ``transfer`` refines the encoder on the target's own graph and
+    warm-starts OT k-means there from the source centres.
     A Sinkhorn solve that defines a result (the final plan of ``fit`` or
     ``transfer``, the plan of :meth:`transport_plan`) and does not converge is
     reported with a :class:`~sklearn.exceptions.ConvergenceWarning`.
@@ -94,30 +108,46 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
     cluster_weights : array-like of shape (n_clusters,), default=None
         Prior proportions of the clusters (normalised to sum to one); None is
         uniform.
-    embedding : {None, "autoencoder"}, default=None
-        Cluster raw features, or learn a deep embedding (Algorithm 2).
+    embedding : {None, "autoencoder", "neighbours"}, default=None
+        Cluster raw features, or learn a deep embedding: ``"autoencoder"`` is
+        the paper's Algorithm 2; ``"neighbours"`` trains an encoder so that
+        the rows' nearest neighbours (cosine, weighted by shared neighbours)
+        stay close in its output (UMAP's loss, as a network, so that
+        ``predict`` and ``transfer`` map new rows), then runs OT k-means on the
+        codes with the size prior. Each fit builds the exact k-NN graph of X:
+        O(n^2) distance computations.
     hidden_dims : "auto" or tuple of int, default="auto"
         Encoder widths, at least one, all positive; the last one is the
         embedding dimension. With ``image_shape`` the leading entries are the
         channels of the 5x5 stride-2 convolutions and the last one the code.
         ``"auto"``: ``(256, 128, 10)`` for the MLP, ``(16, 32, 10)`` with
-        ``image_shape``. A wider code such as ``(256, 128, 32)`` keeps more of
+        ``image_shape``; ``(256, 256, 10)`` with ``embedding="neighbours"``
+        (an MLP also with ``image_shape``). A wider code such as ``(256, 128, 32)`` keeps more of
         what separates classes absent from the source, so it transfers better
         to unseen classes, and clusters the data it was trained on worse.
     image_shape : tuple of int, default=None
         ``(h, w)`` or ``(c, h, w)`` of one image, rows of X read channel-major
         (``h * w * c`` must equal the number of features): the autoencoder
-        becomes convolutional (:class:`~sktransfer_cluster.cluster.sinkhorn_kmeans.networks.ConvAutoEncoder`).
-        Never inferred from the data; only with ``embedding="autoencoder"``.
+        becomes convolutional (:class:`~sktransfer_cluster.cluster.sinkhorn_kmeans.networks.ConvAutoEncoder`);
+        with ``embedding="neighbours"`` the k-NN graph compares images blurred
+        by one pixel and takes the smallest distance over shifts of up to one
+        pixel (the encoder stays an MLP). Never inferred from the data; only
+        with an embedding.
     pretrain_epochs : int, default=50
         Autoencoder pre-training epochs (reconstruction only); 0 skips it.
+        With ``embedding="neighbours"``: passes over the graph's edges when
+        training the encoder (0 keeps the random encoder).
     max_epochs : int, default=20
-        Joint training epochs on reconstruction + OT loss.
+        Joint training epochs on reconstruction + OT loss (autoencoder only).
+    n_neighbors : int, default=15
+        Neighbours per row in the k-NN graph of ``embedding="neighbours"``
+        (at most ``n_samples - 1``); unused otherwise.
     batch_size : int, default=64
         Rows per Adam step in the embedding phases; a last batch of one row
         joins the previous one, as a one-row step is mostly noise. Small
         batches give small data sets enough Adam steps per epoch for the
         autoencoder to learn (300 rows at batch 300 make one step per epoch).
+        The neighbour encoder draws 4096 graph edges per step instead.
     learning_rate : float, default=1e-3
         Adam learning rate for the embedding phases.
     n_init : int, default=10
@@ -164,11 +194,17 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
     weights_ : ndarray of shape (n_clusters,)
         Normalised cluster proportions.
     autoencoder_ : torch.nn.Module or None
+    encoder_ : torch.nn.Module or None
+        The neighbour encoder (``embedding="neighbours"``), else None. It reads
+        rows centred by the source's column means and divided by its global
+        RMS.
     history_ : list of dict
         One record per epoch of the embedding phases (empty without an
         embedding): ``phase`` ("pretrain", "train" or "transfer"), ``epoch``,
         ``loss`` (mean reconstruction + OT loss), ``reconstruction`` and,
-        except in pre-training, ``ot``.
+        except in pre-training, ``ot``. With ``embedding="neighbours"`` the
+        phases are "neighbours" (fit) and "refine" (transfer), and ``loss`` is
+        the encoder's mean UMAP cross-entropy over the epoch's steps.
     device_ : torch.device
     n_features_in_ : int
     feature_names_in_ : ndarray of str
@@ -200,11 +236,12 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
         "epsilon": [Interval(Real, 0, None, closed="neither")],
         "cluster_weights": ["array-like", None],
-        "embedding": [StrOptions({"autoencoder"}), None],
+        "embedding": [StrOptions({"autoencoder", "neighbours"}), None],
         "hidden_dims": [tuple, list, StrOptions({"auto"})],
         "image_shape": [tuple, list, None],
         "pretrain_epochs": [Interval(Integral, 0, None, closed="left")],
         "max_epochs": [Interval(Integral, 0, None, closed="left")],
+        "n_neighbors": [Interval(Integral, 1, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "n_init": [Interval(Integral, 1, None, closed="left")],
@@ -225,7 +262,7 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
         # The autoencoder is matmul-bound (float32 twice as fast); plain OT k-means keeps float64.
         return torch.float64 if self.embedding is None else torch.float32
 
-    _transfer_parameter_constraints = {"fine_tune_epochs": [Interval(Integral, 0, None, closed="left")]}
+    _transfer_parameter_constraints = {"fine_tune_epochs": [Interval(Integral, 0, None, closed="left"), None]}
 
     def __init__(
         self,
@@ -238,6 +275,7 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
         image_shape=None,
         pretrain_epochs=50,
         max_epochs=20,
+        n_neighbors=15,
         batch_size=64,
         learning_rate=1e-3,
         n_init=10,
@@ -257,6 +295,7 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
         self.image_shape = image_shape
         self.pretrain_epochs = pretrain_epochs
         self.max_epochs = max_epochs
+        self.n_neighbors = n_neighbors
         self.batch_size = batch_size
         self.learning_rate = learning_rate
         self.n_init = n_init
@@ -274,7 +313,8 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
         if reset:
             if not (isinstance(self.hidden_dims, str) and self.hidden_dims == "auto"):
                 check_widths("hidden_dims", self.hidden_dims, allow_empty=False)
-            if self._check_image_shape(X.shape[1]) is not None and len(self._hidden_dims()) < 2:
+            image = self._check_image_shape(X.shape[1]) is not None
+            if image and self.embedding == "autoencoder" and len(self._hidden_dims()) < 2:
                 raise ValueError(
                     "with image_shape, hidden_dims must hold at least one convolution's channels and the "
                     f"code width, e.g. (16, 32, 10); got {self.hidden_dims!r}."
@@ -285,16 +325,19 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
         """The validated ``image_shape`` as ``(c, h, w)``, or None; ValueError with what to pass."""
         if self.image_shape is None:
             return None
-        if self.embedding != "autoencoder":
+        if self.embedding is None:
             raise ValueError(
-                f"image_shape={self.image_shape!r} needs embedding='autoencoder' (it shapes the "
-                "convolutional autoencoder); drop it or set embedding='autoencoder'."
+                f"image_shape={self.image_shape!r} needs an embedding (it shapes the convolutional "
+                "autoencoder, or the neighbour graph's image distances); drop it or set "
+                "embedding='autoencoder' or 'neighbours'."
             )
         return image_channels_shape(check_image_shape(self.image_shape, n_features))
 
     def _hidden_dims(self):
         """Encoder widths, with the ``"auto"`` rule resolved."""
         if isinstance(self.hidden_dims, str):
+            if self.embedding == "neighbours":
+                return _AUTO_NEIGHBOUR_DIMS
             return _AUTO_CONV_DIMS if self.image_shape is not None else _AUTO_MLP_DIMS
         return tuple(int(h) for h in self.hidden_dims)
 
@@ -332,12 +375,17 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
         """Log of the fitted cluster proportions ``weights_``, as a tensor."""
         return torch.log(torch.as_tensor(self.weights_, dtype=self._dtype(), device=self.device_))
 
+    def _encoder(self):
+        """The fitted module that maps normalised rows to codes, or None (raw features)."""
+        if getattr(self, "encoder_", None) is not None:
+            return self.encoder_
+        return None if self.autoencoder_ is None else self.autoencoder_.encoder
+
     def _embed(self, X):
         """Features the centres live with: raw X or the encoder's codes (torch)."""
         Xt = self._tensor(X)
-        if self.autoencoder_ is None:
-            return Xt
-        return self.autoencoder_.encoder(Xt)
+        encoder = self._encoder()
+        return Xt if encoder is None else encoder(Xt)
 
     def _abs_tol(self, Z):
         return float(self.tol * Z.var(0, unbiased=False).mean().item())
@@ -402,7 +450,7 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
 
     def _finish(self, Z, centers, reg, n_iter):
         self.cluster_centers_ = centers.detach().cpu().numpy()
-        if self.autoencoder_ is None:
+        if self._encoder() is None:
             self.cluster_centers_ = self.cluster_centers_ + self._input_affine[0]  # back from centred X
         self._centers = centers.detach()
         self.reg_ = float(reg)
@@ -414,10 +462,76 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
         return self.labels_
 
     # -------------------------------------------------------------- protocol
+    def _neighbour_graph(self, X):
+        """The k-NN graph of the raw rows ``X`` (ndarray) for the neighbour encoder."""
+        from ...representation import neighbour_graph
+
+        image = self.image_shape is not None
+        return neighbour_graph(
+            X,
+            min(int(self.n_neighbors), X.shape[0] - 1),
+            metric="cosine",
+            image_shape=tuple(self.image_shape) if image else None,
+            max_shift=_NEIGHBOUR_MAX_SHIFT if image else 0,
+            blur=_NEIGHBOUR_BLUR if image else 0.0,
+            shared_neighbours=True,
+        )
+
+    def _train_neighbours(self, X, Xt, epochs, torch_gen, phase):
+        """Train ``encoder_`` in place on the graph of the raw rows ``X``, inputs ``Xt`` (normalised).
+
+        One ``TrainingRun`` epoch per pass over the graph's edges (the
+        representation's step count), on the CPU, one thread.
+        """
+        from ...representation import train_neighbour_encoder
+
+        if epochs == 0:
+            return
+        graph = self._neighbour_graph(X)
+        n_edges = int((graph.data > 0).sum())
+        steps_per_epoch = max(1, int(round(n_edges / min(_NEIGHBOUR_EDGES_PER_STEP, max(n_edges, 1)))))
+        device = self.encoder_[0].weight.device
+        encoder = self.encoder_.to("cpu")
+        inputs = Xt.detach().to("cpu", torch.float32).numpy()
+        with self._training(phase, epochs, state=[encoder], unit="epoch") as run:
+            totals = [0.0]
+
+            def step(i, loss):
+                run.check_finite(loss)
+                totals[0] += loss
+                if (i + 1) % steps_per_epoch == 0:
+                    run.end_epoch(totals[0] / steps_per_epoch)
+                    totals[0] = 0.0
+
+            train_neighbour_encoder(
+                encoder, inputs, graph, n_epochs=epochs, batch_size=_NEIGHBOUR_EDGES_PER_STEP,
+                learning_rate=self.learning_rate, generator=torch_gen, callback=step,
+            )
+        encoder.eval()
+        self.encoder_ = encoder.to(device)
+
+    def _fit_neighbours(self, X, Xt, rng, torch_gen):
+        from ...representation import make_encoder
+
+        dims = self._hidden_dims()
+        self.encoder_ = make_encoder(X.shape[1], dims[-1], dims[:-1], generator=torch_gen).eval()
+        self._train_neighbours(X, Xt, self.pretrain_epochs, torch_gen, "neighbours")
+        self.encoder_ = self.encoder_.to(device=self.device_, dtype=self._dtype())
+        with torch.no_grad():
+            Z = self.encoder_(Xt)
+            _, centers, reg, n_iter = self._lloyd(
+                Z, self._kmeanspp(Z, self.n_init, rng), "the final plan of fit (OT k-means on the codes)"
+            )
+        self._finish(Z, centers, reg, n_iter)
+
     def _fit(self, X, y, *, rng, torch_gen):
         self.weights_ = self._proportions()
         self.autoencoder_ = None
+        self.encoder_ = None
         Xt = self._tensor(X)
+        if self.embedding == "neighbours":
+            self._fit_neighbours(X, Xt, rng, torch_gen)
+            return
         if self.embedding is None:
             with torch.no_grad():
                 init = self._kmeanspp(Xt, self.n_init, rng)
@@ -439,7 +553,7 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
         self.autoencoder_.eval()
         self._finish(Z, centers, reg, n_iter + n_epochs)
 
-    def transfer(self, X, *, fine_tune_epochs=0):
+    def transfer(self, X, *, fine_tune_epochs=None):
         """Cluster an unlabelled target, warm-started from the source centres.
 
         OT k-means on ``X`` starting from the fitted centres (and through the
@@ -450,9 +564,12 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
         ----------
         X : array-like of shape (n_samples, n_features)
             Target data, same features as the source.
-        fine_tune_epochs : int, default=0
+        fine_tune_epochs : int or None, default=None
             With ``embedding="autoencoder"``: joint reconstruction + OT epochs on
-            the target before the final assignment; ignored without an embedding.
+            the target before the final assignment (None: 0). With
+            ``embedding="neighbours"``: passes over the target's own k-NN graph
+            that refine the source encoder (None: 20; 0 keeps the source
+            encoder). Ignored without an embedding.
 
         Returns
         -------
@@ -468,19 +585,24 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
         """
         return super().transfer(X, fine_tune_epochs=fine_tune_epochs)
 
-    def _transfer(self, X, *, rng, torch_gen, fine_tune_epochs=0):
+    def _transfer(self, X, *, rng, torch_gen, fine_tune_epochs=None):
         """Warm-start OT k-means on the target from the source centres (and embedding).
 
         Parameters
         ----------
         X : ndarray
             Validated target data.
-        fine_tune_epochs : int, default=0
-            With an embedding: joint reconstruction + OT epochs on the target
-            before the final OT-Lloyd (ignored without an embedding).
+        fine_tune_epochs : int or None, default=None
+            With an embedding: joint reconstruction + OT epochs (autoencoder,
+            None: 0) or neighbour-graph refinement passes (neighbours, None: 20)
+            on the target before the final OT-Lloyd (ignored without an embedding).
         """
         Xt = self._tensor(X)
         centers = self._centers
+        if getattr(self, "encoder_", None) is not None:
+            epochs = _NEIGHBOUR_REFINE_EPOCHS if fine_tune_epochs is None else int(fine_tune_epochs)
+            self._train_neighbours(X, Xt, epochs, torch_gen, "refine")
+        fine_tune_epochs = 0 if fine_tune_epochs is None else fine_tune_epochs
         if self.autoencoder_ is not None and fine_tune_epochs > 0:
             self.autoencoder_.train()
             centers, _ = self._train_embedding(Xt, centers, fine_tune_epochs, torch_gen, "transfer")
@@ -496,7 +618,7 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
 
     def _linear_predictor(self):
         # Without an embedding the nearest centre maximises 2 x.c - |c|^2: k-means' assignment.
-        if self.autoencoder_ is not None:
+        if self._encoder() is not None:
             return None
         C = self._centers.to("cpu", torch.float64)
         return 2.0 * C.T, -(C * C).sum(1)

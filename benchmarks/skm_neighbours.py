@@ -1,0 +1,232 @@
+"""SinkhornKMeans(embedding="neighbours") against the peer (UMAP + GMM) and KMeans, issue 28.
+
+Every row is scored with ``clustering_accuracy`` over seeds 0-2 (median [min,
+max]); the peer, ``sktransfer_cluster.compare.umap_gmm(X, K, random_state=s)``
+(UMAP to 10 dimensions, 15 neighbours, min_dist 0, then GaussianMixture(K,
+n_init=3)), and ``KMeans(K, n_init=10)`` on the raw features run in the same
+process. CPU seconds are ``time.process_time()`` of each fit (transfer: of the
+source fit plus the transfer), with torch and every BLAS pool on one thread.
+
+Parts (``--parts``, default all), each written as soon as it finishes:
+
+- ``mnist``: MNIST-5k, K=10, with and without ``image_shape=(28, 28)``.
+- ``mnist_transfer``: MNIST 0-4 -> 5-9, K=5: ``fit(source).transfer(target)``,
+  the source encoder without refinement (``fine_tune_epochs=0``), and the same
+  estimator fitted on the target alone; with and without ``image_shape``.
+- ``digits``: sklearn digits, K=10, with and without ``image_shape=(8, 8)``.
+- ``digits_transfer``: digits 0-4 -> 5-9 (``load_digits_transfer``), as for MNIST.
+- ``tabular``: wine (K=3) and breast cancer (K=2), standardised, no image_shape.
+
+Usage::
+
+    nice python benchmarks/skm_neighbours.py            # seeds 0-2, about 15 CPU-minutes
+    python benchmarks/skm_neighbours.py --smoke         # seconds: digits subsets, 1 seed, 2 epochs, temp dir
+
+Writes ``benchmarks/results/sinkhorn_kmeans/neighbours.{md,json}`` (``--smoke``:
+a temporary folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.cluster import KMeans
+from sklearn.datasets import load_breast_cancer, load_digits, load_wine
+from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sktransfer_cluster import SinkhornKMeans  # noqa: E402
+from sktransfer_cluster.datasets import TransferTask, load_digits_transfer  # noqa: E402
+from sktransfer_cluster.metrics import clustering_accuracy  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "results" / "sinkhorn_kmeans"
+PARTS = ("mnist", "mnist_transfer", "digits", "digits_transfer", "tabular")
+
+
+def _peer_available():
+    try:
+        import umap  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _cpu(fn):
+    c0 = time.process_time()
+    out = fn()
+    return out, time.process_time() - c0
+
+
+def _skm(k, seed, image_shape, smoke):
+    params = dict(embedding="neighbours", image_shape=image_shape, random_state=seed, device="cpu")
+    if smoke:
+        params.update(pretrain_epochs=2, n_init=2)
+    return SinkhornKMeans(k, **params)
+
+
+def _row(task, method, accs, cpus):
+    accs, cpus = np.asarray(accs, dtype=float), np.asarray(cpus, dtype=float)
+    return {
+        "task": task, "method": method, "acc": accs.tolist(), "cpu_s": cpus.tolist(),
+        "median": float(np.median(accs)), "min": float(accs.min()), "max": float(accs.max()),
+        "cpu_median": float(np.median(cpus)), "cpu_max": float(cpus.max()),
+    }
+
+
+def _baselines(name, X, y, k, seeds, rows):
+    accs, cpus = zip(*[
+        (clustering_accuracy(y, lab), c)
+        for lab, c in (_cpu(lambda s=s: KMeans(k, n_init=10, random_state=s).fit_predict(X)) for s in seeds)
+    ])
+    rows.append(_row(name, "KMeans (raw features)", accs, cpus))
+    if not _peer_available():
+        print("peer skipped: umap-learn is not installed", flush=True)
+        return
+    from sktransfer_cluster.compare import umap_gmm
+
+    accs, cpus = zip(*[
+        (clustering_accuracy(y, lab), c) for lab, c in (_cpu(lambda s=s: umap_gmm(X, k, random_state=s)) for s in seeds)
+    ])
+    rows.append(_row(name, "peer: UMAP(10) + GMM", accs, cpus))
+
+
+def single(name, X, y, k, shapes, seeds, smoke, rows):
+    _baselines(name, X, y, k, seeds, rows)
+    for shape in shapes:
+        accs, cpus = [], []
+        for s in seeds:
+            model, c = _cpu(lambda s=s: _skm(k, s, shape, smoke).fit(X))
+            accs.append(clustering_accuracy(y, model.labels_))
+            cpus.append(c)
+            print(f"  {name} shape={shape} seed={s}: {accs[-1]:.3f} ({c:.1f} CPU s)", flush=True)
+        label = "SKM-NE" + ("" if shape is None else f" + image_shape={shape}")
+        rows.append(_row(name, label, accs, cpus))
+
+
+def transfer(name, task, k, shapes, seeds, smoke, rows):
+    Xs, Xt, yt = task.X_source, task.X_target, task.y_target
+    _baselines(f"{name} (target alone)", Xt, yt, k, seeds, rows)
+    for shape in shapes:
+        tag = "" if shape is None else f" + image_shape={shape}"
+        res = {"transfer": ([], []), "source only": ([], []), "target alone": ([], [])}
+        for s in seeds:
+            model, c_fit = _cpu(lambda s=s: _skm(k, s, shape, smoke).fit(Xs))
+            frozen = copy.deepcopy(model)
+            lab, c_tr = _cpu(lambda: model.transfer(Xt, fine_tune_epochs=1 if smoke else None))
+            res["transfer"][0].append(clustering_accuracy(yt, lab))
+            res["transfer"][1].append(c_fit + c_tr)
+            lab, c0 = _cpu(lambda: frozen.transfer(Xt, fine_tune_epochs=0))
+            res["source only"][0].append(clustering_accuracy(yt, lab))
+            res["source only"][1].append(c_fit + c0)
+            model, c = _cpu(lambda s=s: _skm(k, s, shape, smoke).fit(Xt))
+            res["target alone"][0].append(clustering_accuracy(yt, model.labels_))
+            res["target alone"][1].append(c)
+            print(f"  {name}{tag} seed={s}: " + ", ".join(f"{m} {v[0][-1]:.3f}" for m, v in res.items()), flush=True)
+        rows.append(_row(name, f"SKM-NE{tag}: fit(source).transfer(target)", *res["transfer"]))
+        rows.append(_row(name, f"SKM-NE{tag}: source encoder, no refinement (fine_tune_epochs=0)", *res["source only"]))
+        rows.append(_row(name, f"SKM-NE{tag}: fitted on the target alone", *res["target alone"]))
+
+
+def _subset(X, y, n, seed=0):
+    idx = np.random.default_rng(seed).permutation(X.shape[0])[:n]
+    return X[idx], y[idx]
+
+
+def run_part(part, seeds, smoke, rows):
+    if part in ("mnist", "mnist_transfer") and smoke:
+        # No MNIST in a smoke run: the digits stand in (seconds, no optional extra).
+        Xd, yd = load_digits(return_X_y=True)
+        X, y = _subset(Xd / 16.0, yd, 300)
+        shape = (8, 8)
+    elif part in ("mnist", "mnist_transfer"):
+        from sktransfer_cluster.datasets import load_mnist_5k
+
+        X, y = load_mnist_5k()
+        shape = (28, 28)
+    if part == "mnist":
+        single("MNIST-5k (K=10)", X, y, 10, (None, shape), seeds, smoke, rows)
+    elif part == "mnist_transfer":
+        src, tgt = y < 5, y >= 5
+        task = TransferTask(X[src], y[src], X[tgt], y[tgt], name="mnist")
+        transfer("MNIST 0-4 -> 5-9 (K=5)", task, 5, (None, shape), seeds, smoke, rows)
+    elif part == "digits":
+        X, y = load_digits(return_X_y=True)
+        if smoke:
+            X, y = _subset(X, y, 300)
+        single("sklearn digits (K=10)", X, y, 10, (None, (8, 8)), seeds, smoke, rows)
+    elif part == "digits_transfer":
+        task = load_digits_transfer()
+        if smoke:
+            Xs, ys = _subset(task.X_source, task.y_source, 150)
+            Xt, yt = _subset(task.X_target, task.y_target, 150)
+            task = TransferTask(Xs, ys, Xt, yt, name="digits")
+        transfer("digits 0-4 -> 5-9 (K=5)", task, 5, (None, (8, 8)), seeds, smoke, rows)
+    elif part == "tabular":
+        for name, loader, k in (("wine (K=3), standardised", load_wine, 3),
+                                ("breast cancer (K=2), standardised", load_breast_cancer, 2)):
+            X, y = loader(return_X_y=True)
+            single(name, StandardScaler().fit_transform(X), y, k, (None,), seeds, smoke, rows)
+
+
+def markdown(rows, command, started, smoke):
+    lines = [
+        f"# SinkhornKMeans(embedding=\"neighbours\") ({started}, seeds {sorted({0, 1, 2}) if not smoke else [0]}, "
+        "1 thread, nice)" + (" -- SMOKE RUN, not results" if smoke else ""),
+        "",
+        f"`{command}`",
+        "",
+        "ACC = clustering_accuracy (Hungarian), median [min, max] over seeds; CPU s = process time of the fit "
+        "(transfer rows: source fit + transfer), median and max.",
+        "",
+    ]
+    task = None
+    for r in rows:
+        if r["task"] != task:
+            task = r["task"]
+            lines += ["", f"### {task}", "", "| method | ACC median [min, max] | CPU s median (max) |", "|---|---|---|"]
+        lines.append(
+            f"| {r['method']} | {r['median']:.3f} [{r['min']:.3f}, {r['max']:.3f}] | "
+            f"{r['cpu_median']:.1f} ({r['cpu_max']:.1f}) |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="seconds: digits subsets, 1 seed, 2 epochs, temp dir")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--tag", default="", help="suffix of the results files (neighbours_<tag>)")
+    args = parser.parse_args(argv)
+    out = Path(tempfile.mkdtemp(prefix="skm-neighbours-smoke-")) if args.smoke else OUT
+    out.mkdir(parents=True, exist_ok=True)
+    stem = "neighbours" + (f"_{args.tag}" if args.tag else "") + ("_smoke" if args.smoke else "")
+    seeds = [0] if args.smoke else [0, 1, 2]
+    command = "nice python benchmarks/skm_neighbours.py" + ("" if args.parts == list(PARTS) else
+                                                             " --parts " + " ".join(args.parts)) + (
+        f" --tag {args.tag}" if args.tag else "") + (" --smoke" if args.smoke else "")
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    torch.set_num_threads(1)
+    rows = []
+    warnings.simplefilter("ignore")
+    with threadpool_limits(1):
+        for part in args.parts:
+            print(f"part {part}", flush=True)
+            run_part(part, seeds, args.smoke, rows)
+            (out / f"{stem}.json").write_text(json.dumps({"command": command, "started": started, "rows": rows}, indent=1))
+            (out / f"{stem}.md").write_text(markdown(rows, command, started, args.smoke))
+    print(f"wrote {out / stem}.md", flush=True)
+
+
+if __name__ == "__main__":
+    main()
