@@ -9,12 +9,16 @@ pool limited to one thread.
 
 Parts (``--parts``, default all):
 
+- ``purity``: how much of each graph's edge weight joins rows of the same class
+  (MNIST-5k and sklearn digits), the graph options one by one.
 - ``graph``: MNIST-5k (K=10), the graph options one by one (what was tried).
 - ``single``: one data set, K = its classes: MNIST-5k, sklearn digits, wine and
   breast cancer (standardised), with KMeans on the raw features.
 - ``transfer``: digits 0-4 -> 5-9 (MNIST and sklearn digits): the encoder trained
   on the target alone, on the source alone (target only embedded), and on the
   source then refined on the target's graph.
+- ``refine``: MNIST 0-4 -> 5-9, refinements of 5-40 epochs after the source fit,
+  against target-only training of the same length.
 
 Usage::
 
@@ -168,11 +172,54 @@ def transfer_rows(table, name, task, seeds, image_shape, configs, smoke):
             run_method(table, name, f"NE {cname}, {mode} + GMM", seeds, one)
 
 
+def refine_rows(table, name, task, seeds, image_shape, params, smoke, epochs=(5, 10, 20, 40)):
+    """One source fit per seed, then refinements of different lengths on the target (copies)."""
+    import copy
+
+    Xs, Xt, yt = task.X_source, task.X_target, task.y_target
+    K = len(np.unique(yt))
+    res = {n: ([], []) for n in epochs}
+    t_target = {n: ([], []) for n in epochs}
+    for s in seeds:
+        src, t_src = timed(lambda: make_embedding(params, image_shape, s, smoke).fit(Xs))
+        for n in epochs:
+            labels, t_ref = timed(lambda: on_top(copy.deepcopy(src).refine(Xt, n_epochs=n).transform(Xt), K, s, "gmm"))
+            res[n][0].append(clustering_accuracy(yt, labels))
+            res[n][1].append(t_src + t_ref)
+            p = dict(params, n_epochs=n)
+            labels, t_tgt = timed(lambda: on_top(make_embedding(p, image_shape, s, smoke).fit_transform(Xt), K, s, "gmm"))
+            t_target[n][0].append(clustering_accuracy(yt, labels))
+            t_target[n][1].append(t_tgt)
+    for n in epochs:
+        table.add(name, f"NE source fit, refined {n} ep on target + GMM", *res[n])
+        table.add(name, f"NE target only, {n} ep + GMM", *t_target[n])
+
+
+def purity_rows(table, task, X, y, image_shape):
+    """Share of the graph's edge weight that joins two rows of the same class (no training)."""
+    from sktransfer_cluster.representation import neighbour_graph
+
+    variants = {
+        "euclidean (UMAP's graph)": dict(metric="euclidean"),
+        "cosine": dict(metric="cosine"),
+        "euclidean + shared": dict(metric="euclidean", shared_neighbours=True),
+        "cosine + shared (flat default)": dict(metric="cosine", shared_neighbours=True),
+        "cosine + shared + shift 1 px": dict(metric="cosine", shared_neighbours=True, max_shift=1),
+        "cosine + shared + blur 1 px": dict(metric="cosine", shared_neighbours=True, blur=1.0),
+        "cosine + shared + shift + blur (image default)": dict(metric="cosine", shared_neighbours=True, max_shift=1, blur=1.0),
+    }
+    for name, kw in variants.items():
+        shape = image_shape if ("max_shift" in kw or "blur" in kw) else None
+        G, sec = timed(lambda: neighbour_graph(X, 15, image_shape=shape, **kw).tocoo())
+        pur = float(np.average(y[G.row] == y[G.col], weights=G.data))
+        table.add(task, f"graph {name}: edge-weight purity", [pur], [sec])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--smoke", action="store_true", help="tiny data, one seed, 2 epochs (seconds)")
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--parts", default="graph,single,transfer")
+    ap.add_argument("--parts", default="purity,graph,single,transfer,refine")
     ap.add_argument("--tag", default="", help="suffix of the result files")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -197,6 +244,12 @@ def main(argv=None):
             t.X_source, t.y_source, t.X_target, t.y_target = t.X_source[ps], t.y_source[ps], t.X_target[pt], t.y_target[pt]
 
     tables = []
+    if "purity" in parts:
+        tab = Table("Graph purity (share of edge weight within a class; no training, no seeds)", command)
+        print(tab.title)
+        purity_rows(tab, "MNIST-5k", X, y, (28, 28))
+        purity_rows(tab, "sklearn digits", Xd, yd, (8, 8))
+        tables.append(tab)
     if "graph" in parts:
         tab = Table("Graph options, MNIST-5k (K = 10), encoder defaults", command)
         print(tab.title)
@@ -219,6 +272,14 @@ def main(argv=None):
         transfer_rows(tab, "digits 0-4 -> 5-9", dt, seeds, (8, 8), defaults, args.smoke)
         tables.append(tab)
 
+    if "refine" in parts:
+        tab = Table("Refinement length, MNIST 0-4 -> 5-9 (K = 5), defaults (flat), scored on the target", command)
+        print(tab.title)
+        run_method(tab, "MNIST 0-4 -> 5-9", "peer: UMAP(10) + GMM on the target alone", seeds,
+                   lambda s: (lambda r: (clustering_accuracy(mt.y_target, r[0]), r[1]))(timed(lambda: peer(mt.X_target, 5, s))))
+        refine_rows(tab, "MNIST 0-4 -> 5-9", mt, seeds, (28, 28), {}, args.smoke,
+                    epochs=(1, 2) if args.smoke else (5, 10, 20, 40))
+        tables.append(tab)
     OUT.mkdir(parents=True, exist_ok=True)
     stem = "representation_screen" + ("_smoke" if args.smoke else "") + (f"_{args.tag}" if args.tag else "")
     meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "command": command, "seeds": seeds,
