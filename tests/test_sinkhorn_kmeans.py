@@ -596,3 +596,8 @@ def test_neighbours_bad_image_shape_is_refused_with_what_to_pass(digit_images, p
         km.fit(X)
     with pytest.raises(NotFittedError):
         km.predict(X)
+
+
+def test_neighbours_needs_two_rows_for_its_graph():
+    with pytest.raises(ValueError, match="needs at least 2 samples, got n_samples=1"):
+        SinkhornKMeans(1, **NE).fit(np.ones((1, 4)))

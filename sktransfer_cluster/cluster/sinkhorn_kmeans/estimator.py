@@ -314,6 +314,11 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
             if not (isinstance(self.hidden_dims, str) and self.hidden_dims == "auto"):
                 check_widths("hidden_dims", self.hidden_dims, allow_empty=False)
             image = self._check_image_shape(X.shape[1]) is not None
+            if self.embedding == "neighbours" and X.shape[0] < 2:
+                raise ValueError(
+                    f"embedding='neighbours' builds a k-NN graph and needs at least 2 samples, got "
+                    f"n_samples={X.shape[0]}; pass more rows or use embedding=None."
+                )
             if image and self.embedding == "autoencoder" and len(self._hidden_dims()) < 2:
                 raise ValueError(
                     "with image_shape, hidden_dims must hold at least one convolution's channels and the "
