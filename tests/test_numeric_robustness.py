@@ -131,3 +131,28 @@ def test_predict_of_a_model_pickled_without_the_spread_centres_its_rows():
     model = SinkhornKMeans(3, n_init=3, random_state=0).fit(X32)
     del model._input_spread  # as in a model fitted before the spread was kept
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(model)).predict(X32), model.labels_)
+
+
+# ------------------------------------------------------------------ R3: TDCM's neighbour search
+R3_X, R3_Y = make_blobs(n_samples=60, centers=3, n_features=3, cluster_std=0.4, center_box=(-8, 8), random_state=3)
+
+
+@pytest.mark.parametrize("scale", [1e-170, 1e160])
+def test_tdcm_finds_the_blobs_at_extreme_scales(scale):
+    """R3: the neighbour smoothing searched raw X, whose squared distances under/overflow: ARI 0."""
+    from sktransfer_cluster import TDCMCluster
+
+    model = TDCMCluster(3, max_epochs=20, random_state=0).fit(R3_X * scale)
+    assert model.smoothing_steps > 0  # the default smooths: the path under test
+    assert adjusted_rand_score(R3_Y, model.labels_) == 1.0
+    assert adjusted_rand_score(R3_Y, model.predict(R3_X * scale)) == 1.0
+    assert adjusted_rand_score(R3_Y, model.transfer(R3_X * scale)) == 1.0
+
+
+def test_tdcm_smoothing_of_ordinary_data_is_unchanged():
+    """The search space is rescaled by a power of two: exact, so the same neighbours, the same rows."""
+    from sktransfer_cluster import TDCMCluster
+
+    X = make_blobs(n_samples=300, centers=4, n_features=6, random_state=1)[0] * 7.0 + 3.0
+    est = TDCMCluster(4, smoothing_steps=2, n_neighbors=5)
+    np.testing.assert_array_equal(est._smoothed(X, None), tdcm_model.smooth_rows(X, X, 5, 2))

@@ -14,6 +14,7 @@ clusters); the defaults depart from the paper where measurements said so
 from __future__ import annotations
 
 import copy
+import math
 from functools import reduce
 from numbers import Integral, Real
 
@@ -564,7 +565,14 @@ class TDCMCluster(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, T
         """
         if self.smoothing_steps == 0:
             return X
-        G = X if projection is None else model.project_rows(X, projection)
+        G = np.asarray(X, dtype=np.float64) if projection is None else model.project_rows(X, projection)
+        # Distances are searched on G times the power of two that brings its peak near 1: exact,
+        # so the neighbours of ordinary data do not change, while squared distances of data at
+        # 1e-170 or 1e160 no longer under- or overflow (all rows tied: ARI 0, issue 30 R3).
+        peak = float(np.abs(G).max(initial=0.0))
+        if 0.0 < peak < np.inf:
+            e = -math.frexp(peak)[1]
+            G = G * 2.0 ** (e // 2) * 2.0 ** (e - e // 2)
         return model.smooth_rows(X, G, self.n_neighbors, self.smoothing_steps)
 
     def _input_projection(self):
