@@ -114,7 +114,7 @@ def single(name, X, y, k, shapes, seeds, smoke, rows):
         rows.append(_row(name, label, accs, cpus))
 
 
-def transfer(name, task, k, shapes, seeds, smoke, rows):
+def transfer(name, task, k, shapes, seeds, smoke, rows, transfer_only=False):
     Xs, Xt, yt = task.X_source, task.X_target, task.y_target
     _baselines(f"{name} (target alone)", Xt, yt, k, seeds, rows)
     for shape in shapes:
@@ -126,6 +126,10 @@ def transfer(name, task, k, shapes, seeds, smoke, rows):
             lab, c_tr = _cpu(lambda: model.transfer(Xt, fine_tune_epochs=1 if smoke else None))
             res["transfer"][0].append(clustering_accuracy(yt, lab))
             res["transfer"][1].append(c_fit + c_tr)
+            if transfer_only:
+                res = {"transfer": res["transfer"]}
+                print(f"  {name}{tag} seed={s}: transfer {res['transfer'][0][-1]:.3f}", flush=True)
+                continue
             lab, c0 = _cpu(lambda: frozen.transfer(Xt, fine_tune_epochs=0))
             res["source only"][0].append(clustering_accuracy(yt, lab))
             res["source only"][1].append(c_fit + c0)
@@ -134,6 +138,8 @@ def transfer(name, task, k, shapes, seeds, smoke, rows):
             res["target alone"][1].append(c)
             print(f"  {name}{tag} seed={s}: " + ", ".join(f"{m} {v[0][-1]:.3f}" for m, v in res.items()), flush=True)
         rows.append(_row(name, f"SKM-NE{tag}: fit(source).transfer(target)", *res["transfer"]))
+        if transfer_only:
+            continue
         rows.append(_row(name, f"SKM-NE{tag}: source encoder, no refinement (fine_tune_epochs=0)", *res["source only"]))
         rows.append(_row(name, f"SKM-NE{tag}: fitted on the target alone", *res["target alone"]))
 
@@ -143,7 +149,7 @@ def _subset(X, y, n, seed=0):
     return X[idx], y[idx]
 
 
-def run_part(part, seeds, smoke, rows):
+def run_part(part, seeds, smoke, rows, transfer_only=False):
     if part in ("mnist", "mnist_transfer") and smoke:
         # No MNIST in a smoke run: the digits stand in (seconds, no optional extra).
         Xd, yd = load_digits(return_X_y=True)
@@ -154,12 +160,13 @@ def run_part(part, seeds, smoke, rows):
 
         X, y = load_mnist_5k()
         shape = (28, 28)
+    stand_in = " [smoke: 300 sklearn digits stand in]" if smoke else ""
     if part == "mnist":
-        single("MNIST-5k (K=10)", X, y, 10, (None, shape), seeds, smoke, rows)
+        single("MNIST-5k (K=10)" + stand_in, X, y, 10, (None, shape), seeds, smoke, rows)
     elif part == "mnist_transfer":
         src, tgt = y < 5, y >= 5
         task = TransferTask(X[src], y[src], X[tgt], y[tgt], name="mnist")
-        transfer("MNIST 0-4 -> 5-9 (K=5)", task, 5, (None, shape), seeds, smoke, rows)
+        transfer("MNIST 0-4 -> 5-9 (K=5)" + stand_in, task, 5, (None, shape), seeds, smoke, rows, transfer_only)
     elif part == "digits":
         X, y = load_digits(return_X_y=True)
         if smoke:
@@ -171,7 +178,7 @@ def run_part(part, seeds, smoke, rows):
             Xs, ys = _subset(task.X_source, task.y_source, 150)
             Xt, yt = _subset(task.X_target, task.y_target, 150)
             task = TransferTask(Xs, ys, Xt, yt, name="digits")
-        transfer("digits 0-4 -> 5-9 (K=5)", task, 5, (None, (8, 8)), seeds, smoke, rows)
+        transfer("digits 0-4 -> 5-9 (K=5)", task, 5, (None, (8, 8)), seeds, smoke, rows, transfer_only)
     elif part == "tabular":
         for name, loader, k in (("wine (K=3), standardised", load_wine, 3),
                                 ("breast cancer (K=2), standardised", load_breast_cancer, 2)):
@@ -206,6 +213,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="seconds: digits subsets, 1 seed, 2 epochs, temp dir")
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument(
+        "--transfer-only", action="store_true",
+        help="transfer parts: only the fit(source).transfer(target) rows (with KMeans and the peer), "
+        "not the source-only and target-alone rows (a rerun after a change to transfer)",
+    )
     parser.add_argument("--tag", default="", help="suffix of the results files (neighbours_<tag>)")
     args = parser.parse_args(argv)
     out = Path(tempfile.mkdtemp(prefix="skm-neighbours-smoke-")) if args.smoke else OUT
@@ -213,7 +225,7 @@ def main(argv=None):
     stem = "neighbours" + (f"_{args.tag}" if args.tag else "") + ("_smoke" if args.smoke else "")
     seeds = [0] if args.smoke else [0, 1, 2]
     command = "nice python benchmarks/skm_neighbours.py" + ("" if args.parts == list(PARTS) else
-                                                             " --parts " + " ".join(args.parts)) + (
+                                                             " --parts " + " ".join(args.parts)) + (" --transfer-only" if args.transfer_only else "") + (
         f" --tag {args.tag}" if args.tag else "") + (" --smoke" if args.smoke else "")
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     torch.set_num_threads(1)
@@ -222,7 +234,7 @@ def main(argv=None):
     with threadpool_limits(1):
         for part in args.parts:
             print(f"part {part}", flush=True)
-            run_part(part, seeds, args.smoke, rows)
+            run_part(part, seeds, args.smoke, rows, args.transfer_only)
             (out / f"{stem}.json").write_text(json.dumps({"command": command, "started": started, "rows": rows}, indent=1))
             (out / f"{stem}.md").write_text(markdown(rows, command, started, args.smoke))
     print(f"wrote {out / stem}.md", flush=True)

@@ -601,3 +601,26 @@ def test_neighbours_bad_image_shape_is_refused_with_what_to_pass(digit_images, p
 def test_neighbours_needs_two_rows_for_its_graph():
     with pytest.raises(ValueError, match="needs at least 2 samples, got n_samples=1"):
         SinkhornKMeans(1, **NE).fit(np.ones((1, 4)))
+
+
+def test_neighbours_transfer_runs_the_source_centres_first_beside_n_init_target_starts(separated, monkeypatch):
+    from sktransfer_cluster.cluster.sinkhorn_kmeans import lloyd
+
+    X, y = separated
+    km = SinkhornKMeans(2, **NE).fit(X[y < 2])
+    seen = []
+    real = lloyd.ot_lloyd_best
+
+    def spy(Z, starts, *args, **kwargs):
+        seen.append(starts.clone())
+        return real(Z, starts, *args, **kwargs)
+
+    monkeypatch.setattr(lloyd, "ot_lloyd_best", spy)
+    source = km._centers.clone()
+    km.transfer(X[y >= 1], fine_tune_epochs=0)
+    assert seen[-1].shape[0] == 1 + NE["n_init"]
+    np.testing.assert_allclose(seen[-1][0].numpy(), source.numpy())
+    km.transfer(X[y >= 1], fine_tune_epochs=0, n_restarts=0)
+    assert seen[-1].shape[0] == 1
+    SinkhornKMeans(2, **FAST).fit(X).transfer(X + 1.0)  # without an embedding: the warm start alone
+    assert seen[-1].shape[0] == 1

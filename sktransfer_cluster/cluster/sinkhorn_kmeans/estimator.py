@@ -262,7 +262,10 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
         # The autoencoder is matmul-bound (float32 twice as fast); plain OT k-means keeps float64.
         return torch.float64 if self.embedding is None else torch.float32
 
-    _transfer_parameter_constraints = {"fine_tune_epochs": [Interval(Integral, 0, None, closed="left"), None]}
+    _transfer_parameter_constraints = {
+        "fine_tune_epochs": [Interval(Integral, 0, None, closed="left"), None],
+        "n_restarts": [Interval(Integral, 0, None, closed="left"), None],
+    }
 
     def __init__(
         self,
@@ -558,7 +561,7 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
         self.autoencoder_.eval()
         self._finish(Z, centers, reg, n_iter + n_epochs)
 
-    def transfer(self, X, *, fine_tune_epochs=None):
+    def transfer(self, X, *, fine_tune_epochs=None, n_restarts=None):
         """Cluster an unlabelled target, warm-started from the source centres.
 
         OT k-means on ``X`` starting from the fitted centres (and through the
@@ -575,6 +578,12 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
             ``embedding="neighbours"``: passes over the target's own k-NN graph
             that refine the source encoder (None: 20; 0 keeps the source
             encoder). Ignored without an embedding.
+        n_restarts : int or None, default=None
+            k-means++ starts drawn on the target (its codes) and run beside the
+            warm start from the source centres; the run with the lowest
+            regularised transport cost is kept (the warm start on ties). None:
+            ``n_init`` with ``embedding="neighbours"`` (the refined encoder,
+            not the source centres, carries the source to new classes), else 0.
 
         Returns
         -------
@@ -588,9 +597,9 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
         >>> SinkhornKMeans(3, random_state=0).fit(X).transfer(X + 0.5).shape
         (90,)
         """
-        return super().transfer(X, fine_tune_epochs=fine_tune_epochs)
+        return super().transfer(X, fine_tune_epochs=fine_tune_epochs, n_restarts=n_restarts)
 
-    def _transfer(self, X, *, rng, torch_gen, fine_tune_epochs=None):
+    def _transfer(self, X, *, rng, torch_gen, fine_tune_epochs=None, n_restarts=None):
         """Warm-start OT k-means on the target from the source centres (and embedding).
 
         Parameters
@@ -601,6 +610,9 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
             With an embedding: joint reconstruction + OT epochs (autoencoder,
             None: 0) or neighbour-graph refinement passes (neighbours, None: 20)
             on the target before the final OT-Lloyd (ignored without an embedding).
+        n_restarts : int or None, default=None
+            k-means++ starts on the target beside the source centres (None:
+            ``n_init`` with the neighbour encoder, else 0).
         """
         Xt = self._tensor(X)
         centers = self._centers
@@ -608,13 +620,18 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
             epochs = _NEIGHBOUR_REFINE_EPOCHS if fine_tune_epochs is None else int(fine_tune_epochs)
             self._train_neighbours(X, Xt, epochs, torch_gen, "refine")
         fine_tune_epochs = 0 if fine_tune_epochs is None else fine_tune_epochs
+        if n_restarts is None:
+            n_restarts = self.n_init if getattr(self, "encoder_", None) is not None else 0
         if self.autoencoder_ is not None and fine_tune_epochs > 0:
             self.autoencoder_.train()
             centers, _ = self._train_embedding(Xt, centers, fine_tune_epochs, torch_gen, "transfer")
             self.autoencoder_.eval()
         with torch.no_grad():
             Z = self._embed(X)
-            _, centers, reg, n_iter = self._lloyd(Z, centers.unsqueeze(0), "the final plan of transfer")
+            starts = centers.unsqueeze(0).to(Z.dtype)
+            if n_restarts > 0 and Z.shape[0] >= self.n_clusters:
+                starts = torch.cat([starts, self._kmeanspp(Z, int(n_restarts), rng)])
+            _, centers, reg, n_iter = self._lloyd(Z, starts, "the final plan of transfer")
             return self._finish(Z, centers, reg, n_iter)
 
     def _predict(self, X):
