@@ -151,6 +151,12 @@ register(Method(
     smallest_budget=dict(hidden_dims=(8, 3), pretrain_epochs=2, max_epochs=2, batch_size=64, n_init=1),
 ))
 register(Method(
+    # The neighbour encoder of sktransfer_cluster.representation (issue 28): for images and other
+    # data whose neighbours carry the classes; tabular data is better served by plain SinkhornKMeans.
+    "SinkhornKMeans-NE", f"{_WINGS}.sinkhorn_kmeans:SinkhornKMeans", params={"embedding": "neighbours"},
+    smallest_budget=dict(hidden_dims=(16, 4), pretrain_epochs=2, n_neighbors=8, n_init=1),
+))
+register(Method(
     "TDCMCluster", f"{_WINGS}.tdcm:TDCMCluster",
     smallest_budget=dict(hidden_dims=(16,), embedding_dim=4, n_blocks=2, max_epochs=3, batch_size=64),
 ))
