@@ -663,49 +663,9 @@ def sinkhorn(
 
     Notes
     -----
-    What still differs from POT 0.9:
-
-    .. list-table::
-       :header-rows: 1
-
-       * - Topic
-         - POT
-         - here
-       * - arrays
-         - any backend, computed in the input dtype
-         - numpy or torch; float64 on CPU, plan returned in ``M``'s dtype
-       * - several problems
-         - ``b`` of shape ``(dim_b, n_hists)``, returns losses
-         - leading dimensions of ``M``, ``a``, ``b``, returns plans
-       * - methods
-         - also ``greenkhorn``, ``sinkhorn_epsilon_scaling``, ...
-         - ValueError for those; epsilon-scaling is ``eps_scaling``
-       * - overflow
-         - ``sinkhorn``/``sinkhorn_stabilized`` warn and return the last finite iterate
-         - ``"sinkhorn"`` (= ``"auto"``) continues in the log domain;
-           ``"sinkhorn_stabilized"`` raises FloatingPointError
-       * - epsilon-scaling
-         - only in ``sinkhorn_epsilon_scaling``
-         - in every method, unless ``eps_scaling=None`` or a warm start is given
-       * - stopping criterion
-         - ``||P^T 1 - b||_2``, checked at iterations 0, 10, 20, ...
-         - ``||P 1 - a||_1`` (balanced) or ``max |change of f, g| / reg`` (unbalanced),
-           max over the batch, checked every ``check_every`` iterations
-       * - ``log`` keys
-         - ``niter`` is the last iteration's index; each solver has its own subset;
-           ``sinkhorn_stabilized`` also returns ``warmstart``, the unbalanced ones ``cost``
-         - all of ``u``, ``v``, ``log_u``, ``log_v``, ``alpha``, ``beta``, ``logu``,
-           ``logv`` always; ``niter`` = ``n_iter`` = iterations done; ``err`` holds our
-           criterion at the last stage's checks; no ``warmstart`` or ``cost``
-       * - unbalanced OT
-         - ``sinkhorn_unbalanced(..., reg_m, reg_type=...)``, ``reg_m`` may be a pair
-         - the ``reg_m`` keyword, a float, KL only
-       * - other options
-         - ``**kwargs`` (``tau``, ``print_period``, ...) ignored
-         - TypeError
-       * - not converged
-         - UserWarning
-         - ConvergenceWarning (a UserWarning subclass)
+    What still differs from POT 0.9 (arrays, batches, methods, overflow, epsilon-scaling, the
+    stopping criterion, ``log`` keys, unbalanced OT, options, warnings) is tabulated in
+    ``docs/ot.md``.
 
     Examples
     --------
