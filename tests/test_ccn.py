@@ -848,3 +848,50 @@ def test_a_kept_interrupt_of_f_starts_no_further_clustering_network():
     assert est.n_iter_ == 3
     assert labels.shape == (Xt.shape[0],)
 
+
+# ----------------------------------------------- pairs.dominant_outputs (the labels under an upper bound)
+def test_rows_of_minor_outputs_move_to_their_most_probable_dominant_output():
+    rng = np.random.default_rng(0)
+    n, k = 200, 10
+    scores = rng.normal(size=(n, k))
+    scores[:90, 2] += 5.0  # outputs 2 and 7 dominate, the others win a few rows each
+    scores[90:180, 7] += 5.0
+    outputs = scores.argmax(1)
+    result = dominant_outputs(scores, outputs, k)
+    dominant = np.flatnonzero(np.bincount(outputs, minlength=k) >= n / k)
+    assert set(np.unique(result)) == set(dominant)
+    assert np.unique(result).shape[0] == n_dominant_clusters(outputs, n_clusters=k)
+    keep = np.isin(outputs, dominant)
+    np.testing.assert_array_equal(result[keep], outputs[keep])
+    np.testing.assert_array_equal(result[~keep], dominant[scores[~keep][:, dominant].argmax(1)])
+
+
+def test_without_minor_outputs_nothing_moves():
+    scores = np.eye(4)[[0, 1, 2, 3] * 5]
+    outputs = scores.argmax(1)
+    np.testing.assert_array_equal(dominant_outputs(scores, outputs, 4), outputs)
+
+
+# ------------------------------------------------------------ fold_batch_norm (G and f at inference)
+def test_fold_batch_norm_gives_the_eval_output_and_leaves_the_module_alone():
+    from sktransfer_cluster.nn import inference_forward, mlp
+    from sktransfer_cluster.cluster.ccn.networks import fold_batch_norm
+
+    torch.manual_seed(0)
+    net = mlp([6, 16, 8, 3], batch_norm=True).double()
+    net.train()
+    for _ in range(3):  # give the running statistics something to hold
+        net(torch.randn(50, 6, dtype=torch.float64) * 3 + 1)
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, torch.nn.BatchNorm1d):
+                m.weight.uniform_(0.5, 2.0)
+                m.bias.uniform_(-1.0, 1.0)
+    folded = fold_batch_norm(net)
+    assert net.training  # the original is untouched
+    assert not any(isinstance(m, torch.nn.BatchNorm1d) for m in folded.modules())
+    x = torch.randn(200, 6, dtype=torch.float64)
+    with torch.no_grad():
+        expected = net.eval()(x)
+    torch.testing.assert_close(folded(x), expected, atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(inference_forward(folded, x, rows=64), expected, atol=1e-12, rtol=1e-12)

@@ -76,28 +76,3 @@ def test_conv_autoencoder_refuses_a_shape_that_does_not_hold_the_features():
 def test_conv_autoencoder_refuses_no_convolution():
     with pytest.raises(ValueError, match="at least one convolution"):
         ConvAutoEncoder(64, (8, 8), channels=())
-
-
-# --------------------------------------------------------------------------- inference helpers
-def test_fold_batch_norm_gives_the_eval_output_and_leaves_the_module_alone():
-    from sktransfer_cluster.nn import inference_forward, mlp
-    from sktransfer_cluster.cluster.ccn.networks import fold_batch_norm
-
-    torch.manual_seed(0)
-    net = mlp([6, 16, 8, 3], batch_norm=True).double()
-    net.train()
-    for _ in range(3):  # give the running statistics something to hold
-        net(torch.randn(50, 6, dtype=torch.float64) * 3 + 1)
-    with torch.no_grad():
-        for m in net.modules():
-            if isinstance(m, torch.nn.BatchNorm1d):
-                m.weight.uniform_(0.5, 2.0)
-                m.bias.uniform_(-1.0, 1.0)
-    folded = fold_batch_norm(net)
-    assert net.training  # the original is untouched
-    assert not any(isinstance(m, torch.nn.BatchNorm1d) for m in folded.modules())
-    x = torch.randn(200, 6, dtype=torch.float64)
-    with torch.no_grad():
-        expected = net.eval()(x)
-    torch.testing.assert_close(folded(x), expected, atol=1e-12, rtol=1e-12)
-    torch.testing.assert_close(inference_forward(folded, x, rows=64), expected, atol=1e-12, rtol=1e-12)
