@@ -25,7 +25,8 @@ Usage::
     python benchmarks/representation_screen.py            # full, seeds 0-2 (about 30 CPU-minutes; --parts to split)
     python benchmarks/representation_screen.py --smoke    # seconds: tiny data, 1 seed, 2 epochs
 
-Writes ``benchmarks/results/representation/representation_screen{_smoke}.{md,json}``.
+Writes ``benchmarks/results/representation/representation_screen{_tag}.{md,json}``; ``--smoke`` writes
+to a temporary folder.
 """
 
 from __future__ import annotations
@@ -282,14 +283,19 @@ def main(argv=None):
         tables.append(tab)
     OUT.mkdir(parents=True, exist_ok=True)
     stem = "representation_screen" + ("_smoke" if args.smoke else "") + (f"_{args.tag}" if args.tag else "")
+    out = OUT
+    if args.smoke:  # a smoke run never touches the measured results (CI runs it in the checkout)
+        import tempfile
+
+        out = Path(tempfile.mkdtemp(prefix="sktc-representation-smoke-"))
     meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "command": command, "seeds": seeds,
             "torch": torch.__version__, "torch_threads": torch.get_num_threads()}
-    (OUT / f"{stem}.json").write_text(json.dumps({"meta": meta, "tables": [
+    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "tables": [
         {"title": t.title, "rows": t.rows} for t in tables]}, indent=1))
     md = [f"# Representation screen ({meta['date']}, seeds {seeds}, 1 thread)", ""]
     md += [t.markdown() for t in tables]
-    (OUT / f"{stem}.md").write_text("\n".join(md))
-    print("wrote", OUT / f"{stem}.md")
+    (out / f"{stem}.md").write_text("\n".join(md))
+    print("wrote", out / f"{stem}.md")
 
 
 if __name__ == "__main__":
