@@ -52,27 +52,3 @@ def test_knn_indices_query_row_in_the_reference_finds_itself_first():
     got = knn_indices(X, 3, query=X[:10])
     np.testing.assert_array_equal(got[:, 0].numpy(), np.arange(10))
     assert knn_indices(X, 100, query=X[:2]).shape == (2, 40)  # capped at n
-
-
-# ------------------------------------------------------------------ ConvAutoEncoder
-from sktransfer_cluster.nn import init_module  # noqa: E402
-from sktransfer_cluster.cluster.sinkhorn_kmeans.networks import ConvAutoEncoder  # noqa: E402
-
-
-@pytest.mark.parametrize("shape", [(28, 28), (1, 8, 8), (3, 9, 7)])
-def test_conv_autoencoder_codes_and_reconstructions_have_the_right_shapes(shape):
-    n_features = int(np.prod(shape))
-    ae = init_module(ConvAutoEncoder(n_features, shape, (4, 8), code_dim=5), torch.Generator().manual_seed(0))
-    z, rec = ae(torch.rand(6, n_features))
-    assert z.shape == (6, 5)
-    assert rec.shape == (6, n_features)
-
-
-def test_conv_autoencoder_refuses_a_shape_that_does_not_hold_the_features():
-    with pytest.raises(ValueError, match=r"holds 784 pixels but X has 64 features"):
-        ConvAutoEncoder(64, (28, 28))
-
-
-def test_conv_autoencoder_refuses_no_convolution():
-    with pytest.raises(ValueError, match="at least one convolution"):
-        ConvAutoEncoder(64, (8, 8), channels=())
