@@ -12,6 +12,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import UsageError
+from .outputs import foreign_files
 from .registry import REGISTRY, method_names
 
 _COMPARE_HELP = """\
@@ -136,6 +137,11 @@ def check_inputs(args):
         raise UsageError(f"--max-array-mb must be a positive number of MiB, got {args.max_array_mb!r}")
     if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
         raise UsageError(f"--out {args.out} is a file; pass a directory (it is created if missing)")
+    if args.out is not None and foreign_files(args.out):
+        raise UsageError(
+            f"--out {args.out} holds files that compare did not write ({', '.join(foreign_files(args.out)[:5])}); "
+            "pass a new or empty folder (a rerun into compare's own output folder replaces it)"
+        )
     from .files import load_transfer_file  # numpy and scikit-learn only
 
     label_column = None if args.label_column.lower() == "none" else args.label_column

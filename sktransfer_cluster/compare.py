@@ -38,6 +38,7 @@ from . import __version__
 
 from .base import resolve_device
 from .errors import UsageError
+from .outputs import foreign_files
 from .registry import REGISTRY
 from .datasets import (
     TransferTask,
@@ -562,14 +563,6 @@ def run_metadata(seed, mode, threads, device):
     }
 
 
-def _is_ours(path):
-    """Whether ``path`` is a file that :func:`write_outputs` writes."""
-    return path.is_file() and (
-        path.name in ("results.json", "results.md")
-        or (path.suffix == ".png" and path.name.startswith(("clusters_", "scores_")))
-    )
-
-
 def write_outputs(rows, tasks, out, metadata=None):
     """Write results.json, results.md and (with matplotlib) PNG figures into ``out``, all or nothing.
 
@@ -589,13 +582,12 @@ def write_outputs(rows, tasks, out, metadata=None):
     import tempfile
 
     out = Path(out)
-    if out.exists():
-        foreign = [p.name for p in out.iterdir() if not _is_ours(p)]
-        if foreign:
-            raise OSError(
-                f"{out} holds files that compare did not write ({', '.join(sorted(foreign)[:5])}); "
-                "pass a new or empty folder to --out"
-            )
+    foreign = foreign_files(out)
+    if foreign:
+        raise OSError(
+            f"{out} holds files that compare did not write ({', '.join(foreign[:5])}); "
+            "pass a new or empty folder to --out"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:

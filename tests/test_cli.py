@@ -506,7 +506,8 @@ def test_an_out_folder_holding_other_files_is_refused_and_left_untouched(tmp_pat
     path = _blobs_npz(tmp_path, name="task.npz")
     assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans", "--out", str(out)]) == 2
     assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "keep me"
-    assert "notes.txt" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "notes.txt" in err and "compare [" not in err  # refused before anything ran
 
 
 def test_a_failure_while_writing_leaves_out_as_it_was(tmp_path, monkeypatch):
