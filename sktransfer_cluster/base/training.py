@@ -203,7 +203,8 @@ class TrainingRun:
         if not self._totals:
             raise RuntimeError("end_epoch() without a loss needs at least one step() in the epoch.")
         names = list(self._totals)
-        means = torch.stack([self._totals[k].to(torch.float64).reshape(()) for k in names]).cpu() / self._weight
+        # Stacked in the totals' dtype on their device (MPS has no float64), then one transfer.
+        means = torch.stack([self._totals[k].reshape(()) for k in names]).cpu().to(torch.float64) / self._weight
         return dict(zip(names, means.tolist()))
 
     def end_epoch(self, loss=None, *, log=True, **extras):
