@@ -15,7 +15,7 @@ registry's smallest budget, seconds per script, and every file written under a f
 temporary folder, so a smoke run can never overwrite a measured result.
 
 The timing harness: :class:`Timer` (wall and process CPU seconds of a block),
-:func:`best_of`, :func:`limited_threads` (torch and BLAS/OpenMP threads, restored after),
+:func:`best_of`, ``sktransfer_cluster.base.limit_threads`` (torch and BLAS/OpenMP threads, restored after),
 and :func:`run_cells` (measurements in fresh subprocesses, each reporting CPU and wall time
 and the growth of its peak resident set, for the scripts that need a clean process).
 """
@@ -217,21 +217,6 @@ def best_of(fn, repeats, clock="wall"):
         out, wall, cpu = timed(fn)
         best = min(best, wall if clock == "wall" else cpu)
     return best, out
-
-
-@contextlib.contextmanager
-def limited_threads(n):
-    """torch and BLAS/OpenMP (threadpoolctl) limited to ``n`` threads; torch's count restored after."""
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        with threadpool_limits(n):
-            yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def thread_env(n, env=None):

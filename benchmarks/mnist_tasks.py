@@ -46,7 +46,7 @@ import json
 import time
 
 import _common
-import numpy as np
+from sktransfer_cluster.base import limit_threads
 
 from sktransfer_cluster.compare import TASKS as ARENA
 from sktransfer_cluster.compare import scale_budgets
@@ -269,7 +269,7 @@ def main(argv=None):
         parser.error("a subset of tasks, methods, peers or seeds is a variant study: give it a --name")
     peers = PEERS if args.peers else ()
     rows = []
-    with _common.limited_threads(args.threads):
+    with limit_threads(args.threads):
         for seed in args.seeds:
             for task in args.tasks:
                 for method in [*args.methods, *peers]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 
 import _common
+from sktransfer_cluster.base import limit_threads
 from sklearn.cluster import KMeans
 from sklearn.decomposition import PCA
 from sklearn.metrics import adjusted_rand_score
@@ -59,7 +60,7 @@ def main(argv=None):
     if args.smoke:
         args.seeds = [0]
     rows = []
-    with _common.limited_threads(args.threads):
+    with limit_threads(args.threads):
         for seed in args.seeds:
             for task_name, task in _tasks(seed).items():
                 k = task.n_clusters_target

@@ -27,6 +27,7 @@ is read from each estimator's tags.
 import argparse
 
 import _common
+from sktransfer_cluster.base import limit_threads
 import numpy as np
 from _common import Timer, fit_source, write
 
@@ -52,7 +53,7 @@ def main():
     X, y = _common.blobs(n_fit, 10, k)
     X_pred = np.concatenate([X] * (10 if args.smoke else 50))  # 10^5 rows (smoke: 3,000)
     rows = []
-    with _common.limited_threads(args.threads):
+    with limit_threads(args.threads):
         km = _common.peer("KMeans", k)
         with Timer() as t_km_fit:
             km.fit(X)
@@ -77,7 +78,7 @@ def main():
     rng = np.random.default_rng(1)
     X64, y64 = rng.normal(size=(500, 64)).astype(np.float32), np.arange(500) % k
     models = list(ests.values()) if args.smoke else []
-    with _common.limited_threads(args.threads):
+    with limit_threads(args.threads):
         for name in [] if args.smoke else args.methods:
             models.append(fit_source(_common.build(name, k, budget="shortest", random_state=0, device="cpu"), X64, y64))
     peaks = _common.predict_peaks(models, n_mem_pred, d_mem, limit=600, threads=args.threads, fresh=not args.smoke)

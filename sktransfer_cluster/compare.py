@@ -17,7 +17,6 @@ redirected to a file is not silent.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import platform
@@ -36,7 +35,7 @@ from sklearn.utils import get_tags
 
 from . import __version__
 
-from .base import resolve_device
+from .base import limit_threads, resolve_device
 from .errors import UsageError
 from .outputs import foreign_files
 from .registry import REGISTRY
@@ -315,20 +314,6 @@ def _default_threads():
     return int(value) if value.isdigit() and int(value) > 0 else torch.get_num_threads()
 
 
-@contextlib.contextmanager
-def _threads(n):
-    """torch and BLAS/OpenMP limited to ``n`` threads, restored afterwards."""
-    from threadpoolctl import threadpool_limits
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        with threadpool_limits(n):
-            yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _load_tasks(data, seed, mode, label_column, max_array_mb):
     tasks = []
     for item in data:
@@ -423,7 +408,7 @@ def compare(
     rows = []
     from tqdm.auto import tqdm
 
-    with _threads(threads or _default_threads()), tqdm(jobs, desc="compare", disable=not progress) as bar:
+    with limit_threads(threads or _default_threads()), tqdm(jobs, desc="compare", disable=not progress) as bar:
         for i, (task, name) in enumerate(bar, 1):
             k = _n_clusters(task, n_clusters)
             where = f"compare [{i}/{len(jobs)}] {task.name}: {name}"

@@ -37,7 +37,7 @@ from .arrays import (
     within_cluster_sum_of_squares,
 )
 from .contract import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, WithinClusterScoreMixin
-from .runtime import exact_dtype, make_generators, move_torch, own_torch_rng, resolve_device, torch_threads, warn, working_dtype
+from .runtime import exact_dtype, make_generators, move_torch, own_torch_rng, resolve_device, torch_threads, warn, working_dtype, limit_threads
 from .training import LineProgress, TrainingCallback, TrainingRun, minibatches
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "torch_threads",
     "warn",
     "working_dtype",
+    "limit_threads",
     "CHUNK_BYTES",
     "chunk_rows",
     "chunked",

@@ -20,6 +20,7 @@ __all__ = [
     "move_torch",
     "warn",
     "working_dtype",
+    "limit_threads",
 ]
 
 
@@ -104,6 +105,34 @@ def torch_threads(device, n):
         yield
     finally:
         torch.set_num_threads(before)
+
+@contextmanager
+def limit_threads(n):
+    """torch's intra-op threads and BLAS/OpenMP's (threadpoolctl) set to ``n``, restored afterwards.
+
+    For a whole run (the ``compare`` command line, a benchmark); :func:`torch_threads`
+    is the per-phase rule inside an estimator.
+
+    Examples
+    --------
+    >>> import torch
+    >>> before = torch.get_num_threads()
+    >>> with limit_threads(1):
+    ...     torch.get_num_threads()
+    1
+    >>> torch.get_num_threads() == before
+    True
+    """
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(n))
+    try:
+        with threadpool_limits(int(n)):
+            yield
+    finally:
+        torch.set_num_threads(before)
+
 
 def own_torch_rng(device):
     """Leave torch's global RNG as it was: building a layer draws from it before
