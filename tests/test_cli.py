@@ -564,3 +564,10 @@ def test_without_umap_learn_the_peer_row_says_how_to_get_it(tmp_path, monkeypatc
     path = _blobs_npz(tmp_path, name="task.npz")
     assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans"]) == 0
     assert "| task | UMAP+GMM (on target) | skipped: umap-learn is not installed (pip install umap-learn) |" in capsys.readouterr().out
+
+
+def test_the_command_line_knows_exactly_the_built_in_tasks_of_compare():
+    # cli checks task names before torch is imported, so it cannot read compare.TASKS itself.
+    from sktransfer_cluster import cli as front_door
+
+    assert front_door._BUILT_IN == tuple(cli.TASKS)
