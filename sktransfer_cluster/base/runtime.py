@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import sys
 import warnings
 from contextlib import contextmanager
@@ -21,6 +22,9 @@ __all__ = [
     "warn",
     "working_dtype",
     "limit_threads",
+    "COMPUTE_THREADS",
+    "compute_threads",
+    "on_compute_threads",
 ]
 
 
@@ -132,6 +136,65 @@ def limit_threads(n):
             yield
     finally:
         torch.set_num_threads(before)
+
+
+#: Threads of the package's own computations on the CPU: training phases, the OT solvers,
+#: OT-Lloyd, predict, k-NN graphs. One, measured (``docs/performance.md``, "Threads"):
+#: these are chains of passes over (n, K) arrays or of small network operations, each a
+#: parallel region whose threads meet at a barrier; beside another CPU-bound process a
+#: descheduled thread stalls every region (SinkhornKMeans' fit on 10^5 rows took 30 s
+#: wall on 2 threads against 5 s on one), and on an idle 2-core machine the second thread
+#: gained little (a 20,000 x 10 Sinkhorn solve took 0.80 s on 2 threads, 0.09 s on one).
+#: Parallelism comes from processes instead: joblib, Dask, a grid search's n_jobs.
+COMPUTE_THREADS = 1
+
+
+@contextmanager
+def compute_threads(device="cpu", *, blas=False):
+    """Run the enclosed CPU computation on :data:`COMPUTE_THREADS` thread(s), then restore.
+
+    The one thread policy of the package: torch's intra-op threads (as
+    :func:`torch_threads`) and, with ``blas=True``, numpy's BLAS and scikit-learn's
+    OpenMP pools through threadpoolctl (what :class:`~sklearn.cluster.KMeans` does
+    around its own loops), for code that calls them (k-means++ seeding, k-NN
+    searches). The caller's settings come back on exit and on error; a caller who
+    already runs fewer threads keeps them. threadpoolctl costs about a millisecond
+    per entry, so ``blas=True`` belongs around a whole call, not inside loops.
+
+    Examples
+    --------
+    >>> import torch
+    >>> before = torch.get_num_threads()
+    >>> with compute_threads():
+    ...     torch.get_num_threads()
+    1
+    >>> torch.get_num_threads() == before
+    True
+    """
+    device = torch.device(device)
+    with torch_threads(device, COMPUTE_THREADS):
+        if not blas or device.type != "cpu":
+            yield
+            return
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(COMPUTE_THREADS):
+            yield
+
+
+def on_compute_threads(fn):
+    """Decorator: ``fn`` runs inside :func:`compute_threads` (torch's threads only).
+
+    For the public solvers, whose callers may be on any thread count. Costs about a
+    microsecond per call.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with compute_threads():
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def own_torch_rng(device):

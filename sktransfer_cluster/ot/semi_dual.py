@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from ..base.runtime import on_compute_threads
 from .plan import SinkhornResult
 
 __all__ = ["semi_dual_newton", "newton_solve", "semi_dual_pass", "row_chunks", "CHUNK_ENTRIES"]
@@ -66,6 +67,7 @@ def semi_dual_pass(M, h, log_a, f_out, chunks, X=None):
         af /= n
     return af, c, H, moment
 
+@on_compute_threads
 def semi_dual_newton(M, log_b, g=None, *, log_a=None, max_iter=100, tol=1e-5, max_step=30.0):
     """Balanced entropic OT with few columns, by damped Newton on the semi-dual (reg = 1).
 

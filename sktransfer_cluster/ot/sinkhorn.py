@@ -59,6 +59,7 @@ import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
+from ..base.runtime import exact_dtype, on_compute_threads, working_dtype
 from .plan import SinkhornResult, log_marginals, plan_from_potentials
 
 __all__ = ["sinkhorn", "sinkhorn_potentials", "SinkhornResult"]
@@ -150,7 +151,7 @@ def _shift_costs(M):
     c = shifted.amin(-2).clamp_max(torch.finfo(M.dtype).max)
     shifted.sub_(c.unsqueeze(-2))
     top = torch.finfo(M.dtype).max
-    return torch.nan_to_num(shifted, nan=top, posinf=top), r, c
+    return torch.nan_to_num(shifted, nan=top, posinf=top, out=shifted), r, c
 
 
 def _lse_rows(M, g, log_b, reg):
@@ -162,9 +163,17 @@ def _lse_cols(M, f, log_a, reg):
     return -reg * torch.logsumexp(log_a.unsqueeze(-1) + (f.unsqueeze(-1) - M) / reg, dim=-2)
 
 
-def _matvec(G, x):
-    """Batched ``G @ x`` for a vector ``x``."""
-    return (G @ x.unsqueeze(-1)).squeeze(-1)
+def _matvec(G, x, out=None):
+    """Batched ``G @ x`` for a vector ``x``, written into ``out`` when given.
+
+    The iterations reuse two buffers: a fresh vector per product and the
+    reciprocal's temporaries cost a third of a small problem's time.
+    """
+    if out is None:
+        return (G @ x.unsqueeze(-1)).squeeze(-1)
+    if G.ndim == 2:
+        return torch.mv(G, x, out=out)
+    return torch.matmul(G, x.unsqueeze(-1), out=out.unsqueeze(-1)).squeeze(-1)
 
 
 def _stop_error(row_sums, a, f, g, f_prev, g_prev, reg):
@@ -218,7 +227,7 @@ def _sinkhorn_log(M, f, g, log_a, log_b, reg, fi, n_iter, tol, check_every, trac
 
 def _absorbed_kernel(M, f, g, reg):
     """``G = exp((f_i + g_j - M_ij) / reg)`` and unit scalings ``u``, ``v``."""
-    G = ((f.unsqueeze(-1) + g.unsqueeze(-2) - M) / reg).exp()
+    G = torch.add(f.unsqueeze(-1), g.unsqueeze(-2)).sub_(M).div_(reg).exp_()
     return G, torch.ones_like(f), torch.ones_like(g)
 
 
@@ -245,15 +254,17 @@ def _sinkhorn_stabilized(M, f, g, log_a, log_b, reg, fi, n_iter, tol, check_ever
     f_ok, g_ok = f, g
     done = 0
     err = math.inf
+    bv, au = torch.empty_like(v), torch.empty_like(u)
     while done < n_iter:
         steps = min(check_every, n_iter - done)
         for _ in range(steps):
-            u = 1.0 / _matvec(G, b * v)
+            # In place into u and v (same arithmetic as u = 1 / (G (b v))).
+            u = _matvec(G, torch.mul(b, v, out=bv), out=u).reciprocal_()
             if not balanced:
-                u = u.pow(fi) * ((fi - 1.0) * f / reg).exp()
-            v = 1.0 / _matvec(G.transpose(-1, -2), a * u)
+                u.pow_(fi).mul_(((fi - 1.0) * f / reg).exp())
+            v = _matvec(G.transpose(-1, -2), torch.mul(a, u, out=au), out=v).reciprocal_()
             if not balanced:
-                v = v.pow(fi) * ((fi - 1.0) * g / reg).exp()
+                v.pow_(fi).mul_(((fi - 1.0) * g / reg).exp())
         done += steps
         log_u, log_v = u.log(), v.log()
         if not (torch.isfinite(log_u).all() and torch.isfinite(log_v).all()):
@@ -345,6 +356,7 @@ def _epsilon_scaling(M, f, g, log_a, log_b, schedule, reg_m, max_iter, tol, chec
     return f, g, total, err, scheme
 
 
+@on_compute_threads
 def sinkhorn_potentials(
     M,
     reg,
@@ -575,6 +587,7 @@ def _log_dict(res, M, log_a, log_b, reg, unbalanced, out):
     }
 
 
+@on_compute_threads
 def sinkhorn(
     a,
     b,
@@ -687,9 +700,10 @@ def sinkhorn(
     _check_options(reg, reg_m, max_iter, tol, check_every, eps_scaling)
     reg = float(reg)
     M_in = _real("M", M)
-    out_dtype = M_in.dtype if M_in.is_floating_point() else torch.float64
-    # float64 on CPU: float32 loses the marginals at small reg.
-    work_dtype = torch.float64 if M_in.device.type == "cpu" else out_dtype
+    out_dtype = M_in.dtype if M_in.is_floating_point() else exact_dtype(M_in.device)
+    # The package's device-to-dtype rule: float64 on the CPU (float32 loses the marginals
+    # at small reg), the cost's own float type on accelerators.
+    work_dtype = working_dtype(M_in.device, accelerator=out_dtype)
     Mt = M_in.to(work_dtype)
     log_a, log_b = _log_marginal("a", a, Mt), _log_marginal("b", b, Mt)
     balanced = reg_m is None or math.isinf(reg_m)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from ...base.runtime import on_compute_threads
 from ...ot.semi_dual import newton_solve, row_chunks, semi_dual_pass
 
 __all__ = ["relative_reg", "ot_lloyd", "ot_lloyd_best", "SINKHORN_TOL", "SINKHORN_MAX_ITER", "LABEL_PATIENCE"]
@@ -92,6 +93,7 @@ def _costs_into(M, X, centers, reg):
     return M.div_(reg)
 
 
+@on_compute_threads
 def ot_lloyd(X, centers, reg_rel, log_w, max_iter, tol):
     """Batched OT-Lloyd from initial ``centers`` of shape (B, K, d).
 
@@ -135,6 +137,7 @@ def _runs(X, centers, reg_rel, log_w, max_iter, tol):
         yield c, reg, n_iter, f, g, x2, M
 
 
+@on_compute_threads
 def ot_lloyd_best(X, centers, reg_rel, log_w, max_iter, tol, *, check_tol=1e-3, check_max_iter=3000):
     """OT-Lloyd from each of the B initial ``centers`` (B, K, d); keep the cheapest run.
 
