@@ -200,6 +200,15 @@ def test_transfer_sets_labels_and_predict_serves_the_target(estimator, data):
     assert est.predict(Xt).shape == (Xt.shape[0],)
 
 
+def test_predict_on_the_rows_fitted_and_transferred_agrees_with_labels(estimator, data):
+    X, y, Xt, _ = data
+    est = _fit(estimator, X, y)
+    tolerance = est._labels_tolerance  # above 0.01 only where labels_ are smoothed by design
+    assert np.mean(est.predict(X) != est.labels_) <= tolerance
+    est.transfer(Xt)
+    assert np.mean(est.predict(Xt) != est.labels_) <= tolerance
+
+
 def test_transfer_before_fit_raises_not_fitted(estimator, data):
     with pytest.raises(NotFittedError):
         estimator.transfer(data[2])

@@ -289,6 +289,56 @@ def test_an_upper_bound_on_the_number_of_clusters_gives_no_warning():
     assert np.unique(est.labels_).shape[0] < 6
 
 
+# ------------------------------------------- labels_ and predict tell the same story
+class _StaleLabelsCluster(CentroidCluster):
+    """The example whose ``labels_`` are drawn before a last training step moved the centres."""
+
+    def _fit(self, X, y, **kwargs):
+        super()._fit(X, y, **kwargs)
+        self.labels_ = (self.labels_ + 1) % self.n_clusters  # as if the centres moved after
+
+
+class _SmoothedLabelsCluster(_StaleLabelsCluster):
+    """The same, declaring that its labels_ are by design more than a row-wise rule."""
+
+    _labels_tolerance = 1.0
+
+
+def _stale_blobs():
+    return make_blobs(n_samples=60, centers=3, cluster_std=0.3, random_state=0)[0]
+
+
+def test_fit_whose_labels_disagree_with_predict_warns_naming_the_share_and_causes():
+    est = _StaleLabelsCluster(n_clusters=3, max_epochs=2, device="cpu", random_state=0)
+    with pytest.warns(ConvergenceWarning, match=r"fit: predict\(X\) on the rows just fitted disagrees "
+                      r"with labels_ on 100\.0% of them.*training stopped.*float precision"):
+        est.fit(_stale_blobs())
+    assert est.labels_.shape == (60,)  # a warning, not an error: the fit stands
+
+
+def test_transfer_whose_labels_disagree_with_predict_warns_too():
+    X = _stale_blobs()
+    est = CentroidCluster(n_clusters=3, max_epochs=2, device="cpu", random_state=0).fit(X)
+    est._transfer = lambda X, **kw: (CentroidCluster._transfer(est, X, **kw) + 1) % 3
+    with pytest.warns(ConvergenceWarning, match=r"transfer: predict\(X\) on the rows just transferred to"):
+        est.transfer(X)
+
+
+def test_a_declared_labels_tolerance_silences_the_consistency_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        _SmoothedLabelsCluster(n_clusters=3, max_epochs=2, device="cpu", random_state=0).fit(_stale_blobs())
+
+
+def test_a_consistent_fit_and_transfer_give_no_consistency_warning():
+    X = _stale_blobs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        est = CentroidCluster(n_clusters=3, max_epochs=2, device="cpu", random_state=0).fit(X)
+        est.transfer(X + 1.0)
+    np.testing.assert_array_equal(est.predict(X + 1.0), est.labels_)
+
+
 # ---------------------------------------------- a sixth estimator through the registry
 def test_the_example_registered_as_a_sixth_method_runs_through_compare(only_methods):
     from sktransfer_cluster import compare

@@ -68,6 +68,11 @@ class TransferClusterMixin(ABC):
         rates assume unit-scale inputs, so data at 1e-8 would otherwise
         collapse. Centring alone keeps squared distances exact at large
         offsets. A property when it depends on the parameters.
+    ``_labels_tolerance``
+        Share of the rows just fitted or transferred on which ``predict`` may
+        disagree with ``labels_`` before a ConvergenceWarning (0.01). Raise it
+        only where ``labels_`` are by design more than a row-wise rule (e.g.
+        smoothed over neighbours) and say why.
     """
 
     _requires_y = False
@@ -77,6 +82,7 @@ class TransferClusterMixin(ABC):
     _width_params = ()
     _min_samples = 1
     _input_normalization = None
+    _labels_tolerance = 0.01
     # Set by an interrupt kept under keep_best (see _training); valid for one call only.
     _training_stopped = False
 
@@ -242,6 +248,7 @@ class TransferClusterMixin(ABC):
             if missing:
                 raise NotImplementedError(f"{type(self).__name__}._fit must set {' and '.join(missing)}.")
             self._record_clusters(X, "fit")
+        self._check_consistency(X, "fit")
         return self
 
     def _record_clusters(self, X, what):
@@ -265,6 +272,24 @@ class TransferClusterMixin(ABC):
         warn(
             f"{type(self).__name__}.{what} found {found} distinct clusters, fewer than "
             f"n_clusters={asked}: {cause}. Lower n_clusters, or check X for duplicates.", ConvergenceWarning)
+
+    def _check_consistency(self, X, what):
+        """Warn when ``predict`` on the rows just fitted or transferred disagrees with ``labels_``.
+
+        ``labels_`` and ``predict`` are two routes to one model; where they part
+        on more than ``_labels_tolerance`` of the rows, the numbers a user reads
+        from ``labels_`` do not describe the model ``predict`` serves. Costs one
+        ``predict`` of ``X``, in bounded memory.
+        """
+        share = float(np.mean(self._labels(X) != self.labels_))
+        if share > self._labels_tolerance:
+            done = "fitted" if what == "fit" else "transferred to"
+            warn(
+                f"{type(self).__name__}.{what}: predict(X) on the rows just {done} disagrees with "
+                f"labels_ on {share:.1%} of them (more than {self._labels_tolerance:.0%}), so labels_ "
+                "do not describe the model predict serves. Likely causes: training stopped while the "
+                "clusters were still moving (raise the epochs or iterations), or X's float precision is "
+                "too coarse for its values (pass float64, centred X).", ConvergenceWarning)
 
     @contextmanager
     def _rollback_on_error(self):
@@ -409,6 +434,7 @@ class TransferClusterMixin(ABC):
                 labels = self._transfer(X, rng=rng, torch_gen=torch_gen, **kwargs)
             self.labels_ = labels
         self._record_clusters(X, "transfer")
+        self._check_consistency(X, "transfer")
         return labels
 
     def predict(self, X):
