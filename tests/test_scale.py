@@ -6,8 +6,16 @@ import numpy as np
 import pytest
 import torch
 
+from sktransfer_cluster.base.arrays import input_affine
 from sktransfer_cluster.base.runtime import COMPUTE_THREADS, compute_threads
-from sktransfer_cluster.cluster.sinkhorn_kmeans import lloyd
+from sktransfer_cluster.base.streaming import (
+    iter_row_chunks,
+    mapped_pages,
+    read_rows,
+    release_pages,
+    streamed_affine,
+)
+from sktransfer_cluster.cluster.sinkhorn_kmeans import lloyd, minibatch
 from sktransfer_cluster.ot import semi_dual, sinkhorn
 
 # The package exports the function sinkhorn under the module's name.
@@ -69,3 +77,119 @@ def test_the_solver_gives_the_same_plan_whatever_the_callers_thread_count(two_th
     torch.set_num_threads(1)
     P1 = sinkhorn(None, None, M, 0.05)
     np.testing.assert_array_equal(P1, P2)
+
+
+# ------------------------------------------------------------------ streamed statistics (base/streaming.py)
+
+
+class CountingRows:
+    """An array-like that records how many rows each read asks for (no memmap behind it)."""
+
+    def __init__(self, X):
+        self.X, self.reads = X, []
+        self.shape, self.dtype, self.strides = X.shape, X.dtype, X.strides
+
+    def __getitem__(self, index):
+        rows = self.X[index]
+        self.reads.append(rows.shape[0])
+        return rows
+
+
+@pytest.mark.parametrize("offset, spread", [(0.0, 1.0), (1e8, 1.0), (0.0, 1e-200), (3.0, 1e150)])
+def test_streamed_affine_equals_input_affine_in_one_pass_of_bounded_chunks(offset, spread):
+    X = offset + spread * np.random.default_rng(0).normal(size=(2500, 7))
+    counted = CountingRows(X)
+    shift, scale = streamed_affine(counted, chunk_size=300)
+    ref_shift, ref_scale = input_affine(X, chunk_size=300)
+    np.testing.assert_array_equal(shift, ref_shift)
+    # Both are exact to the rounding of the rows at their offset, eps * offset / spread.
+    assert scale == pytest.approx(ref_scale, rel=1e-12 + 10 * np.finfo(float).eps * offset / spread)
+    assert sum(counted.reads) == 2500 and max(counted.reads) == 300  # one pass, chunk by chunk
+
+
+def test_streamed_affine_refuses_non_finite_values():
+    X = np.ones((50, 2))
+    X[37, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN or infinity"):
+        streamed_affine(X, chunk_size=10)
+
+
+@pytest.fixture
+def memmap_file(tmp_path):
+    path = tmp_path / "rows.npy"
+    X = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(3000, 4))
+    X[:] = np.random.default_rng(0).normal(size=X.shape)
+    X.flush()
+    del X
+    return path
+
+
+def test_the_pages_of_a_read_only_or_shared_memmap_are_found_and_released_without_changing_it(memmap_file):
+    X = np.load(memmap_file, mmap_mode="r")
+    before = np.array(X)
+    pages = mapped_pages(np.asarray(X))  # validation hands on a plain view of the memmap
+    assert pages is not None and pages[2] - pages[1] == X.nbytes
+    release_pages(X)
+    np.testing.assert_array_equal(X, before)
+    np.testing.assert_array_equal(read_rows(X, np.array([2, 5, 2999])), before[[2, 5, 2999]])
+    assert [stop for _, stop, _ in iter_row_chunks(X, chunk_size=1000)] == [1000, 2000, 3000]
+
+
+def test_copy_on_write_memmaps_and_arrays_in_memory_are_never_released(memmap_file):
+    assert mapped_pages(np.load(memmap_file, mmap_mode="c")) is None
+    assert mapped_pages(np.ones((3, 2))) is None
+
+
+# ------------------------------------------------------------------ minibatch OT k-means (minibatch.py)
+def _blobs(n, sizes=(1 / 3, 1 / 3, 1 / 3), seed=0):
+    rng = np.random.default_rng(seed)
+    centres = np.array([[0.0, 0.0], [20.0, 0.0], [0.0, 20.0]])
+    labels = rng.choice(3, size=n, p=sizes)
+    return centres[labels] + rng.normal(size=(n, 2)), labels, centres
+
+
+def _state(centres, reg=0.5, seen=300):
+    state = minibatch.MinibatchState(torch.as_tensor(centres, dtype=torch.float64), reg)
+    state.counts += seen / 3
+    return state
+
+
+def test_minibatch_passes_read_every_batch_by_index_and_recover_the_clusters():
+    X, labels, centres = _blobs(3000)
+    counted = CountingRows(X)
+    log_w = torch.full((3,), -np.log(3.0), dtype=torch.float64)
+    state = _state(centres + 3.0)
+
+    def read(index):
+        assert np.all(np.diff(index) > 0)  # sorted, no duplicates
+        return torch.as_tensor(counted[index])
+
+    passes = minibatch.minibatch_passes(state, read, 3000, log_w, batch_size=500, max_passes=4, tol=0.0,
+                                        rng=np.random.default_rng(0))
+    assert passes == 4 and state.n_steps == 4 * 6
+    assert max(counted.reads) <= 500 and len(counted.reads) == 24
+    found = ((X[:, None, :] - state.centers.numpy()[None]) ** 2).sum(-1).argmin(1)
+    assert np.array_equal(found, labels)  # each row with its own blob's centre
+    np.testing.assert_allclose(state.counts.numpy() / state.counts.sum().item(), 1 / 3, atol=0.02)
+
+
+def test_a_batch_of_one_cluster_keeps_its_rows_instead_of_pushing_them_to_the_other_centres():
+    X, labels, centres = _blobs(3000)
+    log_w = torch.full((3,), -np.log(3.0), dtype=torch.float64)
+    state = _state(centres)
+    for _ in range(20):  # settle the potentials on ordinary batches
+        minibatch.minibatch_step(state, torch.as_tensor(X[:600]), log_w)
+    others = state.centers[1:].clone()
+    minibatch.minibatch_step(state, torch.as_tensor(X[labels == 0][:300]), log_w)
+    # A balanced solve of this batch alone would send two thirds of it to centres 1 and 2.
+    assert float((state.centers[1:] - others).abs().max()) < 1e-6
+
+
+def test_minibatch_counts_follow_an_unequal_size_prior():
+    sizes = (0.5, 0.25, 0.25)
+    X, _, centres = _blobs(4000, sizes)
+    log_w = torch.log(torch.tensor(sizes, dtype=torch.float64))
+    state = _state(centres)
+    minibatch.minibatch_passes(state, lambda i: torch.as_tensor(X[i]), 4000, log_w, batch_size=800,
+                               max_passes=3, tol=0.0, rng=np.random.default_rng(1))
+    np.testing.assert_allclose(state.counts.numpy() / state.counts.sum().item(), sizes, atol=0.02)
