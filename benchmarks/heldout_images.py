@@ -16,9 +16,10 @@ The tasks, each with K given:
             (CCN, C2M) are skipped.
 * ``cross`` classes 0-4 -> 5-9, K = 5: ``fit`` on the source (with its labels where the method
             takes them), ``transfer`` to the target.
-* ``shift`` the same classes in a shifted domain, K = 10: each class split in two halves at
-            random (per seed); ``fit`` on the first half, ``transfer`` to the second half
-            blurred and noised (:func:`_common.domain_shift`, ``blur=1`` pixel, ``noise=0.1``).
+* ``same``  the same classes, K = 10: each class split in two halves at random (per seed);
+            ``fit`` on the first half, ``transfer`` to the second: the reference of ``shift``.
+* ``shift`` as ``same``, with the second half blurred and noised (:func:`_common.domain_shift`,
+            ``blur=1`` pixel, ``noise=0.1``): same classes, shifted domain.
 
 Rows: the peer ``UMAP+GMM`` (``compare.umap_gmm``: ``UMAP(n_components=10, n_neighbors=15,
 min_dist=0.0, random_state=seed)`` then ``GaussianMixture(K, n_init=3, random_state=seed)``)
@@ -28,7 +29,7 @@ random_state=seed)``; ``--image-shape`` also passes the images' shape to the est
 that take one). Cells are medians [min, max] over the seeds; CPU s is the process time of
 fit + transfer (or fit_predict), with ``--threads`` threads (default 1).
 
-    python benchmarks/heldout_images.py [--data mfeat-pix animal-mnist] [--tasks all cross shift]
+    python benchmarks/heldout_images.py [--data mfeat-pix animal-mnist] [--tasks all cross same shift]
         [--methods UMAP+GMM KMeans TDCMCluster ...] [--seeds 0 1 2] [--per-class 500]
         [--image-shape] [--threads 1] [--name NAME] [--smoke]
     python benchmarks/heldout_images.py --combine NAME [NAME ...]
@@ -56,7 +57,7 @@ from sktransfer_cluster.base import limit_threads
 from sktransfer_cluster.registry import REGISTRY
 
 PEERS = ("UMAP+GMM", "KMeans")
-TASKS = ("all", "cross", "shift")
+TASKS = ("all", "cross", "same", "shift")
 SEEDS = [0, 1, 2]
 #: The shift of the ``shift`` task (``_common.domain_shift``).
 SHIFT = {"blur": 1.0, "noise": 0.1}
@@ -109,6 +110,7 @@ def make_tasks(data, X, y, shape, seed, smoke):
     return {
         "all": Task(data, "all", X[whole], y[whole], X[whole], y[whole], k_all, shape),
         "cross": Task(data, "cross", X[first], y[first], X[~first], y[~first], len(classes) - half, shape),
+        "same": Task(data, "same", X[src], y[src], X[tgt], y[tgt], k_all, shape),
         "shift": Task(data, "shift", X[src], y[src], shifted, y[tgt], k_all, shape),
     }
 
@@ -163,7 +165,9 @@ def run_row(name, task, seed, args):
 
 def summarise(rows):
     out = []
-    keys = dict.fromkeys((r["data"], r["task"], r["method"]) for r in rows)
+    order = {name: i for i, name in enumerate([*TASKS, *PEERS, *REGISTRY])}
+    keys = sorted(dict.fromkeys((r["data"], r["task"], r["method"]) for r in rows),
+                  key=lambda key: (key[0], order.get(key[1], 99), order.get(key[2], 99)))
     for data, task, method in keys:
         sel = [r for r in rows if (r["data"], r["task"], r["method"]) == (data, task, method)]
         entry = {"data": data, "task": task, "method": method, "k": sel[0]["k"], "seeds": [r["seed"] for r in sel]}
@@ -187,6 +191,8 @@ def _cell(s, fmt="{:.3f}"):
 _TITLES = {
     "all": "every image, K = {k} (fit_predict; the peers on the same images)",
     "cross": "classes 0-4 -> 5-9, K = {k} (fit on the source, transfer to the target; the peers on the target alone)",
+    "same": "the same classes, K = {k} (fit on a random half of each class, transfer to the other half; "
+    "the peers on that half alone)",
     "shift": "the same classes, target blurred and noised (blur {blur} px, noise {noise}), K = {k} (fit on "
     "the clean half, transfer to the shifted half; the peers on the shifted target alone)",
 }
@@ -238,7 +244,9 @@ def _code_state():
 
 def combine(names, args):
     runs = [json.loads((_common.RESULTS / "heldout" / "variants" / f"{n}.json").read_text()) for n in names]
-    rows = [r for run in runs for r in run["rows"]]
+    # A row measured by two runs (data, task, method, seed) keeps the first listed run's.
+    rows = list({(r["data"], r["task"], r["method"], r["seed"]): r for run in reversed(runs)
+                 for r in run["rows"]}.values())
     titles = {k: v for run in runs for k, v in run["titles"].items()}
     summary = summarise(rows)
     payload = {"rows": rows, "summary": summary, "titles": titles, "combined": names,
@@ -259,7 +267,8 @@ def main(argv=None):
                         help="pass the images' shape to the estimators that take image_shape")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--combine", nargs="+", metavar="NAME",
-                        help="write the canonical table from these variant runs (results/heldout/variants/NAME.json)")
+                        help="write the canonical table from these variant runs (results/heldout/variants/NAME.json); "
+                        "a row that two runs measured keeps the first listed run's")
     _common.add_name_argument(parser, "heldout")
     args = _common.setup(parser.parse_args(argv))
     if args.combine:
