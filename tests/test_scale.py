@@ -193,3 +193,46 @@ def test_minibatch_counts_follow_an_unequal_size_prior():
     minibatch.minibatch_passes(state, lambda i: torch.as_tensor(X[i]), 4000, log_w, batch_size=800,
                                max_passes=3, tol=0.0, rng=np.random.default_rng(1))
     np.testing.assert_allclose(state.counts.numpy() / state.counts.sum().item(), sizes, atol=0.02)
+
+
+# ------------------------------------------------------------------ fit and predict on memmaps, predict's threads
+def test_a_fit_on_a_memmap_equals_the_fit_on_its_copy_in_memory(memmap_file):
+    from sktransfer_cluster import SinkhornKMeans
+
+    X = np.load(memmap_file, mmap_mode="r")
+    on_disk = SinkhornKMeans(3, random_state=0, device="cpu").fit(X)
+    in_memory = SinkhornKMeans(3, random_state=0, device="cpu").fit(np.array(X))
+    np.testing.assert_array_equal(on_disk.cluster_centers_, in_memory.cluster_centers_)
+    np.testing.assert_array_equal(on_disk.predict(X), in_memory.labels_)
+
+
+def test_a_memmap_holding_nan_is_refused_by_fit(tmp_path):
+    from sktransfer_cluster import SinkhornKMeans
+
+    X = np.random.default_rng(0).normal(size=(200, 3))
+    X[150, 1] = np.nan
+    np.save(tmp_path / "nan.npy", X)
+    with pytest.raises(ValueError, match="NaN or infinity"):
+        SinkhornKMeans(2, device="cpu").fit(np.load(tmp_path / "nan.npy", mmap_mode="r"))
+
+
+def test_predict_runs_on_one_thread_and_gives_the_callers_threads_back(two_threads, monkeypatch):
+    from threadpoolctl import threadpool_info
+
+    from sktransfer_cluster import SinkhornKMeans
+    from sktransfer_cluster.base import contract
+
+    X = np.random.default_rng(0).normal(size=(300, 4))
+    km = SinkhornKMeans(3, random_state=0, device="cpu").fit(X)
+    seen = []
+    original = contract.chunked
+
+    def recording(fn, rows, chunk_size=None):
+        seen.append((torch.get_num_threads(), {pool["num_threads"] for pool in threadpool_info()}))
+        return original(fn, rows, chunk_size)
+
+    monkeypatch.setattr(contract, "chunked", recording)
+    km.predict(X)
+    km.transform(X)
+    assert seen and all(t == 1 and pools <= {1} for t, pools in seen)
+    assert torch.get_num_threads() == 2

@@ -15,7 +15,7 @@ import torch
 from ..base.runtime import on_compute_threads
 from .plan import SinkhornResult
 
-__all__ = ["semi_dual_newton", "newton_solve", "semi_dual_pass", "row_chunks", "CHUNK_ENTRIES"]
+__all__ = ["CHUNK_ENTRIES", "newton_iterations", "newton_solve", "row_chunks", "semi_dual_newton", "semi_dual_pass"]
 
 
 # Rows per chunk of the semi-dual passes: a chunk of an (n, m) array stays in cache
@@ -132,6 +132,31 @@ def newton_solve(M, log_b, g, log_a, max_iter, tol, max_step, X=None):
         af, c, H, moment = semi_dual_pass(M, g + log_b, log_a, f_out, chunks, X if fused else None)
         return af + (b * g).sum(), c, (H, moment)
 
+    g, c, moment, (f, f_new), passes, err, errors = newton_iterations(
+        objective, log_b, g, max_iter, tol, max_step, (f, f_new)
+    )
+    if X is not None and not fused:
+        moment = semi_dual_pass(M, g + log_b, log_a, f_new, chunks, X)[3]
+    res = SinkhornResult(f=f, g=g, n_iter=passes, err=err, converged=err < tol, method="newton", errors=errors)
+    return res, c, moment
+
+
+def newton_iterations(objective, log_b, g, max_iter, tol, max_step, buffers=(None, None)):
+    """The damped Newton loop of :func:`newton_solve` over any ``objective``.
+
+    ``objective(g, buffer)`` evaluates the semi-dual at column potentials ``g`` in one
+    pass over the rows, wherever they are (one tensor, or the chunks of a Dask array),
+    writing the row potentials into ``buffer`` if it keeps them, and returns
+    ``(F, c, (H, moment))``. ``buffers``: the current and the spare buffer, swapped as
+    candidates are accepted.
+
+    Returns ``(g, c, moment, buffers, passes, err, errors)``: the final potentials, their
+    column sums and moment, the buffers with the final row potentials first, the passes
+    made, the final L1 column error and the error at each accepted iterate.
+    """
+    m = g.shape[0]
+    b = log_b.exp()
+    f, f_new = buffers
     F, c, (H, moment) = objective(g, f)
     passes = 1
     errors = []
@@ -149,7 +174,7 @@ def newton_solve(M, log_b, g, log_a, max_iter, tol, max_step, X=None):
         # device: in float32 the ridge vanishes beside the rank-one term (MPS has no float64).
         L = (torch.diag(c) - H + c.mean() / m).to("cpu", torch.float64) + eye * (1e-12 * float(c.max()))
         rhs = grad.to("cpu", torch.float64).unsqueeze(-1)
-        step = torch.linalg.solve(L, rhs).squeeze(-1).to(M.device, M.dtype)
+        step = torch.linalg.solve(L, rhs).squeeze(-1).to(g.device, g.dtype)
         step = step - step.mean()
         slope = float((grad * step).sum())
         big = float(step.abs().max())
@@ -175,11 +200,8 @@ def newton_solve(M, log_b, g, log_a, max_iter, tol, max_step, X=None):
             if passes >= max_iter:
                 break
             # Sinkhorn's column update g_j += log b_j - log c_j (never decreases F).
-            g = g + log_b - c.clamp_min(torch.finfo(M.dtype).tiny).log()
+            g = g + log_b - c.clamp_min(torch.finfo(g.dtype).tiny).log()
             g = g - g.max()
             F, c, (H, moment) = objective(g, f)
             passes += 1
-    if X is not None and not fused:
-        moment = semi_dual_pass(M, g + log_b, log_a, f_new, chunks, X)[3]
-    res = SinkhornResult(f=f, g=g, n_iter=passes, err=err, converged=err < tol, method="newton", errors=errors)
-    return res, c, moment
+    return g, c, moment, (f, f_new), passes, err, errors
