@@ -20,6 +20,14 @@ divides ``n_iter`` by 4), beside ``KMeans(n_init=10)`` in the same run; times ar
   with ``architecture="conv", image_shape=(28, 28)``, otherwise defaults; ``--mnist-iter``
   sets ``n_iter`` of both (default: the estimator's). Goal (conv): median ACC >= 0.70 in
   <= 30 CPU-minutes per fit. About 0.2 CPU-second per conv generator step (one thread).
+* ``arena-mnist``, ``arena-mnist-image``, ``arena-mnist-transfer``, ``arena-digits``,
+  ``arena-second``, ``arena-tabular`` (opt-in; issue 28): the GAN at its defaults beside
+  ``KMeans(n_init=10)`` and the peer ``UMAP(10) + GaussianMixture(K, n_init=3)``
+  (``compare.umap_gmm``), all in this process: MNIST-5k K = 10 (flat; with
+  ``image_shape=(28, 28)``), MNIST 0-4 -> 5-9 K = 5 (``fit(source).transfer(target)`` and the
+  GAN fitted on the target alone), the sklearn digits (K = 10 and 0-4 -> 5-9), UCI mfeat-pix
+  (``_common.second_images``; flat and with its image_shape), wine and breast cancer
+  (standardised). Run each with ``--name arena_<part>``.
 * ``speed``: generator steps per second at the defaults on the ring and the digits, with
   the estimator's one training thread and with two (the cap bypassed), each alone and
   beside a busy process.
@@ -60,6 +68,9 @@ from sktransfer_cluster.datasets import load_digits_transfer, make_artifact_digi
 from sktransfer_cluster.metrics import clustering_accuracy
 
 N_ITER = PreciseFeatureGAN().n_iter
+#: The issue-28 sections (``--sections arena-...``): section name -> part of :func:`arena_section`.
+ARENA = {f"arena-{p.replace('_', '-')}": p
+         for p in ("mnist", "mnist_image", "mnist_transfer", "digits", "second", "tabular")}
 
 
 class CurveProbe:
@@ -276,6 +287,149 @@ def mnist_section(seeds, n_iter):
     return {"runs": runs, "kmeans": km, "summary": s, "real_nn_distance": real_nn}, md
 
 
+# ------------------------------------------------------------------ issue 28: the arena with the peer
+def _cpu(fn):
+    c0 = time.process_time()
+    out = fn()
+    return out, time.process_time() - c0
+
+
+def _arena_gan(k, seed, **params):
+    """The GAN at its defaults (smoke: the registry's smallest, 2 representation epochs)."""
+    extra = {"representation_epochs": 2} if _common.SMOKE else {}
+    return gan(k, seed, N_ITER, **extra, **params)
+
+
+def _arena_row(task, method, accs, cpus, note=""):
+    accs, cpus = np.asarray(accs, dtype=float), np.asarray(cpus, dtype=float)
+    return {"task": task, "method": method, "acc": accs.tolist(), "cpu_s": cpus.tolist(),
+            "median": float(np.median(accs)), "min": float(accs.min()), "max": float(accs.max()),
+            "cpu_median": float(np.median(cpus)), "cpu_max": float(cpus.max()), "note": note}
+
+
+def _arena_baselines(task, X, y, k, seeds, rows, what=""):
+    """KMeans(n_init=10) on the raw rows and the peer (UMAP(10) + GMM), in this process."""
+    runs = [_cpu(lambda s=s: KMeans(k, n_init=10, random_state=s).fit_predict(X)) for s in seeds]
+    rows.append(_arena_row(task, f"KMeans(n_init=10){what}", [clustering_accuracy(y, lab) for lab, _ in runs],
+                           [c for _, c in runs]))
+    try:
+        import umap  # noqa: F401
+    except ImportError:
+        print("peer skipped: umap-learn is not installed (pip install umap-learn)", flush=True)
+        return
+    from sktransfer_cluster.compare import umap_gmm
+
+    runs = [_cpu(lambda s=s: umap_gmm(X, k, random_state=s)) for s in seeds]
+    rows.append(_arena_row(task, f"peer: UMAP(10) + GMM{what}", [clustering_accuracy(y, lab) for lab, _ in runs],
+                           [c for _, c in runs]))
+    print(f"{task}: KMeans {rows[-2]['median']:.3f}, peer {rows[-1]['median']:.3f}", flush=True)
+
+
+def _arena_single(task, X, y, k, seeds, rows, shapes=(None,)):
+    _arena_baselines(task, X, y, k, seeds, rows)
+    for shape in shapes:
+        accs, cpus = [], []
+        for s in seeds:
+            model, c = _cpu(lambda s=s, sh=shape: _arena_gan(k, s, image_shape=sh).fit(X))
+            accs.append(clustering_accuracy(y, model.labels_))
+            cpus.append(c)
+            print(f"  {task} image_shape={shape} seed {s}: {accs[-1]:.3f} ({c:.0f} CPU s, "
+                  f"representation {'neighbours' if model.encoder_ is not None else 'none'})", flush=True)
+        rows.append(_arena_row(task, "PreciseFeatureGAN (defaults" + ("" if shape is None else
+                                                                    f", image_shape={shape}") + ")", accs, cpus))
+
+
+def _arena_transfer(task_name, task, k, seeds, rows, shapes=(None,)):
+    Xs, Xt, yt = task.X_source, task.X_target, task.y_target
+    _arena_baselines(task_name, Xt, yt, k, seeds, rows, " on the target alone")
+    for shape in shapes:
+        tag = "" if shape is None else f", image_shape={shape}"
+        res = {"transfer": ([], []), "alone": ([], [])}
+        for s in seeds:
+            model, c_fit = _cpu(lambda s=s, sh=shape: _arena_gan(k, s, image_shape=sh).fit(Xs))
+            lab, c_tr = _cpu(lambda m=model: m.transfer(Xt))
+            res["transfer"][0].append(clustering_accuracy(yt, lab))
+            res["transfer"][1].append(c_fit + c_tr)
+            model, c = _cpu(lambda s=s, sh=shape: _arena_gan(k, s, image_shape=sh).fit(Xt))
+            res["alone"][0].append(clustering_accuracy(yt, model.labels_))
+            res["alone"][1].append(c)
+            print(f"  {task_name}{tag} seed {s}: transfer {res['transfer'][0][-1]:.3f} "
+                  f"({c_fit:.0f} + {c_tr:.0f} CPU s), target alone {res['alone'][0][-1]:.3f} ({c:.0f} CPU s)",
+                  flush=True)
+        rows.append(_arena_row(task_name, f"PreciseFeatureGAN fit(source).transfer(target){tag}", *res["transfer"],
+                               "CPU s: fit + transfer"))
+        rows.append(_arena_row(task_name, f"PreciseFeatureGAN fitted on the target alone{tag}", *res["alone"]))
+
+
+def _subset(X, y, n, seed=0):
+    idx = np.sort(np.random.default_rng(seed).permutation(X.shape[0])[:n])
+    return X[idx], y[idx]
+
+
+def arena_section(part, seeds):
+    """Issue 28: the GAN at its defaults beside the peer and KMeans, in the same process.
+
+    Parts: ``mnist`` (MNIST-5k, K = 10, flat), ``mnist_image`` (the same with
+    ``image_shape=(28, 28)``), ``mnist_transfer`` (0-4 -> 5-9, K = 5, flat), ``digits``
+    (sklearn digits K = 10, and 0-4 -> 5-9 K = 5), ``second`` (UCI mfeat-pix, 2,000 16 x 15
+    digits, K = 10, flat and with its image_shape), ``tabular`` (wine K = 3, breast cancer
+    K = 2, standardised). A smoke run: 300 sklearn digits stand in for every image set.
+    """
+    from sklearn.datasets import load_breast_cancer, load_wine
+    from sklearn.preprocessing import StandardScaler
+
+    from sktransfer_cluster.datasets import TransferTask
+
+    rows = []
+    smoke = _common.SMOKE
+    if part in ("mnist", "mnist_image", "mnist_transfer"):
+        if smoke:
+            Xd, yd = load_digits(return_X_y=True)
+            X, y, shape, title = *_subset(Xd / 16.0, yd, 300), (8, 8), "[smoke: 300 digits] "
+        else:
+            from sktransfer_cluster.datasets import load_mnist_5k
+
+            (X, y), shape, title = load_mnist_5k(), (28, 28), ""
+        if part == "mnist_transfer":
+            src, tgt = y < 5, y >= 5
+            _arena_transfer(title + "MNIST 0-4 -> 5-9 (K=5)", TransferTask(X[src], y[src], X[tgt], y[tgt], name="mnist"),
+                            5, seeds, rows)
+        else:
+            _arena_single(title + "MNIST-5k (K=10)", X, y, 10, seeds, rows,
+                          (None,) if part == "mnist" else (shape,))
+    elif part == "digits":
+        X, y = load_digits(return_X_y=True)
+        X, y = small(X / 16.0, y)
+        _arena_single("sklearn digits /16 (K=10)", X, y, 10, seeds, rows)
+        task = load_digits_transfer()
+        if smoke:
+            task = TransferTask(*small(task.X_source, task.y_source), *small(task.X_target, task.y_target),
+                                name="digits")
+        _arena_transfer("digits 0-4 -> 5-9 (K=5)", task, 5, seeds, rows)
+    elif part == "second":
+        reason = _common.second_images_skip_reason("mfeat-pix")
+        if reason is not None:
+            print(f"second image set skipped: {reason}", flush=True)
+            return rows, [f"Skipped: {reason}."]
+        X, y, shape, title = _common.second_images("mfeat-pix")
+        X, y = small(np.asarray(X, dtype=np.float64), y)
+        _arena_single(f"UCI mfeat-pix, {X.shape[0]} images {shape[0]} x {shape[1]} (K=10)", X, y, 10, seeds, rows,
+                      (None, shape))
+    elif part == "tabular":
+        for name, loader, k in (("wine (K=3), standardised", load_wine, 3),
+                                ("breast cancer (K=2), standardised", load_breast_cancer, 2)):
+            X, y = loader(return_X_y=True)
+            _arena_single(name, StandardScaler().fit_transform(X), y, k, seeds, rows)
+    md, task = [], None
+    for r in rows:
+        if r["task"] != task:
+            task = r["task"]
+            md += ["", f"### {task}", "", "| method | ACC median [min, max] | CPU s median (max) |", "|---|---|---|"]
+        md.append(f"| {r['method']} | {r['median']:.3f} [{r['min']:.3f}, {r['max']:.3f}] | "
+                  f"{r['cpu_median']:.1f} ({r['cpu_max']:.1f}){' ' + r['note'] if r['note'] else ''} |")
+    return rows, md
+
+
 def _busy(stop):
     while not stop.is_set():
         sum(i * i for i in range(10_000))
@@ -398,7 +552,7 @@ def main():
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="2 seeds, n_iter / 4")
     parser.add_argument("--sections", nargs="+", default=["ring", "digits", "transfer", "speed"],
-                        choices=["ring", "digits", "transfer", "artifact", "mnist", "speed"])
+                        choices=["ring", "digits", "transfer", "artifact", "mnist", "speed", *ARENA])
     parser.add_argument("--mnist-iter", type=int, default=None,
                         help="n_iter of the mnist section (default: the estimator's)")
     parser.add_argument("--speed-steps", type=int, default=200)
@@ -415,7 +569,12 @@ def main():
     sections = {"ring": ring_section, "digits": digits_section, "transfer": transfer_section,
                 "artifact": artifact_section}
     for name in args.sections:
-        if name == "speed":
+        if name in ARENA:
+            payload[name], lines = arena_section(ARENA[name], seeds)
+            lines = [f"## {name}: the peer and KMeans in the same process, seeds {seeds}, 1 thread",
+                     "", ("ACC = clustering_accuracy, median [min, max]; CPU s = process seconds of each fit "
+                          "(the transfer rows: source fit + transfer)."), *lines]
+        elif name == "speed":
             payload["speed"], lines = speed_section(args.speed_steps)
         elif name == "mnist":
             payload[name], lines = mnist_section(seeds, args.mnist_iter or n_iter)

@@ -540,3 +540,120 @@ def test_default_conv_channels_are_16_and_32():
     model.fit(np.random.default_rng(0).random((8, 784)))
     widths = [m.out_channels for m in model.critic_.modules() if isinstance(m, torch.nn.Conv2d)]
     assert widths == [16, 32]
+
+
+# ------------------------------------------------------------ the neighbour representation (issue 28)
+
+@pytest.fixture(scope="module")
+def wide_blobs():
+    # 30 features: above the 20 of representation="auto"; three well-separated clusters.
+    X, y = make_blobs(n_samples=150, centers=3, n_features=30, cluster_std=1.0, random_state=0)
+    return X, y
+
+
+WIDE = dict(TINY, representation_epochs=3, random_state=0)
+
+
+def test_auto_representation_encodes_more_than_20_features_only(blobs, wide_blobs):
+    narrow = PreciseFeatureGAN(3, **WIDE).fit(blobs[0])
+    wide = PreciseFeatureGAN(3, **WIDE).fit(wide_blobs[0])
+    assert narrow.encoder_ is None and narrow.cluster_centers_.shape == (3, 4)
+    assert wide.encoder_ is not None
+    # The GAN works on the 10 codes: its generated points, and its linear C, live there.
+    assert wide.cluster_centers_.shape == (wide.n_clusters_, 10)
+    assert wide.classifier_.in_features == 10
+    assert PreciseFeatureGAN(3, **{**WIDE, "representation": None}).fit(wide_blobs[0]).encoder_ is None
+
+
+def test_paper_params_keep_the_gan_on_the_rows(wide_blobs):
+    model = PreciseFeatureGAN(3, **{**PAPER_PARAMS, "n_iter": 2, "device": "cpu", "random_state": 0})
+    assert model.fit(wide_blobs[0]).encoder_ is None
+
+
+def test_a_flat_array_is_never_compared_as_images(wide_blobs, monkeypatch):
+    # Whatever its width, a flat array's graph uses plain distances: no blur, no shifts;
+    # image_shape alone turns them on.
+    from sktransfer_cluster import representation
+
+    seen = []
+    original = representation.neighbour_graph
+
+    def spy(X, k, **kwargs):
+        seen.append(kwargs)
+        return original(X, k, **kwargs)
+
+    monkeypatch.setattr(representation, "neighbour_graph", spy)
+    X = np.abs(wide_blobs[0][:, :25])
+    PreciseFeatureGAN(3, **WIDE).fit(X)
+    PreciseFeatureGAN(3, image_shape=(5, 5), **WIDE).fit(X)
+    assert seen[0]["image_shape"] is None and seen[0]["blur"] == 0.0 and seen[0]["max_shift"] == 0
+    assert seen[1]["image_shape"] == (5, 5) and seen[1]["blur"] > 0 and seen[1]["max_shift"] > 0
+
+
+def test_encoder_maps_a_held_out_row_of_a_training_cluster_into_that_cluster(wide_blobs):
+    X, y = wide_blobs
+    held = np.arange(X.shape[0]) % 10 == 0
+    model = PreciseFeatureGAN(3, representation_epochs=20, hidden_dims=(32, 32), n_iter=100, device="cpu",
+                              random_state=0).fit(X[~held])
+    train_labels = model.labels_
+    # Each true cluster is one label on the training rows ...
+    majority = {c: np.bincount(train_labels[y[~held] == c]).argmax() for c in range(3)}
+    assert len(set(majority.values())) == 3
+    # ... and its held-out rows, never seen by the encoder, are mapped into it.
+    assert all(model.predict(X[held][y[held] == c]).tolist() == [majority[c]] * int((y[held] == c).sum())
+               for c in range(3))
+
+
+def test_the_nearest_classifier_labels_each_row_by_its_nearest_generated_point(wide_blobs):
+    model = PreciseFeatureGAN(3, **WIDE).fit(wide_blobs[0])
+    assert model._kind == "nearest"
+    codes = model._unprep(model._prep(wide_blobs[0]))
+    nearest = ((codes[:, None, :] - model.cluster_centers_[None]) ** 2).sum(-1).argmin(1)
+    np.testing.assert_array_equal(model.labels_, nearest)
+    np.testing.assert_array_equal(model.predict(wide_blobs[0]), model.labels_)
+
+
+def test_transfer_refines_the_source_encoder_on_the_target(wide_blobs):
+    X = wide_blobs[0]
+    model = PreciseFeatureGAN(3, **WIDE).fit(X)
+    before = [p.detach().clone() for p in model.encoder_.parameters()]
+    model.transfer(X + 0.5)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.encoder_.parameters()))
+    frozen = PreciseFeatureGAN(3, **{**WIDE, "representation_epochs": 1}).fit(X)  # refines 1 // 2 = 0 passes
+    before = [p.detach().clone() for p in frozen.encoder_.parameters()]
+    frozen.transfer(X + 0.5)
+    assert all(torch.equal(a, b) for a, b in zip(before, frozen.encoder_.parameters()))
+
+
+def test_neighbour_representation_refuses_the_conv_architecture(wide_blobs):
+    with pytest.raises(ValueError, match="representation='neighbours'"):
+        PreciseFeatureGAN(3, representation="neighbours", architecture="conv", image_shape=(5, 6),
+                          **TINY).fit(wide_blobs[0])
+
+
+# ------------------------------------------------------------ extreme scales (issue 30 R3)
+
+def _float64_log_posterior(model, X):
+    """The model's log-posterior computed by hand in float64 (networks copied to float64)."""
+    shift, scale = model._input_affine
+    Xt = torch.as_tensor((X - shift) / scale, dtype=torch.float64)
+    encoder, classifier = (None if m is None else copy.deepcopy(m).double()
+                           for m in (model.encoder_, model.classifier_))
+    if encoder is not None:
+        Xt = (encoder(Xt) - torch.as_tensor(model._code_affine[0])) / model._code_affine[1]
+    with torch.no_grad():
+        return torch.log_softmax(classifier(Xt)[:, model._used], dim=1).numpy()
+
+
+@pytest.mark.parametrize("data", ["blobs", "wide_blobs"])
+def test_score_and_predict_of_rows_1e150_beyond_the_fit_data_are_finite_and_exact(data, request):
+    # Rows x1e150 overflowed float32 inside the networks: score and predict_proba were NaN.
+    X = request.getfixturevalue(data)[0]
+    model = PreciseFeatureGAN(3, **WIDE).fit(X)
+    far = X * 1e150
+    expected = _float64_log_posterior(model, far)
+    assert np.isfinite(model.score(far))
+    assert model.score(far) == pytest.approx(expected.max(1).mean(), abs=1e-9)
+    proba = model.predict_proba(far)
+    assert np.all(np.isfinite(proba)) and np.allclose(proba.sum(1), 1.0)
+    np.testing.assert_array_equal(model.predict(far), expected.argmax(1))
