@@ -142,26 +142,12 @@ def check_inputs(args):
             f"--out {args.out} holds files that compare did not write ({', '.join(foreign_files(args.out)[:5])}); "
             "pass a new or empty folder (a rerun into compare's own output folder replaces it)"
         )
-    from .files import load_transfer_file  # numpy and scikit-learn only
+    from .files import load_data_list  # numpy and scikit-learn only
 
     label_column = None if args.label_column.lower() == "none" else args.label_column
-    loaded, paths = [], {}
-    for item in args.data:
-        if item in _BUILT_IN:
-            loaded.append(item)
-            continue
-        if Path(item).suffix not in (".npz", ".csv"):
-            raise UsageError(f"unknown task {item!r}; use {', '.join(_BUILT_IN)} or a .npz/.csv file")
-        try:
-            task = load_transfer_file(item, label_column=label_column, max_bytes=int(args.max_array_mb * 2**20))
-        except (ValueError, OSError) as exc:
-            raise UsageError(str(exc)) from exc
-        if task.name in paths or task.name in _BUILT_IN:
-            other = paths.get(task.name, "the built-in task")
-            raise UsageError(
-                f"{other} and {item} are both named {task.name!r}: results and figures are keyed by "
-                "the file name, so rename one of them"
-            )
-        paths[task.name] = item
-        loaded.append(task)
-    return loaded
+    try:
+        return load_data_list(
+            args.data, built_in=_BUILT_IN, label_column=label_column, max_bytes=int(args.max_array_mb * 2**20)
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc

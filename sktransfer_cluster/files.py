@@ -50,7 +50,7 @@ import numpy as np
 
 from .datasets import TransferTask
 
-__all__ = ["MAX_ARRAY_BYTES", "load_transfer_file"]
+__all__ = ["MAX_ARRAY_BYTES", "load_data_list", "load_transfer_file"]
 
 #: Largest array, in bytes once loaded, that :func:`load_transfer_file` reads by
 #: default (1 GiB): a small compressed ``.npz`` can expand to many GB.
@@ -121,6 +121,54 @@ def load_transfer_file(path, *, label_column="label", max_bytes=MAX_ARRAY_BYTES)
     ys = _labels(path, "y_source", ys, Xs.shape[0])
     yt = _labels(path, "y_target", yt, Xt.shape[0])
     return TransferTask(Xs, ys, Xt, yt, name=path.stem)
+
+
+def load_data_list(items, *, built_in, label_column="label", max_bytes=MAX_ARRAY_BYTES):
+    """A ``compare`` data list with every file loaded: built-in task names and tasks stay as they are.
+
+    The one reader of the command line's and :func:`~sktransfer_cluster.compare.compare`'s
+    ``data``; it needs no torch, so the command line reports a bad file before torch loads.
+
+    Parameters
+    ----------
+    items : sequence of str, path-like or TransferTask
+        Built-in task names, ``.npz``/``.csv`` paths, or tasks loaded already.
+    built_in : collection of str
+        The built-in task names.
+    label_column : str or None, default="label"
+        Passed to :func:`load_transfer_file`.
+    max_bytes : int, default=MAX_ARRAY_BYTES
+        Passed to :func:`load_transfer_file`.
+
+    Returns
+    -------
+    list of str or TransferTask
+
+    Raises
+    ------
+    ValueError
+        An unknown name, a file that cannot be read, or two tasks of the same name
+        (results and figures are keyed by it, so one would overwrite the other).
+    """
+    loaded, origin = [], {name: "the built-in task" for name in built_in}
+    for item in items:
+        if isinstance(item, TransferTask) or item in built_in:
+            loaded.append(item)
+            continue
+        if Path(item).suffix not in (".npz", ".csv"):
+            raise ValueError(f"unknown task {item!r}; use {', '.join(built_in)} or a .npz/.csv file")
+        try:
+            task = load_transfer_file(item, label_column=label_column, max_bytes=max_bytes)
+        except OSError as exc:
+            raise ValueError(str(exc)) from exc
+        if task.name in origin:
+            raise ValueError(
+                f"{origin[task.name]} and {item} are both named {task.name!r}: results and figures are "
+                "keyed by the file name, so rename one of them"
+            )
+        origin[task.name] = item
+        loaded.append(task)
+    return loaded
 
 
 def _read_npz(path, max_bytes):

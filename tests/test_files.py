@@ -391,3 +391,32 @@ def test_loading_leaves_the_file_unchanged(tmp_path):
     path.write_bytes(data)
     load_transfer_file(path)
     assert path.read_bytes() == data
+
+
+# ------------------------------------------------------------- a data list of names and files
+def test_a_data_list_loads_its_files_and_keeps_names_and_loaded_tasks(tmp_path):
+    from sktransfer_cluster.files import load_data_list
+
+    ready = load_transfer_file(_npz(tmp_path, name="ready.npz", **GOOD))
+    items = load_data_list(["digits", str(_npz(tmp_path, **GOOD)), ready], built_in=("digits",))
+    assert items[0] == "digits" and items[2] is ready
+    assert items[1].name == "task" and items[1].X_source.shape == (4, 2)
+
+
+@pytest.mark.parametrize("clash", ["file", "built-in"])
+def test_a_data_list_refuses_two_tasks_of_one_name_naming_both(tmp_path, clash):
+    from sktransfer_cluster.files import load_data_list
+
+    (tmp_path / "a").mkdir()
+    first = _npz(tmp_path / "a", name="digits.npz" if clash == "built-in" else "t.npz", **GOOD)
+    second = _npz(tmp_path, name=first.name, **GOOD)
+    items = ["digits", str(second)] if clash == "built-in" else [str(first), str(second)]
+    with pytest.raises(ValueError, match=r"both named .*rename one"):
+        load_data_list(items, built_in=("digits",))
+
+
+def test_a_data_list_refuses_an_unknown_name_listing_the_built_in_ones():
+    from sktransfer_cluster.files import load_data_list
+
+    with pytest.raises(ValueError, match=r"unknown task 'digts'; use digits, mnist or a .npz/.csv file"):
+        load_data_list(["digts"], built_in=("digits", "mnist"))
