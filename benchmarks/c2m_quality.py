@@ -40,6 +40,7 @@ training pools, one set per kind, n = 300 in part 4) writes under a temporary fo
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -201,7 +202,7 @@ def _digits(params, cluster_params, n_test_sets, seed, set_size=200):
     return out
 
 
-def _defaults_transfer(task, bound, seed):
+def _defaults_transfer(task, bound, seed, params=None):
     """C2M at its defaults on one whole transfer task; KMeans(true K) on the target, same run."""
     k_true = int(np.unique(task.y_target).shape[0])
     Xt, yt = task.X_target, task.y_target
@@ -209,7 +210,7 @@ def _defaults_transfer(task, bound, seed):
     km = KMeans(k_true, n_init=10, random_state=seed).fit_predict(Xt)
     km_s = time.process_time() - c0
     c0 = time.process_time()
-    est = C2MCluster(max_clusters=bound, random_state=seed).fit(task.X_source, task.y_source)
+    est = C2MCluster(max_clusters=bound, random_state=seed, **(params or {})).fit(task.X_source, task.y_source)
     fit_s = time.process_time() - c0
     c0 = time.process_time()
     lab = est.transfer(Xt)
@@ -248,7 +249,7 @@ def _defaults_transfer_main(args):
         task = loader()
         rows = []
         for seed in args.seeds:
-            rows.append(_defaults_transfer(task, bound, seed))
+            rows.append(_defaults_transfer(task, bound, seed, args.params))
             r = rows[-1]
             print(f"{name} seed {seed}: K {r['k_found']} ACC {r['acc']:.3f} fit {r['fit_cpu_s']:.0f} s", flush=True)
         out[name] = {"max_clusters": bound, "rows": rows}
@@ -260,8 +261,9 @@ def _defaults_transfer_main(args):
         "# C2MCluster at its defaults on whole transfer tasks (K not given)",
         "",
         f"Command: `{cmd}`; total {total / 60:.1f} min, {args.threads} torch thread(s). "
-        "`C2MCluster(max_clusters=B, random_state=seed).fit(X_source, y_source).transfer(X_target)`; "
-        "KMeans is given the true K. Medians [min, max] over the seeds; times are process (CPU) "
+        "`C2MCluster(max_clusters=B, random_state=seed, **PARAMS).fit(X_source, y_source).transfer(X_target)`"
+        f" with PARAMS `{json.dumps(args.params)}` (empty: the defaults); "
+        "KMeans is given the true K (on the raw target rows). Medians [min, max] over the seeds; times are process (CPU) "
         "seconds.",
         "",
         "| task | B | seeds | K found (true 5) | ACC | NMI | KMeans(5) ACC | truth above one cluster "
@@ -287,6 +289,222 @@ def _defaults_transfer_main(args):
                 f"best-scored {r['best_scored_kmeans']}, truth above one cluster: {r['truth_above_one_cluster']}"
             )
     write("c2m", args.name or "c2m_defaults_transfer", {"tasks": out, "total_seconds": total}, "\n".join(md))
+
+
+# --------------------------------------------------------------------------- ranking (issue 29)
+def _search_labellings(est, X):
+    """What the search returns on ``X``: the labelling of CEM alone (``kmeans_candidates=False``)
+    and that of ``transfer`` at the estimator's settings (CEM plus the k-means candidates). The
+    second call leaves ``est`` transferred to ``X`` (its representation refined on ``X``)."""
+    old = est.kmeans_candidates
+    try:
+        est.kmeans_candidates = False
+        cem = est.transfer(X).copy()
+    finally:
+        est.kmeans_candidates = old
+    return {"CEM": cem, "transfer": est.transfer(X).copy()}
+
+
+def _rank_one(est, Xs, ys, bound, seed, searched=None):
+    """How the critic ranks the true labelling of one held-out set ``Xs`` among the candidates.
+
+    Candidates: KMeans(k) for k = 1..bound on the rows the critic reads (the codes under the
+    estimator's representation, else ``Xs``), and ``searched`` (default
+    :func:`_search_labellings` of ``Xs``). A candidate within 1 % of the truth (clustering
+    accuracy >= 0.99) is the truth for this purpose and is not ranked against it; the truth is
+    "first" when it scores strictly above every remaining candidate."""
+    searched = _search_labellings(est, Xs) if searched is None else searched
+    rep = getattr(est, "representation_", None)
+    Z = Xs if rep is None else rep.transform(Xs)
+    cands = {"KMeans(1)": np.zeros(Xs.shape[0], dtype=int)}
+    for k in range(2, min(bound, Xs.shape[0] - 1) + 1):
+        cands[f"KMeans({k})"] = KMeans(k, n_init=3, random_state=seed).fit_predict(Z)
+    cands.update(searched)
+    truth = est.score(Xs, ys)
+    k_true = int(np.unique(ys).shape[0])
+    scores = {name: est.score(Xs, lab) for name, lab in cands.items()}
+    accs = {name: clustering_accuracy(ys, lab) for name, lab in cands.items()}
+    wrong = [n for n in cands if accs[n] < 0.99]
+    km = [n for n in cands if n.startswith("KMeans")]
+    best_km = max(km, key=scores.get)
+    best_all = max(cands, key=scores.get)
+    return {
+        "k_true": k_true,
+        "truth_first": bool(all(truth > scores[n] for n in wrong)),
+        "pairwise": float(np.mean([truth > scores[n] for n in wrong])) if wrong else 1.0,
+        "truth_above_cem": bool(accs["CEM"] >= 0.99 or truth > scores["CEM"]),
+        "truth_above_kmeans_true_k": bool(
+            accs.get(f"KMeans({k_true})", 0) >= 0.99 or truth > scores.get(f"KMeans({k_true})", -np.inf)
+        ),
+        "best_kmeans_k": int(best_km[7:-1]),
+        "best_kmeans_acc": accs[best_km],
+        "best_candidate": best_all,
+        "best_candidate_acc": accs[best_all],
+        "kmeans_true_k_acc": accs.get(f"KMeans({k_true})", float("nan")),
+        "transfer_acc": accs["transfer"],
+        "transfer_k": int(np.unique(cands["transfer"]).shape[0]),
+        "cem_acc": accs["CEM"],
+        "scores": {"truth": truth, **scores},
+    }
+
+
+def _hdbscan_peer(X, seed, umap=True):
+    """Issue 29's peer for K unknown: UMAP(10) + scikit-learn's HDBSCAN(min_cluster_size=n // 20,
+    min_samples=10); ``umap=False`` runs HDBSCAN on the rows themselves (2-D sets). Noise (-1)
+    counts as one more cluster in ACC, not in K."""
+    from sklearn.cluster import HDBSCAN
+
+    n = X.shape[0]
+    Z = X
+    if umap:
+        from umap import UMAP
+
+        Z = UMAP(n_components=min(10, n - 2), n_neighbors=min(15, n - 1), min_dist=0.0, random_state=seed,
+                 n_jobs=1).fit_transform(X)
+    lab = HDBSCAN(min_cluster_size=max(2, n // 20), min_samples=min(10, n - 1), copy=True).fit_predict(Z)
+    return lab, int(np.unique(lab[lab >= 0]).shape[0])
+
+
+def _rank_summary(rows):
+    mean = lambda key: float(np.mean([r[key] for r in rows]))  # noqa: E731
+    return {
+        "n_sets": len(rows),
+        "truth_first": mean("truth_first"),
+        "pairwise": mean("pairwise"),
+        "truth_above_cem": mean("truth_above_cem"),
+        "truth_above_kmeans_true_k": mean("truth_above_kmeans_true_k"),
+        "best_kmeans_k_right": float(np.mean([r["best_kmeans_k"] == r["k_true"] for r in rows])),
+        "best_kmeans_k_within_1": float(np.mean([abs(r["best_kmeans_k"] - r["k_true"]) <= 1 for r in rows])),
+        "best_kmeans_acc": mean("best_kmeans_acc"),
+        "kmeans_true_k_acc": mean("kmeans_true_k_acc"),
+        "transfer_acc": mean("transfer_acc"),
+        "transfer_k_within_1": float(np.mean([abs(r["transfer_k"] - r["k_true"]) <= 1 for r in rows])),
+        "cem_acc": mean("cem_acc"),
+        "transfer_k_right": float(np.mean([r["transfer_k"] == r["k_true"] for r in rows])),
+        **({"peer_acc": mean("peer_acc"),
+            "peer_k_within_1": float(np.mean([abs(r["peer_k"] - r["k_true"]) <= 1 for r in rows]))}
+           if "peer_acc" in rows[0] else {}),
+    }
+
+
+def _ranking_main(args):
+    """``--ranking``: the critic's ranking accuracy at the defaults, per kind of held-out set."""
+    n_sets = 2 if args.smoke else args.sets
+    n_pools = 2 if args.smoke else 20
+    seeds = args.seeds[:1] if args.smoke else args.seeds
+    t_start = time.perf_counter()
+    out = {}
+    for seed in seeds:
+        params = _common.smoke_params("C2MCluster", max_clusters=10, random_state=seed, **args.params)
+        if args.kinds:
+            c0 = time.process_time()
+            X, y, g = make_c2m_sets("blobs", n_sets=n_pools, n_points=1500, separable=True,
+                                    random_state=seed)
+            est = C2MCluster(**params).fit(X, y, groups=g)
+            fit_s = time.process_time() - c0
+        for kind in args.kinds:
+            i = KINDS.index(kind)
+            Xt, yt, gt = make_c2m_sets(kind, n_sets=n_sets, random_state=10_000 + 100 * seed + i)
+            rows = []
+            for s in range(n_sets):
+                Xs, ys = Xt[gt == s], yt[gt == s]
+                row = _rank_one(est, Xs, ys, 10, seed)
+                lab, k = _hdbscan_peer(Xs, seed, umap=False)
+                rows.append({**row, "peer_acc": clustering_accuracy(ys, lab), "peer_k": k})
+            out.setdefault(kind, []).append({"seed": seed, "fit_cpu_s": fit_s, **_rank_summary(rows), "rows": rows})
+            print(f"seed {seed} {kind}: {out[kind][-1]['truth_first']:.2f} first", flush=True)
+        if args.mnist:
+            from sktransfer_cluster.datasets import load_mnist_transfer
+
+            task = load_mnist_transfer()
+            if args.smoke:
+                task = _common.shrink_task(task, seed)
+            bound = 20
+            params = _common.smoke_params("C2MCluster", max_clusters=bound, random_state=seed, **args.params)
+            c0 = time.process_time()
+            est = C2MCluster(**params).fit(task.X_source, task.y_source)
+            fit_s = time.process_time() - c0
+            # The search runs on the whole target (as transfer does); each held-out set is a
+            # set_size subset of it, with the search's labels of its rows.
+            c0 = time.process_time()
+            whole = _search_labellings(est, task.X_target)
+            transfer_s = (time.process_time() - c0) / 2
+            lab, k = _hdbscan_peer(task.X_target, seed)
+            peer = {"peer_acc": clustering_accuracy(task.y_target, lab), "peer_k": k,
+                    "whole_acc": clustering_accuracy(task.y_target, whole["transfer"]),
+                    "whole_k": int(np.unique(whole["transfer"]).shape[0]), "transfer_cpu_s": transfer_s}
+            rng = np.random.default_rng(50_000 + seed)
+            rows = []
+            for _ in range(n_sets):
+                idx = np.sort(rng.choice(task.X_target.shape[0], size=min(est.set_size, task.X_target.shape[0]),
+                                         replace=False))
+                rows.append(_rank_one(est, task.X_target[idx], task.y_target[idx], bound, seed,
+                                      {k: v[idx] for k, v in whole.items()}))
+            out.setdefault("MNIST 5-9", []).append(
+                {"seed": seed, "fit_cpu_s": fit_s, **peer, **_rank_summary(rows), "rows": rows}
+            )
+            print(f"seed {seed} MNIST: {out['MNIST 5-9'][-1]['truth_first']:.2f} first", flush=True)
+    total = time.perf_counter() - t_start
+    cmd = " ".join(["python benchmarks/c2m_quality.py", *sys.argv[1:]])
+    md = [
+        "# C2MCluster: does the critic rank the true labelling first? (issue 29)",
+        "",
+        f"Command: `{cmd}`; total {total / 60:.1f} min wall, 1 torch thread. The critic of "
+        f"`C2MCluster(max_clusters=B, random_state=seed, **PARAMS)`, trained on {n_pools} separable blob "
+        "pools (synthetic kinds, B = 10) or on the whole MNIST 0-4 source (B = 20), scores, on each "
+        f"held-out set ({n_sets} per kind and seed; MNIST: random `set_size`-point subsets of the 5-9 "
+        "target), the true labelling and the candidates: KMeans(k) for k = 1..B (k = 1: one cluster) "
+        "on the rows the critic reads (the codes of the estimator's `representation` where it has one), "
+        "the labelling CEM alone finds (`kmeans_candidates=False`) and the one `transfer` returns "
+        "(on MNIST, of the whole target, restricted to the set's rows). "
+        "Candidates with clustering accuracy >= 0.99 count as the truth. Means over the sets, "
+        f"then median [min, max] over the seeds. PARAMS: `{json.dumps(args.params)}` (empty: the defaults).",
+        "",
+        "| sets | truth ranked first | truth above each candidate (pairwise) | truth above CEM | "
+        "truth above KMeans(true K) | best-scored KMeans: K right | K within 1 | its ACC |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def med(v):
+        return f"{np.median(v):.2f} [{np.min(v):.2f}, {np.max(v):.2f}]" if len(v) > 1 else f"{v[0]:.2f}"
+
+    def col(per_seed, key):
+        return [d[key] for d in per_seed]
+
+    for kind, per_seed in out.items():
+        md.append(
+            f"| {kind} | {med(col(per_seed, 'truth_first'))} | {med(col(per_seed, 'pairwise'))} | {med(col(per_seed, 'truth_above_cem'))} | "
+            f"{med(col(per_seed, 'truth_above_kmeans_true_k'))} | {med(col(per_seed, 'best_kmeans_k_right'))} | "
+            f"{med(col(per_seed, 'best_kmeans_k_within_1'))} | {med(col(per_seed, 'best_kmeans_acc'))} |"
+        )
+    md += [
+        "",
+        "## The clusterings of those sets (the paper's Table 2 protocol: K not given)",
+        "",
+        "`transfer` on each held-out set (MNIST: the set's rows of `transfer` on the whole target). Peer "
+        "for K unknown: scikit-learn's `HDBSCAN(min_cluster_size=n // 20, min_samples=10)` on the set "
+        "itself (2-D sets; no UMAP) or after `UMAP(n_components=10, n_neighbors=15, min_dist=0.0)` "
+        "(MNIST, on the whole target); its noise counts as one more cluster in ACC. KMeans is given the true K.",
+        "",
+        "| sets | C2M ACC | K right | K within 1 | peer ACC | peer K within 1 | KMeans(true K) ACC | fit CPU s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for kind, per_seed in out.items():
+        if kind == "MNIST 5-9":
+            md.append(
+                f"| {kind} (whole target) | {med(col(per_seed, 'whole_acc'))} | K {col(per_seed, 'whole_k')} | "
+                f"{sum(abs(k - 5) <= 1 for k in col(per_seed, 'whole_k'))}/{len(per_seed)} | {med(col(per_seed, 'peer_acc'))} | "
+                f"K {col(per_seed, 'peer_k')} | {med(col(per_seed, 'kmeans_true_k_acc'))} (subsets) | "
+                f"{np.median(col(per_seed, 'fit_cpu_s')):.0f} (+ {np.median(col(per_seed, 'transfer_cpu_s')):.0f} transfer) |"
+            )
+        else:
+            md.append(
+                f"| {kind} | {med(col(per_seed, 'transfer_acc'))} | {med(col(per_seed, 'transfer_k_right'))} | "
+                f"{med(col(per_seed, 'transfer_k_within_1'))} | {med(col(per_seed, 'peer_acc'))} | {med(col(per_seed, 'peer_k_within_1'))} | "
+                f"{med(col(per_seed, 'kmeans_true_k_acc'))} | {np.median(col(per_seed, 'fit_cpu_s')):.0f} |"
+            )
+    write("c2m", args.name or "c2m_ranking", {"kinds": out, "total_seconds": total, "command": cmd},
+          "\n".join(md))
 
 
 def _timing(est, sizes, seed):
@@ -349,10 +567,23 @@ def main(argv=None):
         "otherwise); any name but the canonical one goes to results/c2m/variants/",
     )
     ap.add_argument("--defaults-transfer", action="store_true", help="only the defaults on whole transfer tasks")
-    ap.add_argument("--mnist", action="store_true", help="with --defaults-transfer: also MNIST 0-4 -> 5-9")
+    ap.add_argument("--ranking", action="store_true",
+                    help="only the critic's ranking of the truth among KMeans(k) and CEM (issue 29)")
+    ap.add_argument("--params", type=json.loads, default={},
+                    help="with --ranking / --defaults-transfer: C2MCluster parameters (JSON) over the defaults, "
+                    "for variant studies")
+    ap.add_argument("--kinds", nargs="*", default=["blobs", "moons", "circles"],
+                    help="with --ranking: synthetic kinds of held-out sets (none: skip the synthetic part)")
+    ap.add_argument("--mnist", action="store_true", help="with --defaults-transfer / --ranking: also MNIST 0-4 -> 5-9")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="with --defaults-transfer")
     _common.add_smoke_argument(ap)
     args = _common.setup(ap.parse_args(argv))
+    if args.ranking:
+        from sktransfer_cluster.base import limit_threads
+
+        with limit_threads(args.threads):
+            _ranking_main(args)
+        return
     if args.defaults_transfer:
         torch.set_num_threads(args.threads)
         from threadpoolctl import threadpool_limits

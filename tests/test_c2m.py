@@ -219,6 +219,54 @@ def test_search_returns_a_candidate_that_beats_every_cem_proposal():
     assert res.best_score == -10.0
     assert np.unique(graph.mlp_labels(res.best, X, 16, 10).numpy()).shape[0] == 4
 
+@pytest.mark.parametrize("candidate_fakes", [True, False])
+def test_training_fakes_are_the_kmeans_candidates_that_differ_from_the_truth(monkeypatch, candidate_fakes):
+    """With ``candidate_fakes`` every critic step learns against the k-means labellings of its set
+    for every k (less those equal to the truth); without, against the search's pick and the
+    corruptions only. The real labelling is never among the fakes."""
+    seen = []
+    loss = c2m.wgan_critic_loss
+
+    def spy(critic, Xs, real, fakes, **kw):
+        seen.append((real.numpy()[0], fakes.numpy()))
+        return loss(critic, Xs, real, fakes, **kw)
+
+    monkeypatch.setattr(c2m, "wgan_critic_loss", spy)
+    X, y = make_blobs(60, centers=[[0, 0], [10, 0], [0, 10]], cluster_std=0.5, random_state=0)
+    params = {**FAST, "set_size": 60, "representation": None}
+    C2MCluster(max_clusters=5, candidate_fakes=candidate_fakes, n_negatives=2, **params).fit(X, y)
+    for real, fakes in seen:
+        assert not any(clustering_accuracy(real, f) >= 0.99 for f in fakes[1:])
+        counts = sorted(np.unique(f).shape[0] for f in fakes[3:])
+        # k = 3 is the truth on these separated blobs; k = 1, 2, 4, 5 remain.
+        assert counts == ([1, 2, 4, 5] if candidate_fakes else [])
+
+
+@pytest.mark.parametrize("augment", [True, False])
+def test_augmented_training_sets_vary_their_classes_and_orientation(monkeypatch, augment):
+    """``augment``: a source that is one data set of 4 classes gives critic steps with 2 to 4 of
+    them, each set turned at random; without it every step sees the 4 classes as they lie."""
+    seen = []
+    loss = c2m.wgan_critic_loss
+
+    def spy(critic, Xs, real, fakes, **kw):
+        seen.append((np.unique(real.numpy()).shape[0], Xs.numpy().copy()))
+        return loss(critic, Xs, real, fakes, **kw)
+
+    monkeypatch.setattr(c2m, "wgan_critic_loss", spy)
+    X, y = make_blobs(80, centers=[[0, 0], [10, 0], [0, 10], [10, 10]], cluster_std=0.5, random_state=0)
+    params = {**FAST, "sets_per_epoch": 12, "set_size": 80, "representation": None}
+    C2MCluster(max_clusters=5, augment=augment, **params).fit(X, y)
+    ks = {k for k, _ in seen}
+    if augment:
+        assert len(ks) > 1 and min(ks) >= 2 and max(ks) <= 4
+    else:
+        assert ks == {4}
+        # The same 80 rows every step: the same standardised set.
+        for _, Xs in seen[1:]:
+            np.testing.assert_allclose(Xs, seen[0][1])
+
+
 def test_smoothing_moves_a_point_to_its_neighbours_label_and_keeps_a_clean_labelling():
     X, y = make_blobs(60, centers=[[0, 0], [10, 0], [0, 10]], cluster_std=0.5, random_state=0)
     nb = knn_indices(torch.as_tensor(X), 5)
@@ -431,6 +479,50 @@ def test_same_random_state_gives_identical_transfer_labels():
     b = C2MCluster(**FAST).fit(X, y)
     np.testing.assert_array_equal(a.labels_, b.labels_)
     np.testing.assert_array_equal(a.transfer(X[::-1]), b.transfer(X[::-1]))
+
+
+def test_representation_auto_encodes_one_source_data_set_but_not_grouped_sets():
+    """``representation="auto"``: a source that is one data set gets a neighbour encoder; a
+    source split into small separate sets by ``groups`` is read as it is (the paper)."""
+    X, y = make_blobs(90, centers=3, random_state=0)
+    assert C2MCluster(**FAST).fit(X, y).representation_ is not None
+    groups = np.repeat([0, 1], 45)
+    assert C2MCluster(**FAST).fit(X, y, groups=groups).representation_ is None
+    assert C2MCluster(representation=None, **FAST).fit(X, y).representation_ is None
+    assert C2MCluster(representation="neighbours", **FAST).fit(X, y, groups=groups).representation_ is not None
+
+
+def test_transfer_refines_a_copy_of_the_source_encoder_each_time():
+    """Each transfer starts from the encoder fit learned (the source's stays as it was), so the
+    same target gives the same labels after a transfer to another target; predict then reads
+    the target's encoder and reproduces labels_."""
+    X, y = make_blobs(150, n_features=5, centers=3, random_state=0)
+    Xt, _ = make_blobs(120, n_features=5, centers=3, random_state=1)
+    est = C2MCluster(**FAST).fit(X, y)
+    source_codes = est.representation_.transform(X)
+    first = est.transfer(Xt)
+    np.testing.assert_array_equal(est.predict(Xt), first)
+    assert est.representation_ is not est._source_representation
+    est.transfer(X[:60])
+    np.testing.assert_array_equal(est.transfer(Xt), first)
+    np.testing.assert_array_equal(est._source_representation.transform(X), source_codes)
+
+
+def test_graph_only_critic_scores_do_not_depend_on_where_the_set_lies():
+    """Without the coordinates the metric reads the set's k-NN graph only (neighbour agreement and
+    spectral embedding): a rotated, scaled and moved copy of a set gets the same score."""
+    X, y = make_blobs(80, centers=3, random_state=0)
+    est = C2MCluster(critic_coordinates=False, critic_spectral=3, representation=None, **FAST).fit(X, y)
+    angle = 0.7
+    R = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
+    moved = 3.0 * X @ R + 5.0
+    for labels in (y, np.zeros_like(y), np.arange(80) % 4):
+        assert est.score(moved, labels) == pytest.approx(est.score(X, labels), abs=1e-9)
+
+
+def test_a_critic_with_no_node_features_is_refused():
+    with pytest.raises(ValueError, match="no node features"):
+        ClusteringCritic(2, critic_dims=(4,), n_neighbors=None, margin_features=False, coordinates=False)
 
 
 def test_grid_search_without_scoring_runs_on_the_metric():

@@ -226,6 +226,13 @@ class ClusteringCritic(nn.Module):
     n_neighbors : int or None, default=None
         Also feed :func:`neighbour_label_features` over the ``n_neighbors``
         nearest neighbours of each point (``None``: not).
+    n_spectral : int, default=0
+        Also feed this many columns of a per-set embedding of the points
+        (``spectral=``, e.g. the set's spectral embedding), which depends on
+        the points only.
+    coordinates : bool, default=True
+        Feed the coordinates ``X`` themselves; ``False``: only the features
+        above, which depend on the set's k-NN graph, not on where its points lie.
     negative_slope : float, default=0.2
 
     ``embed(X, labels)`` returns the pooled embeddings (P, e); ``head(e)`` the
@@ -242,29 +249,40 @@ class ClusteringCritic(nn.Module):
         skip=True,
         margin_features=True,
         n_neighbors=None,
+        n_spectral=0,
+        coordinates=True,
         negative_slope=0.2,
     ):
         super().__init__()
         self.margin_features = bool(margin_features)
         self.n_neighbors = None if n_neighbors is None else int(n_neighbors)
-        n_in = int(n_features) + (2 if self.margin_features else 0) + (0 if n_neighbors is None else 2)
+        self.n_spectral = int(n_spectral)
+        self.coordinates = bool(coordinates)
+        n_in = (int(n_features) if self.coordinates else 0) + (2 if self.margin_features else 0)
+        n_in += (0 if n_neighbors is None else 2) + self.n_spectral
+        if n_in == 0:
+            raise ValueError("coordinates=False leaves the critic no node features: give it n_neighbors or n_spectral.")
         self.gae = CliqueGAE(n_in, gae_dims, skip=skip)
         m = int(gae_dims[-1])
         slope = float(negative_slope)
         self.head = mlp([m * (m + 1) // 2, *critic_dims, 1], activation=lambda: nn.LeakyReLU(slope))
 
-    def embed(self, X, labels, neighbours=None):
+    def embed(self, X, labels, neighbours=None, spectral=None):
         labels = _population_labels(labels)
         P, n = labels.shape
-        parts = [X.expand(P, n, X.shape[-1])]
+        parts = [X.expand(P, n, X.shape[-1])] if self.coordinates else []
+        if self.n_spectral:
+            if spectral is None:
+                raise ValueError("this critic reads the set's spectral embedding: pass spectral=(n, n_spectral).")
+            parts.append(spectral.to(X.dtype).expand(P, n, self.n_spectral))
         if self.margin_features:
             parts.append(cluster_margin_features(X, labels))
         if self.n_neighbors is not None:
             if neighbours is None:
                 neighbours = knn_indices(X, self.n_neighbors)
             parts.append(neighbour_label_features(labels, neighbours).to(X.dtype))
-        H = torch.cat(parts, -1) if len(parts) > 1 else X
+        H = torch.cat(parts, -1) if len(parts) > 1 else parts[0]
         return gram_pool(self.gae(H, labels))
 
-    def forward(self, X, labels, neighbours=None):
-        return self.head(self.embed(X, labels, neighbours)).squeeze(-1)
+    def forward(self, X, labels, neighbours=None, spectral=None):
+        return self.head(self.embed(X, labels, neighbours, spectral)).squeeze(-1)

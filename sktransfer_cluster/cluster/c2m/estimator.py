@@ -32,9 +32,11 @@ from .graph import (
     kmeans_candidates,
     mlp_inputs,
     mlp_labels,
+    mlp_labels_population,
     population_logits,
     smooth_labels,
     source_sets,
+    spectral_embedding,
     spectral_reference,
     standardize,
     wgan_critic_loss,
@@ -44,6 +46,11 @@ from ...nn import init_module, knn_indices
 from .critic import ClusteringCritic
 
 __all__ = ["C2MCluster", "PAPER_PARAMS"]
+
+# A k-means candidate at least this accurate against the (smoothed) truth is the truth, not a fake.
+_SAME_AS_TRUTH = 0.99
+# augment=True: the largest standard deviation of the noise added to a standardised training set.
+_AUGMENT_NOISE = 0.5
 
 #: The paper's configuration (Alami, Kaddah & Read, Sec. 4: critic 256-256-512-512,
 #: RMSprop lr 0.01 decay 0.95, WGAN weight clipping, GAE 32-16, CEM MLP hidden 16,
@@ -67,7 +74,13 @@ PAPER_PARAMS = {
     "spectral_features": None,
     "n_negatives": 0,
     "kmeans_candidates": False,
+    "candidate_fakes": False,
+    "augment": False,
+    "spectral_candidates": False,
+    "critic_spectral": None,
+    "critic_coordinates": True,
     "smooth_truth": False,
+    "representation": None,
 }
 
 
@@ -131,6 +144,27 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         (:func:`~sktransfer_cluster.cluster.c2m.graph.kmeans_candidates`), and keep the
         best-scored of all -- in training (the proposals the critic learns
         against) and in clustering. ``False``: CEM alone (the paper).
+    candidate_fakes : bool, default=True
+        In training, every k-means candidate of a training set (with
+        ``kmeans_candidates``) that differs from the true labelling (clustering
+        accuracy below 0.99) joins the fakes of its critic step, so the critic
+        learns to rank the truth above every number of clusters, not only above
+        the labelling the search currently returns. ``False``: the search's
+        pick and the ``n_negatives`` corruptions only.
+    augment : bool, default=False
+        Vary each training set: keep a random 2..C of its C classes, rotate
+        it at random and add Gaussian noise of a random strength (standard
+        deviation up to 0.5 of the standardised set's), so the critic learns how good clusterings are
+        arranged rather than where one source's clusters lie (a source that is
+        one data set otherwise shows the same classes at the same places in
+        every step).
+    spectral_candidates : bool, default=False
+        With ``kmeans_candidates`` and ``spectral_features``, also score the
+        k-means labellings (k = 2 .. ``max_clusters``) of the clustering MLP's
+        spectral inputs, written as MLP weights: spectral clusterings of the
+        set, which follow its k-NN graph (moons, rings). The training
+        proposals then read the spectral inputs too (CEM and candidates), so
+        the critic learns against such labellings.
     gae_dims : tuple of int, default=(32, 16)
         Widths of the graph encoder (the paper's for 2-D sets).
     critic_dims : tuple of int, default=(128, 128)
@@ -159,6 +193,16 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         ``None``: coordinates only (the paper).
     spectral_neighbors : int, default=10
         Neighbours of the graph behind ``spectral_features`` (unused without it).
+    critic_spectral : int or None, default=None
+        Give the metric's encoder, beside the coordinates, this many leading
+        eigenvectors of the ``spectral_neighbors``-NN graph of the set it
+        scores (:func:`~sktransfer_cluster.cluster.c2m.graph.spectral_embedding`),
+        computed once per set. ``None``: off.
+    critic_coordinates : bool, default=True
+        Give the metric's encoder the coordinates of the points. ``False``:
+        only the features that depend on the set's k-NN graph
+        (``n_neighbors``, ``critic_spectral``), so the metric cannot tie a good
+        clustering to where and how spread the points lie.
     smooth_truth : bool, default=True
         The real labelling of each critic step is the true one with every
         point relabelled by the majority of itself and its ``n_neighbors``
@@ -200,6 +244,23 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         Centre each set and divide it by its mean per-feature standard
         deviation before the metric and the clustering MLP see it, so the
         metric does not depend on the set's location and scale.
+    representation : {"auto", "neighbours"} or None, default="auto"
+        What the metric and the search read. ``"neighbours"``: ``fit`` trains
+        a neighbour-graph encoder
+        (:class:`~sktransfer_cluster.representation.NeighbourEmbedding`, 10
+        components, at its defaults) on the source and learns the metric on the
+        source's codes; ``transfer`` refines a copy of that encoder on the
+        target's own k-NN graph and clusters the target's codes; ``predict``
+        and ``score`` encode their rows with the current encoder. ``None``:
+        the rows themselves (the paper). ``"auto"``: ``"neighbours"`` when the
+        source is one data set (``fit`` without ``groups``), ``None`` when
+        ``groups`` splits it into separate small sets, whose coordinates are
+        not one space (the paper's synthetic protocol: each set is read as
+        it is).
+    image_shape : tuple of int or None, default=None
+        ``(h, w)`` or ``(c, h, w)`` of each row, passed to the neighbour
+        encoder (its k-NN graph then ignores small translations and blurs);
+        never inferred from the number of columns.
     max_cem_samples : int, "auto" or None, default="auto"
         Largest set CEM clusters directly; a larger ``X`` is clustered through
         a random subsample of this size and every row is then assigned by the
@@ -224,6 +285,10 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     ----------
     critic_ : ClusteringCritic
         The learned metric (graph encoder + critic).
+    representation_ : NeighbourEmbedding or None
+        The neighbour encoder the metric reads (``representation``): the
+        source's after ``fit``, refined on the target after ``transfer``;
+        None when the rows are read as they are.
     labels_ : ndarray of shape (n_samples,)
         Labels of the last set clustered by ``fit`` or ``transfer``,
         consecutive from 0 in increasing order of the MLP output behind them.
@@ -236,7 +301,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         Flat weights of the best clustering MLP found (see ``predict``).
     cem_score_ : float
         Metric value of the clustering CEM found (on the CEM sample).
-    input_mean_ : ndarray of shape (n_features,)
+    input_mean_ : ndarray of shape (n_features,) or (n_components,)
     input_scale_ : float
         Standardisation of the clustered set, reused by ``predict``.
     history_ : list of dict
@@ -300,6 +365,9 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         "cem_min_std": [Interval(Real, 0, None, closed="left")],
         "n_init": [Interval(Integral, 1, None, closed="left")],
         "kmeans_candidates": ["boolean"],
+        "candidate_fakes": ["boolean"],
+        "augment": ["boolean"],
+        "spectral_candidates": ["boolean"],
         "gae_dims": [tuple, list],
         "critic_dims": [tuple, list],
         "gae_skip": ["boolean"],
@@ -307,6 +375,8 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         "n_neighbors": [Interval(Integral, 1, None, closed="left"), None],
         "spectral_features": [Interval(Integral, 1, None, closed="left"), None],
         "spectral_neighbors": [Interval(Integral, 1, None, closed="left")],
+        "critic_spectral": [Interval(Integral, 1, None, closed="left"), None],
+        "critic_coordinates": ["boolean"],
         "smooth_truth": ["boolean"],
         "n_negatives": [Interval(Integral, 0, None, closed="left")],
         "lipschitz": [StrOptions({"gp", "clip"})],
@@ -318,6 +388,8 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         "sets_per_epoch": [Interval(Integral, 1, None, closed="left")],
         "set_size": [Interval(Integral, 2, None, closed="left")],
         "standardize": ["boolean"],
+        "representation": [StrOptions({"auto", "neighbours"}), None],
+        "image_shape": [tuple, list, None],
         "max_cem_samples": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"}), None],
         **COMMON_PARAMETER_CONSTRAINTS,
     }
@@ -334,6 +406,9 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         cem_min_std=0.0,
         n_init=1,
         kmeans_candidates=True,
+        candidate_fakes=True,
+        augment=False,
+        spectral_candidates=False,
         gae_dims=(32, 16),
         critic_dims=(128, 128),
         gae_skip=True,
@@ -341,6 +416,8 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         n_neighbors=20,
         spectral_features=2,
         spectral_neighbors=10,
+        critic_spectral=None,
+        critic_coordinates=True,
         smooth_truth=True,
         n_negatives=4,
         lipschitz="gp",
@@ -352,6 +429,8 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         sets_per_epoch=10,
         set_size=200,
         standardize=True,
+        representation="auto",
+        image_shape=None,
         max_cem_samples="auto",
         keep_best=False,
         callbacks=None,
@@ -368,6 +447,9 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.cem_min_std = cem_min_std
         self.n_init = n_init
         self.kmeans_candidates = kmeans_candidates
+        self.candidate_fakes = candidate_fakes
+        self.augment = augment
+        self.spectral_candidates = spectral_candidates
         self.gae_dims = gae_dims
         self.critic_dims = critic_dims
         self.gae_skip = gae_skip
@@ -375,6 +457,8 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.n_neighbors = n_neighbors
         self.spectral_features = spectral_features
         self.spectral_neighbors = spectral_neighbors
+        self.critic_spectral = critic_spectral
+        self.critic_coordinates = critic_coordinates
         self.smooth_truth = smooth_truth
         self.n_negatives = n_negatives
         self.lipschitz = lipschitz
@@ -386,6 +470,8 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.sets_per_epoch = sets_per_epoch
         self.set_size = set_size
         self.standardize = standardize
+        self.representation = representation
+        self.image_shape = image_shape
         self.max_cem_samples = max_cem_samples
         self.keep_best = keep_best
         self.callbacks = callbacks
@@ -408,18 +494,36 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
     # ----------------------------------------------------------------- helpers
     def _neighbour_kwargs(self, critic, Xs):
-        """Extra critic arguments for the set ``Xs``: its k-NN indices when the critic uses them."""
+        """Extra critic arguments for the set ``Xs``: its k-NN indices and its spectral embedding
+        when the critic uses them (both depend on the points only, so a population shares them)."""
+        out = {}
         if critic.n_neighbors is not None:
-            return {"neighbours": knn_indices(Xs, critic.n_neighbors)}
-        return {}
+            out["neighbours"] = knn_indices(Xs, critic.n_neighbors)
+        if critic.n_spectral:
+            emb = spectral_embedding(Xs, critic.n_spectral, self.spectral_neighbors)
+            out["spectral"] = torch.as_tensor(emb, dtype=Xs.dtype, device=Xs.device)
+        return out
 
-    def _cem(self, critic, Xs, rng, torch_gen, critic_kwargs, H=None):
+    def _candidates(self, Xs, H, rng):
+        """Clustering-MLP weights of the k-means labellings of ``Xs`` and, when the MLP reads
+        spectral inputs (``H`` wider than ``Xs``), of those inputs: spectral clusterings, which
+        cut along the set's k-NN graph (rings, moons). None without ``kmeans_candidates``."""
+        if not self.kmeans_candidates:
+            return None
+        out = kmeans_candidates(Xs, H.shape[1], self.cem_hidden, self.max_clusters, rng)
+        d = Xs.shape[1]
+        if self.spectral_candidates and H.shape[1] > d:
+            spec = kmeans_candidates(H[:, d:], H.shape[1], self.cem_hidden, self.max_clusters, rng, offset=d, k_min=2)
+            out = torch.cat([out, spec])
+        return out
+
+    def _cem(self, critic, Xs, rng, torch_gen, critic_kwargs, H=None, candidates="compute"):
         """Best clustering-MLP weights for the standardised set ``Xs`` (a ``CEMResult``); the
-        MLP reads ``H`` (default ``Xs``); ``critic_kwargs``: :meth:`_neighbour_kwargs` of ``Xs``."""
+        MLP reads ``H`` (default ``Xs``); ``critic_kwargs``: :meth:`_neighbour_kwargs` of ``Xs``;
+        ``candidates``: weights scored beside the CEM runs (default :meth:`_candidates`)."""
         H = Xs if H is None else H
-        candidates = None
-        if self.kmeans_candidates:
-            candidates = kmeans_candidates(Xs, H.shape[1], self.cem_hidden, self.max_clusters, rng)
+        if isinstance(candidates, str):
+            candidates = self._candidates(Xs, H, rng)
         widths = (self.cem_hidden, self.max_clusters, max(self.gae_dims), Xs.shape[1] + 4, H.shape[1])
         width = max(*widths, self.n_neighbors or 0)
         search = dict(population=self.population, elite_frac=self.elite_frac, n_iter=self.cem_iter)
@@ -466,26 +570,52 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     def _critic_step(self, critic, opt, Xall, codes, sets, rng, torch_gen, run):
         """One critic step on a random source sub-set; (loss, real score, fake score, proposal ACC)."""
         rows = sets[int(rng.integers(len(sets)))]
+        if self.augment:
+            classes = np.unique(codes[rows])
+            if classes.shape[0] > 2:
+                # A random 2..C of the set's C classes: the number of clusters varies from step
+                # to step even when the source is one data set with C classes.
+                keep = rng.choice(classes, size=int(rng.integers(2, classes.shape[0] + 1)), replace=False)
+                rows = rows[np.isin(codes[rows], keep)]
         if rows.shape[0] > self.set_size:
             rows = np.sort(rng.choice(rows, size=self.set_size, replace=False))
         y_true = compact_labels(codes[rows])[0]
         Xs, _, _ = standardize(Xall[torch.as_tensor(rows, device=self.device_)], self.standardize)
+        if self.augment and Xs.shape[1] > 1:
+            # A random rotation: where the clusters lie is no cue, only how the set is arranged.
+            Q, R = torch.linalg.qr(torch.randn(Xs.shape[1], Xs.shape[1], generator=torch_gen, dtype=Xs.dtype))
+            Xs = Xs @ (Q * torch.sign(torch.diagonal(R))).to(Xs.device)
+            # Noise of a random strength: clusters as tight as the source's and looser ones.
+            noise = torch.randn(Xs.shape, generator=torch_gen, dtype=Xs.dtype).to(Xs.device)
+            Xs = Xs + float(torch.rand((), generator=torch_gen, dtype=Xs.dtype)) * _AUGMENT_NOISE * noise
         graph = self._neighbour_kwargs(critic, Xs)  # shared by CEM and the critic step
         critic.eval()
+        H = Xs
+        if self.spectral_candidates and self.spectral_features is not None:
+            # The proposals read the spectral inputs as in clustering, so the critic learns against
+            # the labellings such MLPs and the spectral candidates give.
+            H = mlp_inputs(Xs, spectral_reference(Xs, self.spectral_features, self.spectral_neighbors))
+        candidates = self._candidates(Xs, H, rng)
         try:
-            res = self._cem(critic, Xs, rng, torch_gen, graph)
+            res = self._cem(critic, Xs, rng, torch_gen, graph, H, candidates=candidates)
         except FloatingPointError as exc:
             raise FloatingPointError(
                 f"{type(self).__name__}: the critic returned only NaN/inf scores at epoch "
                 f"{run.completed}; lower learning_rate, use lipschitz='gp' or standardize=True."
             ) from exc
-        y_hat = mlp_labels(res.best, Xs, self.cem_hidden, self.max_clusters).cpu().numpy()
+        y_hat = mlp_labels(res.best, H, self.cem_hidden, self.max_clusters).cpu().numpy()
         if self.smooth_truth and y_true.shape[0] > 1:
             nb = graph["neighbours"] if "neighbours" in graph else knn_indices(Xs, min(10, Xs.shape[0] - 1))
             y_real = smooth_labels(y_true, nb)
         else:
             y_real = y_true
         wrong = [y_hat] + corrupt_labels(Xs.cpu().numpy(), y_true, rng, self.n_negatives)
+        if self.candidate_fakes and candidates is not None:
+            # Every k-means labelling that is not the truth is a fake too: the critic then learns to
+            # rank the truth above each number of clusters, not only above the search's current pick.
+            for lab in mlp_labels_population(candidates, H, self.cem_hidden, self.max_clusters):
+                if clustering_accuracy(y_real, lab) < _SAME_AS_TRUTH:
+                    wrong.append(compact_labels(lab)[0])
         real = torch.as_tensor(y_real, device=self.device_).unsqueeze(0)
         fake = torch.as_tensor(np.stack(wrong), device=self.device_)
         critic.train()
@@ -509,6 +639,8 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             skip=self.gae_skip,
             margin_features=self.margin_features,
             n_neighbors=self.n_neighbors,
+            n_spectral=self.critic_spectral or 0,
+            coordinates=self.critic_coordinates,
         )
         critic = init_module(critic, torch_gen).to(device=self.device_, dtype=self._dtype())
         self.critic_ = critic
@@ -528,10 +660,30 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         return run.completed
 
     # -------------------------------------------------------------- protocol
+    def _uses_representation(self, groups):
+        if self.representation == "auto":
+            return groups is None
+        return self.representation == "neighbours"
+
+    def _encode(self, X):
+        """The rows the metric reads: ``X`` itself, or its codes under ``representation_``."""
+        if self.representation_ is None:
+            return X
+        return np.asarray(self.representation_.transform(X), dtype=X.dtype)
+
     def _fit(self, X, y, *, rng, torch_gen, groups=None):
         sets, codes = source_sets(column_or_1d(y), groups)
-        self.n_iter_ = self._train(X, codes, sets, rng, torch_gen)
-        self._cluster(X, rng, torch_gen)
+        self.representation_ = self._source_representation = None
+        if self._uses_representation(groups):
+            from ...representation import NeighbourEmbedding
+
+            shape = None if self.image_shape is None else tuple(self.image_shape)
+            seed = int(rng.integers(2**31 - 1))
+            self._source_representation = NeighbourEmbedding(image_shape=shape, random_state=seed).fit(X)
+            self.representation_ = self._source_representation
+        Z = self._encode(X)
+        self.n_iter_ = self._train(Z, codes, sets, rng, torch_gen)
+        self._cluster(Z, rng, torch_gen)
 
     def transfer(self, X):
         """Cluster an unlabelled target by maximising the learned metric on it.
@@ -563,12 +715,17 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
     def _transfer(self, X, *, rng, torch_gen):
         """Cluster the unlabelled target ``X`` by maximising the learned metric with CEM."""
-        labels, n_iter = self._cluster(X, rng, torch_gen)
+        if self._source_representation is not None:
+            import copy
+
+            # A copy of the source's encoder, so every transfer starts from what fit learned.
+            self.representation_ = copy.deepcopy(self._source_representation).refine(X)
+        labels, n_iter = self._cluster(self._encode(X), rng, torch_gen)
         self.n_iter_ = int(n_iter)
         return labels
 
     def _predict(self, X):
-        Xs = (self._tensor(X) - self._input_mean) / self.input_scale_
+        Xs = (self._tensor(self._encode(X)) - self._input_mean) / self.input_scale_
         H = mlp_inputs(Xs, self._mlp_ref)
         logits = population_logits(H, self._cem_w.unsqueeze(0), self.cem_hidden, self.max_clusters)[0]
         # Most activated *used* output: labels 0 .. n_clusters_ - 1 only.
@@ -607,7 +764,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             check_consistent_length(X, y)
             codes = np.unique(y, return_inverse=True)[1]
         with torch.no_grad():
-            Xs, _, _ = standardize(self._tensor(X), self.standardize)
+            Xs, _, _ = standardize(self._tensor(self._encode(X)), self.standardize)
             labels = torch.as_tensor(codes.astype(np.int64), device=self.device_)
             value = self.critic_(Xs, labels, **self._neighbour_kwargs(self.critic_, Xs))
         return float(value[0])

@@ -35,6 +35,7 @@ __all__ = [
     "n_mlp_params",
     "population_logits",
     "mlp_labels",
+    "mlp_labels_population",
     "score_population",
     "cem_clustering",
     "centroid_mlp_weights",
@@ -86,6 +87,12 @@ def mlp_labels(W, H, hidden, n_out):
     """Argmax output of the clustering MLP with flat weights ``W`` for every row of ``H`` (chunked)."""
     W = W.unsqueeze(0)
     return chunked(lambda rows: population_logits(rows, W, hidden, n_out)[0].argmax(1), H)
+
+
+def mlp_labels_population(W, H, hidden, n_out):
+    """Argmax labellings of the rows ``H`` (n, d) by each of the P clustering MLPs in ``W``: ndarray (P, n)."""
+    with torch.no_grad():
+        return population_logits(H, W, hidden, n_out).argmax(-1).cpu().numpy()
 
 
 def score_population(critic, Xs, W, H, hidden, n_out, *, width, chunk_elements=2**22, **critic_kwargs):
@@ -151,11 +158,11 @@ def cem_clustering(
     return best
 
 
-def centroid_mlp_weights(centers, n_inputs, hidden, n_out, X):
+def centroid_mlp_weights(centers, n_inputs, hidden, n_out, X, offset=0):
     """Flat clustering-MLP weights whose argmax is the nearest of ``centers`` (k, d).
 
-    The MLP reads rows whose first d columns are the coordinates (any further
-    ``n_inputs - d`` columns get weight 0). Nearest centre is the argmax of
+    The MLP reads rows whose columns ``offset .. offset + d - 1`` are the
+    coordinates of ``X`` (every other of its ``n_inputs`` columns gets weight 0). Nearest centre is the argmax of
     ``x . (mu_j - m) - ||mu_j||^2 / 2`` (m the mean centre), a linear map of
     rank at most k - 1: its top ``hidden`` directions ``B_i`` become hidden
     units ``relu(x . B_i + s_i)`` with ``s_i`` ten times the largest
@@ -184,7 +191,7 @@ def centroid_mlp_weights(centers, n_inputs, hidden, n_out, X):
         A = U[:, :r] * S[:r]  # (k, r): D ~ A B
         proj = X @ B.T  # (n, r)
         shift = 10.0 * proj.abs().max(0).values + 1.0
-        W1[:d, :r] = B.T
+        W1[offset : offset + d, :r] = B.T
         b1[:r] = shift
         W2[:r, :k] = A.T
         b2[:k] = const - A @ shift
@@ -196,13 +203,13 @@ def centroid_mlp_weights(centers, n_inputs, hidden, n_out, X):
     return torch.cat([W1.reshape(-1), b1, W2.reshape(-1), b2])
 
 
-def kmeans_candidates(Xs, n_inputs, hidden, n_out, rng, *, n_init=1):
-    """Clustering-MLP weights of k-means labellings of the set ``Xs`` for k = 1 .. n_out.
+def kmeans_candidates(Xs, n_inputs, hidden, n_out, rng, *, n_init=1, offset=0, k_min=1):
+    """Clustering-MLP weights of k-means labellings of the set ``Xs`` for k = ``k_min`` .. n_out.
 
     One k-means run per k (``n_init`` starts, seeded from ``rng``), each turned
-    into weights by :func:`centroid_mlp_weights`: a cheap, diverse set of
-    starting proposals for a search over every number of clusters (k is capped
-    at the number of rows).
+    into weights by :func:`centroid_mlp_weights` (``Xs`` being the MLP's input
+    columns from ``offset`` on): a cheap, diverse set of starting proposals for
+    a search over every number of clusters (k is capped at the number of rows).
 
     Returns
     -------
@@ -210,13 +217,15 @@ def kmeans_candidates(Xs, n_inputs, hidden, n_out, rng, *, n_init=1):
     """
     Xn = Xs.detach().cpu().numpy()
     rows = []
-    for k in range(1, min(n_out, Xn.shape[0]) + 1):
+    for k in range(k_min, min(n_out, Xn.shape[0]) + 1):
         if k == 1:
             centers = Xn.mean(0, keepdims=True)
         else:
             seed = int(rng.integers(2**31 - 1))
             centers = KMeans(k, n_init=n_init, random_state=seed).fit(Xn).cluster_centers_
-        rows.append(centroid_mlp_weights(torch.as_tensor(centers), n_inputs, hidden, n_out, Xs))
+        rows.append(centroid_mlp_weights(torch.as_tensor(centers), n_inputs, hidden, n_out, Xs, offset))
+    if not rows:
+        return Xs.new_zeros(0, n_mlp_params(n_inputs, hidden, n_out))
     return torch.stack(rows)
 
 
