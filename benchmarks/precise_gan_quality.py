@@ -350,14 +350,16 @@ def _arena_transfer(task_name, task, k, seeds, rows, shapes=(None,)):
             lab, c_tr = _cpu(lambda m=model: m.transfer(Xt))
             res["transfer"][0].append(clustering_accuracy(yt, lab))
             res["transfer"][1].append(c_fit + c_tr)
+            start = getattr(model, "transfer_start_", "source")
+            res.setdefault("starts", []).append(start)
             model, c = _cpu(lambda s=s, sh=shape: _arena_gan(k, s, image_shape=sh).fit(Xt))
             res["alone"][0].append(clustering_accuracy(yt, model.labels_))
             res["alone"][1].append(c)
             print(f"  {task_name}{tag} seed {s}: transfer {res['transfer'][0][-1]:.3f} "
-                  f"({c_fit:.0f} + {c_tr:.0f} CPU s), target alone {res['alone'][0][-1]:.3f} ({c:.0f} CPU s)",
+                  f"({c_fit:.0f} + {c_tr:.0f} CPU s, kept: {start}), target alone {res['alone'][0][-1]:.3f} ({c:.0f} CPU s)",
                   flush=True)
         rows.append(_arena_row(task_name, f"PreciseFeatureGAN fit(source).transfer(target){tag}", *res["transfer"],
-                               "CPU s: fit + transfer"))
+                               "CPU s: fit + transfer; GAN kept per seed: " + ", ".join(res["starts"])))
         rows.append(_arena_row(task_name, f"PreciseFeatureGAN fitted on the target alone{tag}", *res["alone"]))
 
 
@@ -581,6 +583,9 @@ def main():
         else:
             payload[name], lines = sections[name](seeds, n_iter)
         md += lines + [""]
+        if name in ARENA and name != args.sections[-1]:
+            # Each arena part takes up to an hour on a busy machine: keep what is done so far.
+            write("precise_gan", args.name, payload, "\n".join(md), quick=args.quick)
     payload["total_seconds"] = time.perf_counter() - t_start
     md.append(f"Total wall time {payload['total_seconds'] / 60:.1f} min.")
     stem = result_stem("precise_gan", args.name, args.quick)

@@ -657,3 +657,31 @@ def test_score_and_predict_of_rows_1e150_beyond_the_fit_data_are_finite_and_exac
     proba = model.predict_proba(far)
     assert np.all(np.isfinite(proba)) and np.allclose(proba.sum(1), 1.0)
     np.testing.assert_array_equal(model.predict(far), expected.argmax(1))
+
+
+def test_transfer_keeps_the_gan_whose_points_cover_the_target_best(wide_blobs):
+    X = wide_blobs[0]
+    source = PreciseFeatureGAN(3, **WIDE).fit(X)
+    warm, restarted = copy.deepcopy(source), copy.deepcopy(source)
+    warm.transfer(X[::-1] + 0.5, n_restarts=0)
+    restarted.transfer(X[::-1] + 0.5)  # one restart by default with the encoder
+
+    def error(model):
+        return model._quantisation_error(model._prep(X[::-1] + 0.5))
+
+    assert warm.transfer_start_ == "source"
+    assert error(restarted) <= error(warm)
+    assert restarted.transfer_start_ == ("source" if error(restarted) == error(warm) else "restart 1")
+    # Without an encoder there is no restart unless asked for.
+    raw = PreciseFeatureGAN(3, **TINY).fit(wide_blobs[0][:, :4])
+    raw.transfer(wide_blobs[0][:, :4] + 0.5)
+    assert raw.transfer_start_ == "source"
+
+
+def test_a_pickled_model_with_an_encoder_predicts_the_same(wide_blobs):
+    import pickle
+
+    model = PreciseFeatureGAN(3, **WIDE).fit(wide_blobs[0])
+    again = pickle.loads(pickle.dumps(model))
+    np.testing.assert_array_equal(again.predict(wide_blobs[0]), model.predict(wide_blobs[0]))
+    np.testing.assert_allclose(again.predict_proba(wide_blobs[0]), model.predict_proba(wide_blobs[0]))
