@@ -236,3 +236,41 @@ def test_predict_runs_on_one_thread_and_gives_the_callers_threads_back(two_threa
     km.transform(X)
     assert seen and all(t == 1 and pools <= {1} for t, pools in seen)
     assert torch.get_num_threads() == 2
+
+
+# ------------------------------------------------------------------ Dask: OT-Lloyd on the workers, predict
+def _sk_blobs(n=3000, seed=0):
+    from sklearn.datasets import make_blobs
+
+    return make_blobs(n_samples=n, centers=[[0, 0, 0], [12, 0, 0], [0, 12, 0]], random_state=seed)
+
+
+def test_ot_lloyd_on_dask_chunks_equals_ot_lloyd_in_memory():
+    distributed = pytest.importorskip("distributed", reason="needs the 'distributed' extra (dask[distributed])")
+    import dask.array as da
+
+    from sktransfer_cluster.cluster.sinkhorn_kmeans import distributed as dd
+
+    X, _ = _sk_blobs(3000)
+    shift = X.mean(0)
+    Z = torch.as_tensor(X - shift)
+    start = Z[[0, 1, 2]].clone()
+    log_w = torch.full((3,), -np.log(3.0), dtype=torch.float64)
+    centers, regs, n_iter, _ = lloyd.ot_lloyd(Z, start[None], 0.01, log_w, 100, 1e-8)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False) as cluster, \
+            distributed.Client(cluster):
+        got, got_iter, _, _ = dd.dask_ot_lloyd(da.from_array(X, chunks=(700, -1)), start, float(regs[0]), log_w, None,
+                                               shift=shift, scale=1.0, max_iter=100, tol=1e-8)
+    assert got_iter == n_iter
+    np.testing.assert_allclose(got.numpy(), centers[0].numpy(), rtol=0, atol=1e-10)  # only the sums' order differs
+
+
+def test_predict_of_a_dask_array_is_a_dask_array_of_the_same_labels():
+    da = pytest.importorskip("dask.array", reason="needs the 'distributed' extra (dask[distributed])")
+    from sktransfer_cluster import SinkhornKMeans
+
+    X, _ = _sk_blobs(1000)
+    km = SinkhornKMeans(3, random_state=0, device="cpu").fit(X)
+    labels = km.predict(da.from_array(X, chunks=(300, 2)))
+    assert isinstance(labels, da.Array)
+    np.testing.assert_array_equal(labels.compute(), km.predict(X))

@@ -35,7 +35,7 @@ from .runtime import (
     warn,
     working_dtype,
 )
-from .streaming import mapped_pages, release_pages, streamed_affine
+from .streaming import is_dask_array, mapped_pages, release_pages, streamed_affine
 from .training import LineProgress, TrainingRun
 
 __all__ = ["COMMON_PARAMETER_CONSTRAINTS", "TransferClusterMixin", "WithinClusterScoreMixin"]
@@ -463,16 +463,22 @@ class TransferClusterMixin(ABC):
 
         Never adapts the model to ``X`` (use :meth:`transfer` for that): the
         result for a row does not depend on the other rows. Memory is bounded by
-        processing ``X`` in chunks.
+        processing ``X`` in chunks (a memmap's file pages are handed back as they
+        are read).
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like or dask array of shape (n_samples, n_features)
 
         Returns
         -------
         labels : ndarray of shape (n_samples,)
+            A dask array for a dask array, each chunk assigned where it lives.
         """
+        if is_dask_array(X):
+            # Each chunk is assigned where it lives; the labels stay a dask array.
+            check_is_fitted(self)
+            return X.rechunk({1: -1}).map_blocks(self.predict, drop_axis=1, dtype=np.int64)
         return self._labels(self._fitted_input(X))
 
     def _linear_predictor(self):

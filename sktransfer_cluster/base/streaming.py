@@ -22,7 +22,7 @@ import numpy as np
 
 from .arrays import chunk_rows
 
-__all__ = ["RELEASE_BYTES", "RowReader", "iter_row_chunks", "mapped_pages", "read_rows", "release_pages", "streamed_affine"]
+__all__ = ["RELEASE_BYTES", "RowReader", "is_dask_array", "iter_row_chunks", "mapped_pages", "read_rows", "release_pages", "streamed_affine"]
 
 
 def mapped_pages(X):
@@ -184,3 +184,12 @@ def streamed_affine(X, chunk_size=None):
     if not (0.0 < peak < np.inf) or ss <= 0:
         return shift, 1.0
     return shift, peak * math.sqrt(ss / (n_seen * d))
+
+
+def is_dask_array(X):
+    """Whether ``X`` is a ``dask.array.Array``, without importing dask when nothing has."""
+    import sys
+
+    da = sys.modules.get("dask.array")
+    return da is not None and isinstance(X, da.Array)
+

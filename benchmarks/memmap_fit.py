@@ -1,0 +1,167 @@
+"""SinkhornKMeans fitted on a memory-mapped array by minibatches (issue 31, item 1).
+
+    python benchmarks/memmap_fit.py [--n 2000000] [--d 16] [--k 10] [--std 4.0] [--seeds 0 1 2]
+        [--no-full] [--name NAME] [--smoke]
+
+Canonical run: ``python benchmarks/memmap_fit.py`` (results/scaling/variants/memmap_fit).
+
+Writes ``--n`` x ``--d`` float32 blobs (``--k`` centres uniform in [-10, 10]^d, standard
+deviation ``--std``, labels uniform) to a ``.npy`` file in a temporary folder, chunk by
+chunk, then measures in a fresh process per cell, one thread (``OMP_NUM_THREADS=1``), each
+cell's CPU seconds and the growth of its peak resident set over the fit (``VmHWM`` reset
+before it; file pages mapped by reading the memmap count):
+
+* ``SinkhornKMeans(algorithm="minibatch")`` on the memmap (``np.load(mmap_mode="r")``);
+* ``MiniBatchKMeans`` on the same memmap with the same batch size (8,192) and the same number
+  of passes over the data as SinkhornKMeans made in the same seed (``max_iter`` = its
+  ``n_iter_``, ``tol=0``, ``max_no_improvement=None``), its other settings default;
+* ``SinkhornKMeans`` fitted in memory at its defaults (``algorithm="full"``) on the array
+  loaded into memory (the copy made before the measurement), unless ``--no-full``.
+
+ARI against the blobs' labels for each, and between the minibatch and the in-memory fit of
+the same seed. Goals (issue 31): peak RSS growth <= 512 MiB, time <= 3x MiniBatchKMeans with
+the same passes, ARI within 0.01 of the in-memory fit.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import _common
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+_MARK = "SKTC-MEMMAP "
+
+
+def write_blobs(path, n, d, k, std, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(-10, 10, size=(k, d))
+    X = np.lib.format.open_memmap(path / "X.npy", mode="w+", dtype=np.float32, shape=(n, d))
+    y = np.lib.format.open_memmap(path / "y.npy", mode="w+", dtype=np.int64, shape=(n,))
+    step = 1 << 18
+    for start in range(0, n, step):
+        stop = min(start + step, n)
+        lab = rng.integers(0, k, size=stop - start)
+        X[start:stop] = centres[lab] + std * rng.normal(size=(stop - start, d))
+        y[start:stop] = lab
+    X.flush()
+    y.flush()
+    del X, y
+
+
+def cell(job):
+    """One measurement in this (fresh) process."""
+    import torch
+    from sklearn.cluster import MiniBatchKMeans
+    from sklearn.metrics import adjusted_rand_score
+
+    from sktransfer_cluster import SinkhornKMeans
+
+    torch.set_num_threads(1)
+    folder, method, seed, k = Path(job["folder"]), job["method"], job["seed"], job["k"]
+    X = np.load(folder / "X.npy", mmap_mode="r")
+    y = np.load(folder / "y.npy")
+    if method == "SinkhornKMeans-full":
+        X = np.array(X)  # in memory, before the measurement
+        est = SinkhornKMeans(k, algorithm="full", random_state=seed, device="cpu")
+    elif method == "SinkhornKMeans-minibatch":
+        est = SinkhornKMeans(k, algorithm="minibatch", random_state=seed, device="cpu")
+    else:
+        est = MiniBatchKMeans(k, batch_size=8192, max_iter=job["passes"], tol=0.0, max_no_improvement=None,
+                              random_state=seed)
+    torch.ones(8, 8) @ torch.ones(8, 8)
+    est, cpu, wall, peak = _common.measured(lambda: est.fit(X))
+    labels = est.labels_
+    np.save(folder / f"labels_{method}_{seed}.npy", labels)
+    passes = int(est.n_iter_) if method != "MiniBatchKMeans" else float(est.n_steps_ * 8192 / X.shape[0])
+    return {"method": method, "seed": seed, "cpu_s": cpu, "wall_s": wall, "peak_extra_mib": peak / 2**20,
+            "ari": float(adjusted_rand_score(y, labels)), "passes": passes}
+
+
+def run_cell(job):
+    cmd = [sys.executable, str(HERE / "memmap_fit.py"), "--cell", json.dumps(job)]
+    done = subprocess.run(cmd, check=False, cwd=HERE, env=_common.thread_env(1), capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr)
+        raise RuntimeError(f"cell {job} failed")
+    line = next(line for line in done.stdout.splitlines() if line.startswith(_MARK))
+    out = json.loads(line[len(_MARK):])
+    print(out, flush=True)
+    return out
+
+
+def markdown(rows, args, agreement):
+    by = {}
+    for r in rows:
+        by.setdefault(r["method"], []).append(r)
+
+    def med(method, key):
+        v = [r[key] for r in by.get(method, [])]
+        return (float(np.median(v)), min(v), max(v)) if v else None
+
+    def fmt(t, digits=2):
+        return "n/a" if t is None else f"{t[0]:.{digits}f} [{t[1]:.{digits}f}, {t[2]:.{digits}f}]"
+
+    md = [(f"{args.n:,} x {args.d} float32 blobs (K = {args.k}, std {args.std}), a `.npy` memmap of "
+           f"{args.n * args.d * 4 / 2**20:,.0f} MiB; one fresh process per cell, 1 thread, seeds "
+           f"{' '.join(map(str, args.seeds))}: median [min, max]."), "",
+          "| method | CPU s | / MiniBatchKMeans | peak RSS growth MiB | passes | ARI |", "|---|---|---|---|---|---|"]
+    mbk = {r["seed"]: r["cpu_s"] for r in by.get("MiniBatchKMeans", [])}
+    for method in ("SinkhornKMeans-minibatch", "MiniBatchKMeans", "SinkhornKMeans-full"):
+        if method not in by:
+            continue
+        ratios = [r["cpu_s"] / mbk[r["seed"]] for r in by[method] if r["seed"] in mbk]
+        ratio = fmt((float(np.median(ratios)), min(ratios), max(ratios))) + "x" if ratios else "n/a"
+        md.append(f"| {method} | {fmt(med(method, 'cpu_s'))} | {ratio} | {fmt(med(method, 'peak_extra_mib'), 0)} | "
+                  f"{fmt(med(method, 'passes'), 1)} | {fmt(med(method, 'ari'), 4)} |")
+    if agreement:
+        md += ["", "ARI(minibatch fit, in-memory fit) per seed: " + ", ".join(f"{a:.4f}" for a in agreement)]
+    return "\n".join(md)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=float, default=2e6)
+    parser.add_argument("--d", type=int, default=16)
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--std", type=float, default=4.0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--no-full", action="store_true", help="skip the in-memory fit")
+    parser.add_argument("--cell", default=None, help=argparse.SUPPRESS)
+    _common.add_name_argument(parser, "scaling")
+    args = _common.setup(parser.parse_args())
+    if args.cell:
+        print(_MARK + json.dumps(cell(json.loads(args.cell))), flush=True)
+        return
+    if args.smoke:
+        args.n, args.seeds = 20000, [0]
+    args.n = int(args.n)
+    if args.name == _common.CANONICAL["scaling"]:
+        args.name = "memmap_fit"
+    rows, agreement = [], []
+    with tempfile.TemporaryDirectory(dir=os.environ.get("SKTC_MEMMAP_DIR")) as tmp:
+        folder = Path(tmp)
+        write_blobs(folder, args.n, args.d, args.k, args.std)
+        for seed in args.seeds:
+            job = {"folder": tmp, "seed": seed, "k": args.k}
+            ours = run_cell({**job, "method": "SinkhornKMeans-minibatch"})
+            rows.append(ours)
+            rows.append(run_cell({**job, "method": "MiniBatchKMeans", "passes": int(ours["passes"])}))
+            if not args.no_full:
+                rows.append(run_cell({**job, "method": "SinkhornKMeans-full"}))
+                from sklearn.metrics import adjusted_rand_score
+
+                agreement.append(float(adjusted_rand_score(
+                    np.load(folder / f"labels_SinkhornKMeans-minibatch_{seed}.npy"),
+                    np.load(folder / f"labels_SinkhornKMeans-full_{seed}.npy"))))
+    _common.write("scaling", args.name, {"rows": rows, "agreement": agreement, "n": args.n, "d": args.d,
+                                         "k": args.k, "std": args.std}, markdown(rows, args, agreement))
+
+
+if __name__ == "__main__":
+    main()

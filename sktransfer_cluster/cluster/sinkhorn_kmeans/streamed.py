@@ -1,0 +1,268 @@
+"""SinkhornKMeans on inputs streamed in batches: ``partial_fit`` and the minibatch fit.
+
+A mixin of :class:`~sktransfer_cluster.SinkhornKMeans` (plain OT k-means, no
+embedding). Both run :mod:`.minibatch`: ``partial_fit(X)`` is one step on the batch
+``X`` (its first call starts from OT-Lloyd on that batch, as MiniBatchKMeans starts
+from k-means++ on its first batch); ``fit`` with ``algorithm="minibatch"`` (or
+``"auto"`` on an input whose float64 copy would pass ``STREAM_BYTES``) starts from
+OT-Lloyd on ``STREAM_INIT_ROWS`` rows drawn by index, then runs passes of
+``STREAM_BATCH_ROWS``-row batches drawn by index until the centres move by less than
+``tol`` in a pass, and labels every row in chunks. No step copies the input: a memmap
+is read a batch at a time and its file pages are released after each read
+(:mod:`sktransfer_cluster.base.streaming`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from sklearn.utils._available_if import available_if
+
+from ...base.runtime import compute_threads, make_generators, resolve_device, working_dtype
+from ...base.streaming import RowReader, iter_row_chunks
+from . import lloyd
+from .minibatch import MinibatchState, minibatch_passes, minibatch_step
+from .objective import squared_distances
+
+__all__ = ["STREAM_BATCH_ROWS", "STREAM_BYTES", "STREAM_INIT_ROWS", "StreamedOTKMeansMixin"]
+
+#: Rows per batch of the minibatch fit: large enough that a batch holds hundreds of rows
+#: of each of tens of clusters, and the per-batch overhead of torch stays small.
+STREAM_BATCH_ROWS = 8192
+#: Rows of the OT-Lloyd start of the minibatch fit (MiniBatchKMeans' ``init_size`` rule:
+#: three batches).
+STREAM_INIT_ROWS = 3 * STREAM_BATCH_ROWS
+#: ``algorithm="auto"`` fits by minibatches when a float64 copy of X would pass this.
+STREAM_BYTES = 2**30
+# Check of the start's plan (a report only), as the full fit's.
+_CHECK_TOL = 1e-3
+_CHECK_MAX_ITER = 10 * lloyd.SINKHORN_MAX_ITER
+
+
+class StreamedOTKMeansMixin:
+    """``partial_fit`` and the minibatch ``fit`` of SinkhornKMeans (see the module docstring)."""
+
+    # ------------------------------------------------------------------ helpers
+    def _streams(self, X):
+        """Whether ``fit`` runs minibatches on ``X``: ``algorithm``, and for "auto" the size of X."""
+        if self.embedding is not None or self.algorithm == "full":
+            return False
+        return self.algorithm == "minibatch" or X.shape[0] * X.shape[1] * 8 > STREAM_BYTES
+
+    def _row_reader(self, X):
+        """``read(indices)``: the rows of X at sorted ``indices``, normalised as ``_tensor`` does."""
+        reader = RowReader(X)
+        shift, scale = self._input_affine
+        dtype, device = self._dtype(), self.device_
+
+        def read(index):
+            rows = reader(index)
+            rows -= shift
+            if scale != 1.0:
+                rows /= scale
+            return torch.as_tensor(rows, dtype=dtype).to(device)
+
+        return read
+
+    def _ot_lloyd_start(self, Z, rng, what):
+        """OT-Lloyd from ``n_init`` k-means++ starts on ``Z``: ``(centers, reg, n_iter, g)``."""
+        with compute_threads(Z.device, blas=True):
+            init = self._kmeanspp(Z, self.n_init, rng)
+        work = working_dtype(Z.device, accelerator=Z.dtype)
+        _, centers, reg, n_iter, check = lloyd.ot_lloyd_best(
+            Z.to(work), init.to(work), self.epsilon, self._log_weights(), self.max_iter, self._abs_tol(Z),
+            check_tol=_CHECK_TOL, check_max_iter=_CHECK_MAX_ITER,
+        )
+        self._warn_not_converged(check, what, _CHECK_TOL, _CHECK_MAX_ITER)
+        return centers.to(Z.dtype), reg, n_iter, check.g
+
+    def _new_stream(self, centers, reg, g, n_rows):
+        """The minibatch state after a start on ``n_rows`` rows (they count as seen)."""
+        state = MinibatchState(centers, reg)
+        state.counts += n_rows * torch.as_tensor(self.weights_, dtype=torch.float64, device=centers.device)
+        state.g = g
+        return state
+
+    def _keep_stream(self, state):
+        # Plain tensors in a dict: pickling moves them to the CPU with the rest of the state.
+        self._stream = {"counts": state.counts, "g": state.g, "reg": state.reg, "n_steps": state.n_steps}
+
+    def _stream_state(self):
+        s = self._stream
+        state = MinibatchState(self._centers, s["reg"], counts=s["counts"].clone())
+        state.g, state.n_steps = s["g"], s["n_steps"]
+        return state
+
+    def _set_centres(self, centers, reg):
+        self._centers = centers.detach()
+        self.cluster_centers_ = self._centers.cpu().numpy() + self._input_affine[0]
+        self.reg_ = float(reg)
+
+    def _label_chunks(self, X):
+        """Nearest-centre labels and inertia of every row of X, read in chunks."""
+        shift, scale = self._input_affine
+        labels = np.empty(X.shape[0], dtype=np.int64)
+        inertia = 0.0
+        with torch.no_grad(), compute_threads(self.device_):
+            for start, stop, rows in iter_row_chunks(X):
+                Z = torch.as_tensor((rows - shift) / scale, dtype=self._dtype()).to(self.device_)
+                mins, lab = squared_distances(Z, self._centers).min(1)
+                labels[start:stop] = lab.cpu().numpy()
+                inertia += float(mins.sum())
+        return labels, inertia
+
+    # ---------------------------------------------------------------- minibatch fit
+    def _fit_minibatch(self, X, rng):
+        """``fit`` by minibatch OT k-means (``_fit`` calls it when :meth:`_streams`)."""
+        n = X.shape[0]
+        read = self._row_reader(X)
+        size = min(n, STREAM_INIT_ROWS)
+        start_rows = np.arange(n) if size == n else np.sort(rng.choice(n, size, replace=False))
+        with torch.no_grad():
+            Z = read(start_rows)
+            centers, reg, _, g = self._ot_lloyd_start(Z, rng, "the OT-Lloyd start of the minibatch fit")
+            del Z
+            state = self._new_stream(centers, reg, g, size)
+            tol = float(self.tol * self._input_spread**2 / (self._input_affine[1] ** 2))
+            with self._progress(self.max_iter, "minibatch passes") as bar:
+                passes = minibatch_passes(
+                    state, read, n, self._log_weights(), batch_size=STREAM_BATCH_ROWS, max_passes=self.max_iter,
+                    tol=tol, rng=rng, callback=lambda i, shift: self._tick(bar, shift=shift),
+                )
+        self._set_centres(state.centers, state.reg)
+        self._keep_stream(state)
+        self.n_iter_ = int(passes)
+        self.labels_, self.inertia_ = self._label_chunks(X)
+        return self.labels_
+
+    # ------------------------------------------------------------------ partial_fit
+    def _plain_ot_kmeans(self):
+        # partial_fit streams plain OT k-means only: an embedding trains a network on the
+        # whole source, so with one the method does not exist (hasattr is False, as
+        # scikit-learn's checks and meta-estimators expect).
+        return self.embedding is None
+
+    @available_if(_plain_ot_kmeans)
+    def partial_fit(self, X, y=None):
+        """Update the centres with one batch of rows (minibatch OT k-means with the size prior).
+
+        The first call (on an unfitted estimator) starts from OT-Lloyd on ``X``
+        (``n_init`` k-means++ starts, at least ``n_clusters`` rows); each later call
+        is one step: ``X`` is assigned by entropic OT to the centres under the
+        cluster-size prior, with column potentials carried from batch to batch, and
+        each centre moves to the running mean of the plan mass it has received
+        (scikit-learn's ``MiniBatchKMeans.partial_fit`` with the size-constrained
+        assignment). After a ``fit`` the steps continue from the fitted centres.
+        Only without an embedding (with one the method does not exist).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            One batch of source rows.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : object
+            ``labels_`` and ``inertia_`` are those of this batch; ``n_steps_``
+            counts the batches seen.
+        """
+        first = not hasattr(self, "_stream")
+        if first:
+            self._validate_params()
+        with self._rollback_on_error():
+            X = self._validate_input(X, reset=first)
+            self._check_params_vs_input(X, reset=first)
+            with torch.no_grad():
+                if first:
+                    self._start_stream(X)
+                    state = self._stream_state()
+                    state.n_steps = 1
+                else:
+                    state = self._stream_state()
+                    minibatch_step(state, self._tensor(X), self._log_weights())
+            self._set_centres(state.centers, state.reg)
+            self._keep_stream(state)
+            self.n_steps_ = self.n_iter_ = state.n_steps
+            self.labels_, self.inertia_ = self._label_chunks(X)
+            self.n_clusters_ = int(np.unique(self.labels_).shape[0])
+        return self
+
+    def _start_stream(self, X):
+        """The first ``partial_fit``: everything ``fit`` sets up, then OT-Lloyd on the batch."""
+        from ...base.arrays import check_resolution, input_affine
+
+        self.device_ = resolve_device(self.device)
+        self.history_ = []
+        self.weights_ = self._proportions()
+        self.autoencoder_ = None
+        self.encoder_ = None
+        rng, _ = make_generators(self.random_state, "cpu")
+        shift, scale = input_affine(X)
+        check_resolution(X.dtype, shift, scale)
+        self._input_affine, self._input_spread = (shift, 1.0), scale
+        Z = self._tensor(X)
+        centers, reg, _, g = self._ot_lloyd_start(Z, rng, "the OT-Lloyd start of partial_fit")
+        self._centers = centers
+        self._keep_stream(self._new_stream(centers, reg, g, X.shape[0]))
+
+    # ------------------------------------------------------------------------ Dask
+    def _fit_dask(self, X):
+        """``fit`` on a ``dask.array``: every pass over the rows runs on the workers.
+
+        The normalisation statistics and the finite check are Dask reductions, the start
+        is OT-Lloyd on ``STREAM_INIT_ROWS`` rows drawn by index (brought to the client),
+        then OT-Lloyd runs on the whole array with each solver pass one task per chunk
+        (:mod:`.distributed`). Only the labels, one integer per row, come back.
+        """
+        import dask.array as da
+
+        from ...base.arrays import check_resolution
+        from .distributed import dask_labels, dask_ot_lloyd
+
+        self._validate_params()
+        if self.embedding is not None:
+            raise ValueError(
+                f"A dask array is fitted by plain OT k-means; embedding={self.embedding!r} trains a network on "
+                "the whole source in memory: pass a numpy array (or a memmap), or embedding=None."
+            )
+        with self._rollback_on_error():
+            if X.ndim != 2 or X.dtype.kind not in "fiu":
+                raise ValueError(f"Expected a 2-D dask array of real numbers, got shape {X.shape} and dtype {X.dtype}.")
+            for attr in ("feature_names_in_",):
+                self.__dict__.pop(attr, None)
+            self.n_features_in_ = int(X.shape[1])
+            self._check_n_clusters(int(X.shape[0]), self.n_clusters)
+            self.device_ = resolve_device(self.device)
+            self.history_ = []
+            self.weights_ = self._proportions()
+            self.autoencoder_ = None
+            self.encoder_ = None
+            rng, _ = make_generators(self.random_state, "cpu")
+            Xf = X.astype(np.float64).rechunk({1: -1})
+            shift, finite = da.compute(Xf.mean(0), da.isfinite(Xf).all())
+            if not finite:
+                raise ValueError("Input X contains NaN or infinity.")
+            scale = float(np.sqrt(((Xf - shift) ** 2).mean().compute()))
+            scale = scale if scale > 0 else 1.0
+            check_resolution(np.dtype(np.float32 if X.dtype == np.float32 else np.float64), shift, scale)
+            self._input_affine, self._input_spread = (shift, 1.0), scale
+            n = int(X.shape[0])
+            size = min(n, STREAM_INIT_ROWS)
+            start_rows = np.arange(n) if size == n else np.sort(rng.choice(n, size, replace=False))
+            with torch.no_grad():
+                Z = torch.as_tensor(np.asarray(Xf[start_rows].compute()) - shift, dtype=self._dtype()).to(self.device_)
+                centers, reg, _, g = self._ot_lloyd_start(Z, rng, "the OT-Lloyd start of the Dask fit")
+                centers, n_iter, g, _ = dask_ot_lloyd(
+                    Xf, centers.cpu(), reg, self._log_weights().cpu(), g.cpu(), shift=shift, scale=1.0,
+                    max_iter=self.max_iter, tol=float(self.tol * scale**2),
+                )
+            centers = centers.to(device=self.device_, dtype=self._dtype())
+            self._set_centres(centers, reg)
+            self._keep_stream(self._new_stream(centers, reg, g.to(self.device_), n))
+            self.n_iter_ = int(n_iter)
+            self.labels_, self.inertia_ = dask_labels(Xf, centers.cpu(), shift=shift, scale=1.0)
+            self.n_clusters_ = int(np.unique(self.labels_).shape[0])
+        return self
+
