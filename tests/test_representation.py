@@ -104,3 +104,58 @@ def test_functional_core_trains_an_encoder_in_place():
 def test_umap_curve_of_min_dist_zero():
     a, b = umap_curve(0.0)
     assert a == pytest.approx(1.93, abs=0.02) and b == pytest.approx(0.79, abs=0.01)
+
+
+def _reconstruction_error(enc, dec, X):
+    with torch.no_grad():
+        Xt = torch.as_tensor(X, dtype=torch.float32)
+        return float(((dec(enc(Xt)) - Xt) ** 2).mean())
+
+
+def test_a_decoder_trained_beside_the_graph_loss_learns_to_reconstruct():
+    X, y = blobs(200)
+    X = (X - X.mean(0)) / X.std()
+    G = neighbour_graph(X, 10)
+    gen = torch.Generator().manual_seed(0)
+    enc, dec = make_encoder(8, 3, (32,), generator=gen), make_encoder(3, 8, (32,), generator=gen)
+    before = _reconstruction_error(enc, dec, X)
+    train_neighbour_encoder(enc, X, G, n_epochs=60, batch_size=1024, generator=gen, decoder=dec)
+    assert _reconstruction_error(enc, dec, X) < 0.5 * before
+    assert not enc.training and not dec.training
+    # The codes still keep the graph's clusters apart: each row's nearest class mean is its own.
+    Z = encode(enc, X)
+    centres = np.stack([Z[y == c].mean(0) for c in range(3)])
+    assert np.mean(((Z[:, None] - centres[None]) ** 2).sum(-1).argmin(1) == y) >= 0.95
+
+
+def test_neighbour_weight_zero_trains_the_reconstruction_alone():
+    X, _ = blobs(200)
+    X = (X - X.mean(0)) / X.std()
+    G = neighbour_graph(X, 10)
+    seen = []
+
+    def node_loss(Z, nodes):
+        seen.append(nodes.clone())
+        return Z.sum() * 0.0
+
+    gen = torch.Generator().manual_seed(0)
+    enc, dec = make_encoder(8, 3, (32,), generator=gen), make_encoder(3, 8, (32,), generator=gen)
+    losses = train_neighbour_encoder(
+        enc, X, G, n_epochs=3, batch_size=1024, generator=gen, decoder=dec, neighbour_weight=0.0, node_loss=node_loss
+    )
+    # Every step's loss is the batch's mean squared reconstruction error, a few tenths to 1 for unit-scale rows.
+    assert all(0.0 < v < 2.0 for v in losses)
+    assert seen and all(n.max() < 200 and torch.equal(n, n.unique()) for n in seen)
+
+
+def test_node_loss_trains_its_extra_parameters_with_the_encoder():
+    X, _ = blobs(200)
+    G = neighbour_graph(X, 10)
+    gen = torch.Generator().manual_seed(0)
+    enc = make_encoder(8, 2, (16,), generator=gen)
+    centre = torch.nn.Parameter(torch.full((2,), 50.0))
+    train_neighbour_encoder(
+        enc, X / X.std(), G, n_epochs=5, batch_size=1024, generator=gen,
+        node_loss=lambda Z, nodes: ((Z - centre) ** 2).sum(1).mean(), extra_params=(centre,),
+    )
+    assert float(centre.detach().abs().max()) < 50.0  # pulled towards the codes

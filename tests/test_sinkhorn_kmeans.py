@@ -22,13 +22,15 @@ from sktransfer_cluster.cluster.sinkhorn_kmeans.estimator import PAPER_PARAMS
 from sktransfer_cluster.base import TrainingRun
 from sktransfer_cluster.metrics import within_cluster_sum_of_squares
 from sktransfer_cluster.cluster.sinkhorn_kmeans import lloyd
-from sktransfer_cluster.cluster.sinkhorn_kmeans.networks import AutoEncoder, ConvAutoEncoder
+from sktransfer_cluster.cluster.sinkhorn_kmeans.networks import AutoEncoder, ConvAutoEncoder, GraphAutoEncoder
 from sktransfer_cluster.cluster.sinkhorn_kmeans.objective import regularized_ot_cost, squared_distances
 from sktransfer_cluster.nn import init_module
 from sktransfer_cluster.ot import plan_from_potentials, semi_dual_newton, sinkhorn_potentials
 
 FAST = dict(n_init=3, device="cpu", random_state=0)
-AE = dict(embedding="autoencoder", hidden_dims=(16, 2), batch_size=60, **FAST)
+# The paper's autoencoder (Algorithm 2: reconstruction, then reconstruction + OT), one parameter
+# away from the default graph autoencoder.
+AE = dict(embedding="autoencoder", neighbour_weight=0.0, hidden_dims=(16, 2), batch_size=60, **FAST)
 
 
 @pytest.fixture(scope="module")
@@ -193,6 +195,7 @@ def test_autoencoder_embedding_trains_and_records_history(blobs):
     km = SinkhornKMeans(
         3,
         embedding="autoencoder",
+        neighbour_weight=0.0,
         hidden_dims=(16, 2),
         pretrain_epochs=20,
         max_epochs=10,
@@ -210,9 +213,7 @@ def test_autoencoder_embedding_trains_and_records_history(blobs):
 
 def test_transfer_with_fine_tuning_keeps_the_source_model_as_start(blobs):
     X, _ = blobs
-    km = SinkhornKMeans(
-        3, embedding="autoencoder", hidden_dims=(16, 2), pretrain_epochs=2, max_epochs=2, batch_size=60, **FAST
-    ).fit(X)
+    km = SinkhornKMeans(3, **{**AE, "pretrain_epochs": 2, "max_epochs": 2}).fit(X)
     n_before = len(km.history_)
     labels = km.transfer(X + 1.0, fine_tune_epochs=2)
     assert [h["phase"] for h in km.history_[n_before:]] == ["transfer", "transfer"]
@@ -384,7 +385,9 @@ def test_default_pretraining_learns_to_reconstruct_a_few_hundred_rows():
     # autoencoder reconstructs most of the variance (at batch 300, one step per epoch,
     # it left 93% of it).
     X = load_digits().data[:300] / 16.0
-    km = SinkhornKMeans(10, embedding="autoencoder", max_epochs=0, device="cpu", random_state=0).fit(X)
+    km = SinkhornKMeans(
+        10, embedding="autoencoder", neighbour_weight=0.0, max_epochs=0, device="cpu", random_state=0
+    ).fit(X)
     pretrain = [h for h in km.history_ if h["phase"] == "pretrain"]
     assert len(pretrain) == km.get_params()["pretrain_epochs"]
     # The autoencoder sees X centred and divided by one global scale (the fitted input
@@ -516,11 +519,12 @@ def test_neighbours_predict_is_subset_invariant_and_never_adapts(separated):
 
 
 class _WeightsAtPhaseStart:
-    def __init__(self):
+    def __init__(self, module=lambda km: km.encoder_):
+        self.module = module
         self.seen = {}
 
     def on_phase_begin(self, run):
-        self.seen[run.phase] = [p.detach().clone() for p in run.owner.encoder_.parameters()]
+        self.seen[run.phase] = [p.detach().clone() for p in self.module(run.owner).parameters()]
 
 
 def test_neighbours_transfer_refines_the_source_encoder_on_the_target(separated):
@@ -626,6 +630,90 @@ def test_neighbours_transfer_runs_the_source_centres_first_beside_n_init_target_
     assert seen[-1].shape[0] == 1
     SinkhornKMeans(2, **FAST).fit(X).transfer(X + 1.0)  # without an embedding: the warm start alone
     assert seen[-1].shape[0] == 1
+
+
+# ------------------------------------ embedding="autoencoder" at its default: the graph autoencoder
+GAE = dict(embedding="autoencoder", hidden_dims=(32, 4), pretrain_epochs=20, max_epochs=5, n_neighbors=8, **FAST)
+
+
+def test_default_autoencoder_is_trained_on_the_graph_and_reconstructs(digit_images):
+    X, _ = digit_images
+    # 240 rows and 8 neighbours make one Adam step per pass over the edges: 100 passes.
+    km = SinkhornKMeans(10, **{**GAE, "hidden_dims": (64, 64, 10), "pretrain_epochs": 100}).fit(X)
+    assert isinstance(km.autoencoder_, GraphAutoEncoder) and km.encoder_ is None
+    assert [r["phase"] for r in km.history_] == ["pretrain"] * 100 + ["train"] * 5
+    # It stays an autoencoder: the decoder gives back most of the (normalised) input ...
+    Xn = km._tensor(X)
+    with torch.no_grad():
+        _, rec = km.autoencoder_(Xn)
+    assert float(((rec - Xn) ** 2).mean()) < 0.5 * float((Xn**2).mean())
+    # ... and its graph is the flat one: 64 columns are never read as 8 x 8 images.
+    from sktransfer_cluster.representation import neighbour_graph
+
+    assert (km._neighbour_graph(X) != neighbour_graph(X, 8, metric="cosine", shared_neighbours=True)).nnz == 0
+    assert np.bincount(km.labels_, minlength=10).min() > 0
+
+
+def test_default_autoencoder_maps_a_held_out_row_of_a_training_cluster_into_that_cluster(separated):
+    X, y = separated
+    held = np.arange(0, 270, 9)
+    train = np.setdiff1d(np.arange(270), held)
+    km = SinkhornKMeans(3, **GAE).fit(X[train])
+    assert adjusted_rand_score(y[train], km.labels_) == 1.0
+    cluster_of_blob = {b: np.bincount(km.labels_[y[train] == b]).argmax() for b in range(3)}
+    np.testing.assert_array_equal(km.predict(X[held]), [cluster_of_blob[b] for b in y[held]])
+
+
+def test_neighbour_weight_zero_is_the_papers_autoencoder_and_image_shape_shapes_only_the_graph(tiny_images):
+    params = {**GAE, "hidden_dims": (4, 8, 5), "pretrain_epochs": 1, "max_epochs": 1, "image_shape": (6, 6)}
+    paper = SinkhornKMeans(3, **{**params, "neighbour_weight": 0.0}).fit(tiny_images)
+    assert isinstance(paper.autoencoder_, ConvAutoEncoder)
+    graph = SinkhornKMeans(3, **params).fit(tiny_images)
+    assert isinstance(graph.autoencoder_, GraphAutoEncoder)  # an MLP; the image shape goes to the graph
+    widths = [m.out_features for m in graph.autoencoder_.encoder if hasattr(m, "out_features")]
+    assert widths == [4, 8, 5]
+    auto = SinkhornKMeans(3, **{**params, "hidden_dims": "auto"}).fit(tiny_images)
+    widths = [m.out_features for m in auto.autoencoder_.encoder if hasattr(m, "out_features")]
+    assert widths == [256, 256, 10]
+
+
+def test_default_autoencoder_transfer_refines_on_the_target_graph_from_the_source_weights(separated):
+    X, y = separated
+    src, tgt = y < 2, y >= 1
+    spy = _WeightsAtPhaseStart(lambda km: km.autoencoder_)
+    km = SinkhornKMeans(2, **GAE, callbacks=[spy]).fit(X[src])
+    source = [p.detach().clone() for p in km.autoencoder_.parameters()]
+    labels = km.transfer(X[tgt], fine_tune_epochs=3)
+    assert all(torch.equal(a, b) for a, b in zip(spy.seen["refine"], source))
+    assert any(not torch.equal(a, b) for a, b in zip(source, km.autoencoder_.parameters()))
+    assert [r["epoch"] for r in km.history_ if r["phase"] == "refine"] == [0, 1, 2]
+    np.testing.assert_array_equal(km.predict(X[tgt]), labels)
+    assert adjusted_rand_score(y[tgt], labels) == 1.0
+    # By default the refinement lasts as long as the fit's training, and adds no joint phase.
+    default = SinkhornKMeans(2, **{**GAE, "max_epochs": "auto"}).fit(X[src])
+    assert [r["phase"] for r in default.history_] == ["pretrain"] * GAE["pretrain_epochs"]
+    default.transfer(X[tgt])
+    assert [r["phase"] for r in default.history_[GAE["pretrain_epochs"]:]] == ["refine"] * GAE["pretrain_epochs"]
+
+
+def test_default_autoencoder_keeps_the_pretrained_model_after_an_interrupt_and_skips_the_joint_phase(
+    separated, monkeypatch
+):
+    X, _ = separated
+    calls = []
+    end_epoch = TrainingRun.end_epoch
+
+    def interrupt_in_third_pretrain_epoch(run, *args, **kwargs):
+        calls.append(run.phase)
+        if calls.count("pretrain") == 3:
+            raise KeyboardInterrupt
+        return end_epoch(run, *args, **kwargs)
+
+    monkeypatch.setattr(TrainingRun, "end_epoch", interrupt_in_third_pretrain_epoch)
+    with pytest.warns(UserWarning, match="interrupted during pretrain after 2 epoch"):
+        km = SinkhornKMeans(3, **{**GAE, "keep_best": True}).fit(X)
+    assert "train" not in calls
+    assert km.predict(X).shape == (X.shape[0],)
 
 
 # ------------------------------------------- OT-Lloyd (lloyd.py): the semi-dual against Sinkhorn

@@ -131,6 +131,12 @@ def train_neighbour_encoder(
     augment_shift=0,
     generator=None,
     callback=None,
+    decoder=None,
+    neighbour_weight=1.0,
+    reconstruction_weight=1.0,
+    reconstruction_rows=None,
+    node_loss=None,
+    extra_params=(),
 ):
     """Train ``encoder`` in place so that the graph's edges stay close in its output.
 
@@ -140,6 +146,9 @@ def train_neighbour_encoder(
     ``image_shape`` is given), and takes one Adam step on UMAP's cross-entropy:
     ``log(1 + a d^(2b))`` for each edge and ``-log(1 - q)`` for
     ``negative_rate`` random pairs per edge, drawn among the batch's nodes.
+    With a ``decoder`` the step's loss also holds the mean squared
+    reconstruction error of the batch's nodes (an autoencoder whose codes keep
+    the graph's neighbourhoods, as in parametric UMAP with reconstruction).
 
     Parameters
     ----------
@@ -165,6 +174,27 @@ def train_neighbour_encoder(
         Every random draw (edges, negatives, shifts) comes from it.
     callback : callable, optional
         ``callback(step, loss)`` after every step.
+    decoder : torch.nn.Module, optional
+        Maps codes back to rows; trained with the encoder on
+        ``reconstruction_weight`` times the squared error averaged over the
+        batch's nodes and features (so its scale does not grow with the
+        number of features: about 1 at the start for centred, unit-RMS rows).
+    neighbour_weight : float, default=1.0
+        Weight of UMAP's cross-entropy (0 with a ``decoder``: a plain
+        autoencoder trained on the graph's nodes).
+    reconstruction_weight : float, default=1.0
+        Weight of the reconstruction error (only with ``decoder``).
+    reconstruction_rows : int, optional
+        Reconstruct at most this many of the batch's nodes, drawn at random
+        each step (an unbiased estimate of the batch's error for less decoder
+        work); None: all of them.
+    node_loss : callable, optional
+        ``node_loss(Z, nodes)``: a scalar tensor added to each step's loss,
+        from the codes ``Z`` of the batch's distinct nodes (indices ``nodes``
+        into ``X``), e.g. a clustering loss.
+    extra_params : sequence of torch.Tensor, default=()
+        Further leaf tensors ``node_loss`` depends on, updated by the same Adam
+        (e.g. cluster centres).
 
     Returns
     -------
@@ -185,7 +215,12 @@ def train_neighbour_encoder(
     steps_per_epoch = max(1, int(round(n_edges / bs)))
     n_steps = int(n_epochs) * steps_per_epoch
     augment = image_shape is not None and augment_shift > 0
-    opt = _Adam(list(encoder.parameters()), learning_rate)
+    params = list(encoder.parameters())
+    if decoder is not None:
+        params += list(decoder.parameters())
+        decoder.train()
+    params += list(extra_params)
+    opt = _Adam(params, learning_rate)
     encoder.train()
     losses, running = [], 0.0
     for step in range(n_steps):
@@ -204,7 +239,15 @@ def train_neighbour_encoder(
         d2n = ((zi.repeat(negative_rate, 1) - zn) ** 2).sum(1)
         adn = a * (d2n + 1e-8) ** b
         neg = torch.log1p(adn) - torch.log(adn + 1e-4)
-        loss = pos.mean() + negative_rate * neg.mean()
+        loss = neighbour_weight * (pos.mean() + negative_rate * neg.mean())
+        if decoder is not None:
+            Zr, xr = Z, xb
+            if reconstruction_rows is not None and nodes.numel() > reconstruction_rows:
+                pick = torch.randperm(nodes.numel(), generator=generator)[: int(reconstruction_rows)]
+                Zr, xr = Z[pick], xb[pick]
+            loss = loss + reconstruction_weight * ((decoder(Zr) - xr) ** 2).mean()
+        if node_loss is not None:
+            loss = loss + node_loss(Z, nodes)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -215,6 +258,8 @@ def train_neighbour_encoder(
             losses.append(running / steps_per_epoch)
             running = 0.0
     encoder.eval()
+    if decoder is not None:
+        decoder.eval()
     return losses
 
 

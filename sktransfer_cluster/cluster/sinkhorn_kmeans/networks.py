@@ -10,7 +10,7 @@ from torch import nn
 
 from ...nn import ConvGenerator, ConvNet, image_channels_shape, mlp
 
-__all__ = ["AutoEncoder", "ConvAutoEncoder"]
+__all__ = ["AutoEncoder", "ConvAutoEncoder", "GraphAutoEncoder"]
 
 
 class AutoEncoder(nn.Module):
@@ -32,6 +32,7 @@ class AutoEncoder(nn.Module):
     def forward(self, x):
         z = self.encoder(x)
         return z, self.decoder(z)
+
 
 class ConvAutoEncoder(nn.Module):
     """Convolutional autoencoder for flat image rows: :class:`ConvNet` in, :class:`ConvGenerator` out.
@@ -72,6 +73,34 @@ class ConvAutoEncoder(nn.Module):
         self.image_shape = shape
         self.encoder = ConvNet(shape, channels, int(code_dim))
         self.decoder = ConvGenerator(int(code_dim), shape, channels)
+
+    def forward(self, x):
+        z = self.encoder(x)
+        return z, self.decoder(z)
+
+
+class GraphAutoEncoder(nn.Module):
+    """MLP autoencoder of the default ``embedding="autoencoder"``, trained on the k-NN graph.
+
+    The encoder is :func:`~sktransfer_cluster.representation.make_encoder`'s MLP
+    (the neighbour encoder's initialisation, drawn from ``generator``), the
+    decoder mirrors it. Same interface as :class:`AutoEncoder`.
+
+    Parameters
+    ----------
+    n_features : int
+    hidden_dims : sequence of int
+        Encoder widths, the last one the code.
+    generator : torch.Generator, optional
+    """
+
+    def __init__(self, n_features, hidden_dims, generator=None):
+        super().__init__()
+        from ...representation import make_encoder
+
+        dims = [int(h) for h in hidden_dims]
+        self.encoder = make_encoder(int(n_features), dims[-1], dims[:-1], generator=generator)
+        self.decoder = make_encoder(dims[-1], int(n_features), dims[-2::-1], generator=generator)
 
     def forward(self, x):
         z = self.encoder(x)
