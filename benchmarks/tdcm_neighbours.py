@@ -1,10 +1,10 @@
-"""TDCMCluster on the neighbour representation (issue 28) against the peer, KMeans and TDCM's defaults.
+"""TDCMCluster at its defaults (the neighbour representation, issue 28) against the peer, KMeans and the input model.
 
-``TDCMCluster(K, representation="neighbours"[, image_shape=...])`` beside, in the
-same process and on the same data: the peer
+``TDCMCluster(K[, image_shape=...])`` (default ``representation="neighbours"``) beside,
+in the same process and on the same data: the peer
 (:func:`sktransfer_cluster.compare.umap_gmm`: UMAP(10, n_neighbors=15,
 min_dist=0) + GaussianMixture(K, n_init=3)), ``KMeans(K, n_init=10)`` and
-``TDCMCluster(K)`` at today's defaults (``representation="input"``). Seeds 0-2,
+``TDCMCluster(K, representation="input")`` (the default before 2026-11-27). Seeds 0-2,
 ACC median [min, max]; CPU seconds are ``time.process_time()`` of one fit (plus
 ``transfer`` for the transfer rows), with torch and every BLAS pool on one thread.
 
@@ -16,10 +16,12 @@ Parts (``--parts``, default all; each writes its own results file):
 - ``digits``: sklearn digits, K = 10, and digits 0-4 -> 5-9 (the ``compare`` task).
 - ``synth``: ``make_tdcm_transfer(n_clusters=5, shift=3.0, random_state=s)``, fit + transfer.
 - ``tabular``: wine and breast cancer, standardised, K = their classes.
+- ``second``: a second set of real images nobody here tuned for (``_common.second_images``:
+  UCI's mfeat-pix, 2,000 images of 16 x 15), K = 10, and its classes 0-4 -> 5-9, K = 5.
 
 Usage::
 
-    python benchmarks/tdcm_neighbours.py [--parts mnist mnist_tr ...] [--no-defaults]
+    python benchmarks/tdcm_neighbours.py [--parts mnist mnist_tr ...] [--no-input]
     python benchmarks/tdcm_neighbours.py --smoke    # seconds: tiny data, 1 seed, results in a temp folder
 
 Writes ``benchmarks/results/tdcm/neighbours_<part>.{md,json}``.
@@ -54,7 +56,7 @@ from sktransfer_cluster.datasets import (  # noqa: E402
 )
 from sktransfer_cluster.metrics import clustering_accuracy  # noqa: E402
 
-PARTS = ("mnist", "mnist_tr", "digits", "synth", "tabular")
+PARTS = ("mnist", "mnist_tr", "digits", "synth", "tabular", "second")
 
 
 class Task:
@@ -97,6 +99,17 @@ def tasks(part, smoke):
         task = Task("tdcm-shift-k5 (data set = seed)", sets[0].X_source, sets[0].y_source, sets[0].X_target, sets[0].y_target)
         task.per_seed = {s: Task(task.name, t.X_source, t.y_source, t.X_target, t.y_target) for s, t in sets.items()}
         out = [task]
+    elif part == "second":
+        reason = _common.second_images_skip_reason("mfeat-pix")
+        if reason is not None:
+            print(f"second: skipped ({reason})", flush=True)
+            return []
+        X, y, shape, _ = _common.second_images("mfeat-pix")
+        src, tgt = y < 5, y >= 5
+        out = [
+            Task("mfeat-pix (K=10)", X, y, image_shape=shape),
+            Task("mfeat-pix 0-4 -> 5-9 (K=5)", X[src], y[src], X[tgt], y[tgt], shape),
+        ]
     else:
         out = []
         for name, loader in (("wine (K=3), standardised", load_wine), ("breast cancer (K=2), standardised", load_breast_cancer)):
@@ -119,7 +132,7 @@ def tdcm(task, seed, smoke, **params):
     if smoke:
         params.update(max_epochs=2)
     est = TDCMCluster(n_clusters(task), random_state=seed, device="cpu", **params)
-    if smoke and params.get("representation") == "neighbours":
+    if smoke and params.get("representation", "neighbours") == "neighbours":
         est._neighbour_epochs, est._refine_epochs = 2, 1
     return est
 
@@ -155,7 +168,7 @@ def run_baseline(task, seed, which):
     return clustering_accuracy(y, labels), time.process_time() - c0
 
 
-def methods(task, defaults):
+def methods(task, with_input):
     """(row name, callable(seed, smoke) -> (acc, cpu)) for one task."""
     on = " on the target alone" if task.transfer else ""
     rows = [
@@ -163,12 +176,13 @@ def methods(task, defaults):
         (f"peer: UMAP(10) + GMM{on}", lambda s, sm: run_baseline(task, s, "peer")),
     ]
     how = " fit source + transfer" if task.transfer else ""
-    if defaults:
-        rows.append((f"TDCMCluster() defaults{how}", lambda s, sm: run_tdcm(task, s, sm)))
-    shapes = [("flat", None)] + ([("image_shape", task.image_shape)] if task.image_shape else [])
-    for label, shape in shapes:
-        kw = dict(representation="neighbours", image_shape=shape)
-        name = f'TDCM neighbours, {label}'
+    if with_input:
+        rows.append((f'TDCMCluster(representation="input"){how}', lambda s, sm: run_tdcm(task, s, sm, representation="input")))
+    shapes = [("TDCMCluster() defaults", None)]
+    if task.image_shape:
+        shapes.append((f"TDCMCluster(image_shape={tuple(task.image_shape)})", task.image_shape))
+    for name, shape in shapes:
+        kw = dict(image_shape=shape)
         rows.append((name + how, lambda s, sm, kw=kw: run_tdcm(task, s, sm, **kw)))
         if task.transfer:
             rows.append((name + ", fitted on the target alone", lambda s, sm, kw=kw: run_tdcm(task, s, sm, on_target=True, **kw)))
@@ -183,7 +197,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--no-defaults", action="store_true", help="skip the TDCMCluster() defaults rows")
+    parser.add_argument("--no-input", action="store_true", help='skip the TDCMCluster(representation="input") rows')
     parser.add_argument("--no-peer", action="store_true", help="skip the UMAP + GMM rows (umap-learn missing)")
     _common.add_smoke_argument(parser)
     args = _common.setup(parser.parse_args())
@@ -196,7 +210,7 @@ def main():
         for part in args.parts:
             rows = []
             for task in tasks(part, smoke):
-                for name, fn in methods(task, not args.no_defaults):
+                for name, fn in methods(task, not args.no_input):
                     if args.no_peer and name.startswith("peer"):
                         continue
                     accs, cpus = [], []
@@ -207,7 +221,7 @@ def main():
                         print(f"{part} | {task.name} | {name} | seed {seed}: ACC {a:.3f}, {c:.1f} CPU s", flush=True)
                     rows.append({"task": task.name, "method": name, "acc": accs, "cpu_s": cpus})
             md = [
-                f"# TDCMCluster on the neighbour representation: {part} ({time.strftime('%Y-%m-%d %H:%M')} UTC, "
+                f"# TDCMCluster at its defaults (neighbour representation): {part} ({time.strftime('%Y-%m-%d %H:%M')} UTC, "
                 f"seeds {seeds}, 1 thread{', SMOKE' if smoke else ''})",
                 "",
                 f"`{_common.command_line()}`",

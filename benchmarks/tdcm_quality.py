@@ -10,8 +10,10 @@ Synthetic (Zhang & Zhao, Sec. 5.1): for K in {2, 3, 5, 10}, several data sets fr
 covariances; the target moves every centre by N(0, shift^2) per coordinate).
 Every model is trained on the source only and scored (NMI/ARI/ACC) on the target:
 
-* TDCM transfer        -- ``fit(source)`` then ``transfer(target)`` (defaults: linear encoder,
-                            ``embedding_norm="scalar"``, ``adapt_n_init=8``; no fine-tuning)
+* TDCM transfer        -- ``fit(source)`` then ``transfer(target)`` (defaults: the neighbour
+                            encoder, ``adapt_n_init=8``; no fine-tuning)
+* TDCM input model      -- ``representation="input"``: linear encoder, ``embedding_norm="scalar"``
+                            (the default before 2026-11-27); the rows below it vary this model
 * TDCM source centroids -- same model, ``predict(target)`` with the source-adapted centroids
 * TDCM + fine-tuning     -- ``transfer(target, fine_tune_epochs=30)`` (unsupervised, on the target)
 * TDCM paper start       -- ``adapt_n_init=1``: the paper's single forward pass from ``c^(0)``
@@ -59,10 +61,9 @@ from sktransfer_cluster.cluster.tdcm import TDCMCluster
 from sktransfer_cluster.datasets import load_digits_transfer, make_tdcm_transfer
 
 # Keys starting with "_" are not estimator parameters: "_fine_tune_epochs" goes to transfer().
-TDCM_VARIANTS = {
-    "TDCM transfer": {},  # the defaults (n_init=1)
-    "TDCM transfer + fine-tune 30 epochs on target": {"_fine_tune_epochs": 30},
-    "TDCM transfer, n_init=5": {"n_init": 5},
+# The ablations "..., input model" vary the input model (representation="input", the paper's
+# family and the default before 2026-11-27), whose parameters they are.
+_INPUT_ABLATIONS = {
     "TDCM paper start (adapt_n_init=1)": {"adapt_n_init": 1},
     "TDCM batch norm (embedding_norm='batch')": {"embedding_norm": "batch"},
     "TDCM previous default (batch norm, adapt_n_init=1, n_init=5)": {
@@ -78,6 +79,13 @@ TDCM_VARIANTS = {
     "TDCM variant-R (symmetric=False)": {"symmetric": False},
     "TDCM variant-O (ortho_weight=0)": {"ortho_weight": 0.0},
     "TDCM variant-E (beta=0)": {"beta": 0.0},
+}
+TDCM_VARIANTS = {
+    "TDCM transfer": {},  # the defaults (representation="neighbours", n_init=1)
+    "TDCM transfer + fine-tune 30 epochs on target": {"_fine_tune_epochs": 30},
+    "TDCM transfer, n_init=5": {"n_init": 5},
+    "TDCM input model (representation='input')": {"representation": "input"},
+    **{f"{name}, input model": {"representation": "input", **kw} for name, kw in _INPUT_ABLATIONS.items()},
 }
 
 

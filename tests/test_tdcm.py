@@ -25,7 +25,13 @@ from sktransfer_cluster.datasets import make_tdcm_transfer
 from sktransfer_cluster.losses import negative_size_entropy
 from sktransfer_cluster.cluster.tdcm.blocks import CentroidUpdateBlock
 
-FAST = dict(hidden_dims=(16,), embedding_dim=4, n_blocks=2, max_epochs=5, batch_size=64, n_init=1, device="cpu")
+# Most tests below pin the blocks and TDCM's own encoder: representation="input" (the paper's
+# family); the default neighbour encoder has its own section at the end.
+INPUT = {"representation": "input"}
+FAST = dict(
+    representation="input", hidden_dims=(16,), embedding_dim=4, n_blocks=2, max_epochs=5, batch_size=64, n_init=1,
+    device="cpu",
+)
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +152,7 @@ def test_transfer_beats_predicting_with_source_centroids_on_shifted_tdcm_target(
         task = make_tdcm_transfer(n_clusters=3, n_samples_per_cluster=60, shift=5.0, random_state=seed)
         model = TDCMCluster(
             n_clusters=3,
+            representation="input",
             hidden_dims=(32,),
             embedding_dim=4,
             max_epochs=40,
@@ -664,8 +671,8 @@ def _block_labels(model, X):
 
 def test_predict_with_the_default_affine_encoder_is_one_linear_map_with_the_blocks_labels():
     X, _ = make_blobs(n_samples=600, centers=4, n_features=12, cluster_std=0.5, random_state=1)
-    model = TDCMCluster(4, max_epochs=3, random_state=0, device="cpu").fit(X)
-    assert model._linear_predictor() is not None  # default: affine encoder, PSD score
+    model = TDCMCluster(4, max_epochs=3, random_state=0, device="cpu", **INPUT).fit(X)
+    assert model._linear_predictor() is not None  # the input model's default: affine encoder, PSD score
     W, b = model._linear_predictor()
     assert W.shape == (12, 4) and b.shape == (4,)
     Xn, _ = make_blobs(n_samples=300, centers=4, n_features=12, cluster_std=0.5, random_state=1)
@@ -678,7 +685,7 @@ def test_predict_falls_back_to_the_blocks_for_a_nonlinear_encoder_or_an_indefini
     mlp = TDCMCluster(3, random_state=0, **FAST).fit(X)
     assert mlp._affine_encoder() is None and mlp._linear_predictor() is None
     np.testing.assert_array_equal(mlp.predict(X), _block_labels(mlp, X))
-    model = TDCMCluster(3, max_epochs=3, random_state=0, device="cpu").fit(X)
+    model = TDCMCluster(3, max_epochs=3, random_state=0, device="cpu", **INPUT).fit(X)
     with torch.no_grad():  # W_Q = -W_K: S negative definite, every score clipped by the ReLU
         model.blocks_[-1].A_q.copy_(-model.blocks_[-1].A_k)
     assert model._linear_predictor() is None
@@ -744,10 +751,55 @@ def test_neighbours_graph_uses_the_image_shape_only_when_it_is_passed(pixel_task
         return real(X, k, **kw)
 
     monkeypatch.setattr(rep, "neighbour_graph", spy)
+    X = X - X.min()  # pixels: non-negative
     TDCMCluster(3, random_state=0, **NEIGHBOURS).fit(X)  # 64 columns: never read as 8 x 8
     assert seen[-1]["image_shape"] is None and seen[-1]["max_shift"] == 0 and seen[-1]["blur"] == 0
+    assert seen[-1]["metric"] == "cosine"
     TDCMCluster(3, random_state=0, image_shape=(8, 8), **NEIGHBOURS).fit(X)
     assert seen[-1]["image_shape"] == (8, 8) and seen[-1]["max_shift"] == 1 and seen[-1]["blur"] == 1.0
+    assert seen[-1]["metric"] == "cosine"
+
+
+def test_the_graph_distance_follows_the_values_never_the_width():
+    rng = np.random.default_rng(0)
+    pixels = rng.random((50, 784))
+    assert tdcm.model.neighbour_metric(pixels) == "cosine"
+    assert tdcm.model.neighbour_metric(pixels - 0.5) == "euclidean"  # 784 columns alone switch nothing
+    assert tdcm.model.neighbour_metric(rng.random((50, 2))) == "cosine"
+    one = pixels.copy()
+    one[-1, -1] = -1e-9  # one negative entry: an arbitrary origin
+    assert tdcm.model.neighbour_metric(one) == "euclidean"
+
+
+def test_the_default_representation_is_the_neighbour_encoder():
+    model = TDCMCluster(3)
+    assert model.representation == "neighbours"
+    assert tdcm.PAPER_PARAMS["representation"] == "input"
+
+
+def test_neighbours_graph_keeps_apart_two_blobs_on_one_ray_from_the_origin(monkeypatch):
+    """Rows with negative entries get a Euclidean graph: blobs around (-1, -1) and (-5, -5) spread
+    alike in angle about the origin, so a cosine graph would join them at random; no edge may."""
+    import sktransfer_cluster.representation as rep
+
+    rng = np.random.default_rng(0)
+    X = -np.r_[rng.normal(1.0, 0.1, (100, 2)), rng.normal(5.0, 0.5, (100, 2))]
+    y = np.repeat([0, 1], 100)
+    graphs = []
+    real = rep.neighbour_graph
+    monkeypatch.setattr(rep, "neighbour_graph", lambda *a, **kw: graphs.append(real(*a, **kw)) or graphs[-1])
+    model = TDCMCluster(2, random_state=0, **NEIGHBOURS).fit(X)
+    assert graphs[0][:100, 100:].nnz == 0
+    assert real(X, 15, metric="cosine")[:100, 100:].nnz > 0  # what the cosine graph does here
+    assert adjusted_rand_score(y, model.labels_) == 1.0
+
+
+def test_neighbours_flat_graph_does_not_depend_on_the_data_units(pixel_task):
+    """The flat graph is built on the rows the encoder sees (centred, one scale): the same fit in other units."""
+    X, _, _ = pixel_task
+    a = TDCMCluster(3, random_state=0, **NEIGHBOURS).fit(X)
+    b = TDCMCluster(3, random_state=0, **NEIGHBOURS).fit(X * 1e6 + 3e6)
+    assert adjusted_rand_score(a.labels_, b.labels_) == 1.0
 
 
 @pytest.mark.parametrize("bad", [(7, 7), (8, 8, 8, 8), (8, 0), (8.0, 8)])

@@ -12,6 +12,8 @@ imports an estimator.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import scipy.sparse
 import torch
@@ -46,9 +48,11 @@ __all__ = [
     "new_blocks",
     "neighbor_mean_operator",
     "smooth_rows",
+    "unit_peak",
     "NEIGHBOUR_GRAPH",
     "NEIGHBOUR_HIDDEN",
     "neighbour_encoder_graph",
+    "neighbour_metric",
     "neighbour_steps_per_epoch",
 ]
 
@@ -448,6 +452,19 @@ def smooth_rows(X, G, n_neighbors, steps):
     return out.astype(np.asarray(X).dtype, copy=False)
 
 
+def unit_peak(G):
+    """``G`` times the power of two that brings its largest magnitude near 1 (exact; ``G`` if all 0 or not finite).
+
+    Multiplying by a power of two changes no neighbour and no ratio of distances, while
+    squared distances of data at 1e-170 or 1e160 no longer under- or overflow.
+    """
+    peak = float(np.abs(G).max(initial=0.0))
+    if not 0.0 < peak < np.inf:
+        return G
+    e = -math.frexp(peak)[1]
+    return G * 2.0 ** (e // 2) * 2.0 ** (e - e // 2)
+
+
 def orthogonality_penalty(W):
     """``||W W^T - I||_F^2``: the soft form of the constraint ``W W^T = I``."""
     eye = torch.eye(W.shape[0], dtype=W.dtype, device=W.device)
@@ -455,25 +472,39 @@ def orthogonality_penalty(W):
 
 
 #: The neighbour graph of ``representation="neighbours"``: that of
-#: :class:`~sktransfer_cluster.representation.NeighbourEmbedding` at its defaults
-#: (15 cosine neighbours, shared-neighbour weights; with ``image_shape``, a 1-pixel
-#: blur and distances minimised over 1-pixel shifts).
-NEIGHBOUR_GRAPH = {"n_neighbors": 15, "metric": "cosine", "shared_neighbours": True, "max_shift": 1, "blur": 1.0}
+#: :class:`~sktransfer_cluster.representation.NeighbourEmbedding` at its defaults (15
+#: neighbours, shared-neighbour weights; with ``image_shape``, a 1-pixel blur and distances
+#: minimised over 1-pixel shifts), with the distance of :func:`neighbour_metric`.
+NEIGHBOUR_GRAPH = {"n_neighbors": 15, "shared_neighbours": True, "max_shift": 1, "blur": 1.0}
 
 #: Hidden widths of the neighbour encoder when ``hidden_dims=()`` (NeighbourEmbedding's default).
 NEIGHBOUR_HIDDEN = (256, 256)
 
 
-def neighbour_encoder_graph(X, image_shape=None):
-    """The fuzzy k-NN graph of the raw rows ``X`` that the neighbour encoder is trained on.
+def neighbour_metric(X):
+    """``"cosine"`` when no entry of ``X`` is negative, else ``"euclidean"`` (the graph's distance).
 
-    :data:`NEIGHBOUR_GRAPH` with :func:`~sktransfer_cluster.representation.neighbour_graph`;
-    the image terms (blur, shifts) only when ``image_shape`` is given (never inferred
-    from the number of columns). Deterministic.
+    Cosine distance measures angles about the origin, which means something when the origin
+    does: intensities and counts cannot go below it. Rows with a negative entry (Gaussian
+    blobs, standardised tables) have an arbitrary origin, about which a cosine graph would
+    join rows along the same ray (``docs/notes/tdcm.md``, 2026-11-27 second session). Streamed
+    over row chunks; looks at the values only, never at the number of columns.
+    """
+    step = max(1, _ADAPT_ENTRIES // max(1, X.shape[1]))
+    negative = any(bool((X[s : s + step] < 0).any()) for s in range(0, X.shape[0], step))
+    return "euclidean" if negative else "cosine"
+
+
+def neighbour_encoder_graph(X, image_shape=None, metric="cosine"):
+    """The fuzzy k-NN graph of the rows ``X`` that the neighbour encoder is trained on.
+
+    :data:`NEIGHBOUR_GRAPH` with ``metric`` through
+    :func:`~sktransfer_cluster.representation.neighbour_graph`; the image terms only when
+    ``image_shape`` is given (never inferred from the number of columns). Deterministic.
     """
     from ...representation import neighbour_graph
 
-    opts = dict(NEIGHBOUR_GRAPH)
+    opts = dict(NEIGHBOUR_GRAPH, metric=metric)
     if image_shape is None:
         opts.update(max_shift=0, blur=0.0)
     n_neighbors = min(opts.pop("n_neighbors"), X.shape[0] - 1)
