@@ -274,3 +274,107 @@ def test_predict_of_a_dask_array_is_a_dask_array_of_the_same_labels():
     labels = km.predict(da.from_array(X, chunks=(300, 2)))
     assert isinstance(labels, da.Array)
     np.testing.assert_array_equal(labels.compute(), km.predict(X))
+
+
+# ------------------------------------------------------------------ SinkhornKMeans: partial_fit, minibatch fit, Dask
+def test_partial_fit_starts_on_its_first_batch_and_then_takes_one_step_per_batch():
+    from sktransfer_cluster import SinkhornKMeans
+
+    X, y = _sk_blobs()
+    km = SinkhornKMeans(3, random_state=0, device="cpu")
+    for start in range(0, 3000, 500):
+        km.partial_fit(X[start : start + 500])
+        assert km.labels_.shape == (500,)  # the labels of the batch, as MiniBatchKMeans gives
+    assert km.n_steps_ == 6
+    from sklearn.metrics import adjusted_rand_score
+
+    assert adjusted_rand_score(y, km.predict(X)) == 1.0
+    again = SinkhornKMeans(3, random_state=0, device="cpu")
+    for start in range(0, 3000, 500):
+        again.partial_fit(X[start : start + 500])
+    np.testing.assert_array_equal(again.cluster_centers_, km.cluster_centers_)  # reproducible
+
+
+def test_partial_fit_after_fit_continues_from_the_fitted_centres():
+    from sktransfer_cluster import SinkhornKMeans
+
+    X, _ = _sk_blobs()
+    km = SinkhornKMeans(3, random_state=0, device="cpu").fit(X)
+    before = km.cluster_centers_.copy()
+    km.partial_fit(X[:300])
+    assert km.n_steps_ == 1
+    assert np.abs(km.cluster_centers_ - before).max() < 0.5  # a small step from the fit, not a restart
+
+
+def test_partial_fit_refuses_an_embedding_and_a_new_width():
+    from sktransfer_cluster import SinkhornKMeans
+
+    X, _ = _sk_blobs(300)
+    with_embedding = SinkhornKMeans(3, embedding="autoencoder", device="cpu")
+    assert not hasattr(with_embedding, "partial_fit")  # scikit-learn's checks look for it
+    with pytest.raises(AttributeError, match="partial_fit"):
+        with_embedding.partial_fit(X)
+    km = SinkhornKMeans(3, random_state=0, device="cpu").partial_fit(X)
+    with pytest.raises(ValueError):
+        km.partial_fit(X[:, :2])
+
+
+def test_the_minibatch_fit_on_a_memmap_equals_it_in_memory_and_reads_bounded_pieces(tmp_path, monkeypatch):
+    from sktransfer_cluster import SinkhornKMeans
+    from sktransfer_cluster.base import streaming
+    from sktransfer_cluster.cluster.sinkhorn_kmeans import streamed
+
+    X, _ = _sk_blobs(40000)
+    np.save(tmp_path / "X.npy", X.astype(np.float32))
+    on_disk = np.load(tmp_path / "X.npy", mmap_mode="r")
+    reads = []
+    original = streaming.RowReader.__call__
+
+    def counting(self, index):
+        reads.append(len(index))
+        return original(self, index)
+
+    monkeypatch.setattr(streaming.RowReader, "__call__", counting)
+    a = SinkhornKMeans(3, algorithm="minibatch", random_state=0, device="cpu").fit(on_disk)
+    n_reads = len(reads)
+    b = SinkhornKMeans(3, algorithm="minibatch", random_state=0, device="cpu").fit(np.array(on_disk))
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    # One start of STREAM_INIT_ROWS rows, then batches of at most STREAM_BATCH_ROWS: never the whole array.
+    assert reads[0] == streamed.STREAM_INIT_ROWS and max(reads[1:n_reads]) <= streamed.STREAM_BATCH_ROWS
+    steps = -(-40000 // streamed.STREAM_BATCH_ROWS)
+    assert n_reads == 1 + a.n_iter_ * steps
+
+
+def test_the_minibatch_fit_finds_the_partition_of_the_full_fit():
+    from sklearn.metrics import adjusted_rand_score
+
+    from sktransfer_cluster import SinkhornKMeans
+
+    X, _ = _sk_blobs(40000)
+    full = SinkhornKMeans(3, algorithm="full", random_state=0, device="cpu").fit(X)
+    mini = SinkhornKMeans(3, algorithm="minibatch", random_state=0, device="cpu").fit(X)
+    assert adjusted_rand_score(full.labels_, mini.labels_) == 1.0
+    np.testing.assert_array_equal(mini.predict(X), mini.labels_)
+
+
+def test_a_dask_fit_runs_on_the_workers_and_matches_the_fit_in_memory():
+    distributed = pytest.importorskip("distributed", reason="needs the 'distributed' extra (dask[distributed])")
+    import dask.array as da
+
+    from sktransfer_cluster import SinkhornKMeans
+
+    X, _ = _sk_blobs(2000)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False) as cluster, \
+            distributed.Client(cluster):
+        Xd = da.from_array(X, chunks=(500, -1))
+        km = SinkhornKMeans(3, random_state=0, device="cpu").fit(Xd)
+        labels = km.predict(Xd)
+        assert isinstance(labels, da.Array)
+        np.testing.assert_array_equal(labels.compute(), km.predict(X))
+    ref = SinkhornKMeans(3, random_state=0, device="cpu").fit(X)
+    np.testing.assert_array_equal(km.labels_, ref.labels_)
+    # The same start; the Dask fit's OT-Lloyd may take one more step below tol.
+    np.testing.assert_allclose(km.cluster_centers_, ref.cluster_centers_, atol=0.05)
+
+

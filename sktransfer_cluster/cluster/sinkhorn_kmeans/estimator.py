@@ -37,6 +37,8 @@ from .objective import nearest_centre, ot_clustering_loss, squared_distances
 from ...nn import image_channels_shape, init_module
 from .networks import AutoEncoder, ConvAutoEncoder, GraphAutoEncoder
 from ...ot import plan_from_potentials, semi_dual_newton
+from ...base.streaming import is_dask_array
+from .streamed import StreamedOTKMeansMixin
 
 __all__ = ["SinkhornKMeans", "PAPER_PARAMS"]
 
@@ -84,7 +86,7 @@ _CHECK_TOL = 1e-3
 _CHECK_MAX_ITER = 10 * lloyd.SINKHORN_MAX_ITER
 
 
-class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNamePrefixFeaturesOutMixin, BaseEstimator):
+class SinkhornKMeans(StreamedOTKMeansMixin, WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNamePrefixFeaturesOutMixin, BaseEstimator):
     """K-means as entropic optimal transport with a cluster-size prior.
 
     Each iteration solves ``min_P <P, C> + eps KL(P | a w^T)`` with
@@ -198,6 +200,18 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
         ``tol=0`` a run also stops once its hard labels have not changed for
         ``lloyd.LABEL_PATIENCE`` (3) iterations: soft assignments never stop
         moving exactly.
+    algorithm : {"auto", "full", "minibatch"}, default="auto"
+        How OT k-means without an embedding reads the source. ``"full"``:
+        OT-Lloyd on every row at once (it holds a float64 copy of X).
+        ``"minibatch"``: OT-Lloyd on 24,576 rows drawn by index, then passes of
+        8,192-row batches drawn by index (minibatch OT k-means, as
+        :meth:`partial_fit`) until the centres move by less than ``tol`` in a
+        pass, at most ``max_iter`` passes, and labels computed chunk by chunk:
+        no copy of X is made, so an ``np.memmap`` larger than memory fits.
+        ``"auto"``: ``"minibatch"`` when a float64 copy of X would pass 1 GiB,
+        else ``"full"``. A dask array is always fitted on its workers
+        (:meth:`fit`). Ignored with an embedding, which trains on the whole
+        source in memory.
     keep_best : bool, default=False
         What a ``KeyboardInterrupt`` during the embedding training leaves. False:
         the estimator as it was before the call. True: fitting stops, the
@@ -238,6 +252,8 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
         The neighbour encoder (``embedding="neighbours"``), else None. It reads
         rows centred by the source's column means and divided by its global
         RMS.
+    n_steps_ : int
+        Batches seen by :meth:`partial_fit` (set by it only).
     history_ : list of dict
         One record per epoch of the embedding phases (empty without an
         embedding): ``phase`` ("pretrain", "train" or "transfer"), ``epoch``,
@@ -292,6 +308,7 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
         "n_init": [Interval(Integral, 1, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
+        "algorithm": [StrOptions({"auto", "full", "minibatch"})],
         **COMMON_PARAMETER_CONSTRAINTS,
     }
     _width_params = ("hidden_dims",)
@@ -330,6 +347,7 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
         n_init=10,
         max_iter=100,
         tol=1e-4,
+        algorithm="auto",
         keep_best=False,
         callbacks=None,
         device="auto",
@@ -351,6 +369,7 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
         self.n_init = n_init
         self.max_iter = max_iter
         self.tol = tol
+        self.algorithm = algorithm
         self.keep_best = keep_best
         self.callbacks = callbacks
         self.device = device
@@ -657,10 +676,34 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
     def _training_stopped_now(self):
         return bool(getattr(self, "_training_stopped", False))
 
+    def fit(self, X, y=None, **fit_params):
+        """Fit on the source: OT k-means, or the embedding and OT k-means on its codes.
+
+        Parameters
+        ----------
+        X : array-like, np.memmap or dask array of shape (n_samples, n_features)
+            Source data. A memmap is read in pieces (``algorithm``); a dask array
+            is fitted where its chunks live: every pass of OT-Lloyd is one task per
+            chunk returning a few sums, and only the labels come back.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : object
+        """
+        if is_dask_array(X):
+            return self._fit_dask(X)
+        return super().fit(X, y, **fit_params)
+
     def _fit(self, X, y, *, rng, torch_gen):
         self.weights_ = self._proportions()
         self.autoencoder_ = None
         self.encoder_ = None
+        self.__dict__.pop("_stream", None)  # partial_fit continues only from plain OT k-means
+        if self._streams(X):
+            self._fit_minibatch(X, rng)
+            return
         Xt = self._tensor(X)
         if self.embedding == "neighbours":
             self._fit_neighbours(X, Xt, rng, torch_gen)
@@ -673,6 +716,7 @@ class SinkhornKMeans(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin
                 init = self._kmeanspp(Xt, self.n_init, rng)
                 _, centers, reg, n_iter = self._lloyd(Xt, init, "the final plan of fit")
             self._finish(Xt, centers, reg, n_iter)
+            self._keep_stream(self._new_stream(self._centers, reg, None, X.shape[0]))
             return
         ae = self._make_autoencoder(X.shape[1])
         self.autoencoder_ = init_module(ae, torch_gen).to(device=self.device_, dtype=self._dtype())

@@ -13,7 +13,7 @@ import torch
 from ...base.runtime import on_compute_threads
 from ...ot.semi_dual import newton_solve, row_chunks, semi_dual_pass
 
-__all__ = ["relative_reg", "ot_lloyd", "ot_lloyd_best", "SINKHORN_TOL", "SINKHORN_MAX_ITER", "LABEL_PATIENCE"]
+__all__ = ["LABEL_PATIENCE", "SINKHORN_MAX_ITER", "SINKHORN_TOL", "ot_lloyd", "ot_lloyd_best", "relative_reg"]
 
 # Inside OT-Lloyd the potentials are warm-started across iterations, so a loose
 # per-iteration solve suffices (L1 marginal error).
