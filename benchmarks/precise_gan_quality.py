@@ -552,6 +552,8 @@ def plot(payload, path):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seed-list", type=int, nargs="+", default=None,
+                        help="these seeds instead of 0 .. seeds-1 (to split a long part across processes)")
     parser.add_argument("--quick", action="store_true", help="2 seeds, n_iter / 4")
     parser.add_argument("--sections", nargs="+", default=["ring", "digits", "transfer", "speed"],
                         choices=["ring", "digits", "transfer", "artifact", "mnist", "speed", *ARENA])
@@ -564,6 +566,8 @@ def main():
         args.seeds, args.speed_steps = 1, 5
     torch.set_num_threads(1)
     seeds = list(range(1 if args.smoke else 2 if args.quick else args.seeds))
+    if args.seed_list and not args.smoke:
+        seeds = list(args.seed_list)
     n_iter = gan(2, 0, 1).n_iter if args.smoke else N_ITER // (4 if args.quick else 1)
     t_start = time.perf_counter()
     payload = {"settings": vars(args), "n_iter": n_iter}
