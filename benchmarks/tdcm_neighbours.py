@@ -21,10 +21,10 @@ Parts (``--parts``, default all; each writes its own results file):
 
 Usage::
 
-    python benchmarks/tdcm_neighbours.py [--parts mnist mnist_tr ...] [--no-input]
+    python benchmarks/tdcm_neighbours.py [--parts mnist mnist_tr ...] [--no-input] [--no-image]
     python benchmarks/tdcm_neighbours.py --smoke    # seconds: tiny data, 1 seed, results in a temp folder
 
-Writes ``benchmarks/results/tdcm/neighbours_<part>.{md,json}``.
+Writes ``benchmarks/results/tdcm/neighbours_<part>[_<tag>].{md,json}``.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def run_baseline(task, seed, which):
     return clustering_accuracy(y, labels), time.process_time() - c0
 
 
-def methods(task, with_input):
+def methods(task, with_input, with_image=True):
     """(row name, callable(seed, smoke) -> (acc, cpu)) for one task."""
     on = " on the target alone" if task.transfer else ""
     rows = [
@@ -179,7 +179,7 @@ def methods(task, with_input):
     if with_input:
         rows.append((f'TDCMCluster(representation="input"){how}', lambda s, sm: run_tdcm(task, s, sm, representation="input")))
     shapes = [("TDCMCluster() defaults", None)]
-    if task.image_shape:
+    if task.image_shape and with_image:
         shapes.append((f"TDCMCluster(image_shape={tuple(task.image_shape)})", task.image_shape))
     for name, shape in shapes:
         kw = dict(image_shape=shape)
@@ -198,6 +198,8 @@ def main():
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--no-input", action="store_true", help='skip the TDCMCluster(representation="input") rows')
+    parser.add_argument("--no-image", action="store_true", help="skip the rows that pass image_shape")
+    parser.add_argument("--tag", default="", help="results go to neighbours_<part>_<tag>.{md,json}")
     parser.add_argument("--no-peer", action="store_true", help="skip the UMAP + GMM rows (umap-learn missing)")
     _common.add_smoke_argument(parser)
     args = _common.setup(parser.parse_args())
@@ -210,7 +212,7 @@ def main():
         for part in args.parts:
             rows = []
             for task in tasks(part, smoke):
-                for name, fn in methods(task, not args.no_input):
+                for name, fn in methods(task, not args.no_input, not args.no_image):
                     if args.no_peer and name.startswith("peer"):
                         continue
                     accs, cpus = [], []
@@ -230,7 +232,7 @@ def main():
                 "|---|---|---|---|",
             ]
             md += [f"| {r['task']} | {r['method']} | {fmt(r['acc'])} | {np.median(r['cpu_s']):.1f} [{np.min(r['cpu_s']):.1f}, {np.max(r['cpu_s']):.1f}] |" for r in rows]
-            stem = out_dir / f"neighbours_{part}"
+            stem = out_dir / f"neighbours_{part}{'_' + args.tag if args.tag else ''}"
             stem.with_suffix(".md").write_text("\n".join(md) + "\n")
             payload = {"machine": _common.machine(), "command": _common.command_line(), "seeds": seeds, "rows": rows}
             stem.with_suffix(".json").write_text(json.dumps(payload, indent=2))

@@ -109,7 +109,7 @@ class TDCMCluster(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, T
         TDCM's loss on the (smoothed) rows: the paper's model family
         (:data:`PAPER_PARAMS` sets it), the default before 2026-11-27, which
         clusters sklearn's digits 0-4 -> 5-9 transfer better (0.970 against
-        0.955) and images worse (MNIST-5k 0.700 against 0.86;
+        0.955) and images worse (MNIST-5k 0.700 against 0.863;
         ``docs/notes/tdcm.md``).
     image_shape : tuple of int or None, default=None
         ``(h, w)`` or ``(c, h, w)`` of one row, with ``representation="neighbours"``:
