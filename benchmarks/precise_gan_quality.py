@@ -70,7 +70,7 @@ from sktransfer_cluster.metrics import clustering_accuracy
 N_ITER = PreciseFeatureGAN().n_iter
 #: The issue-28 sections (``--sections arena-...``): section name -> part of :func:`arena_section`.
 ARENA = {f"arena-{p.replace('_', '-')}": p
-         for p in ("mnist", "mnist_image", "mnist_transfer", "digits", "second", "tabular")}
+         for p in ("mnist", "mnist_image", "mnist_transfer", "digits", "digits_transfer", "second", "tabular")}
 
 
 class CurveProbe:
@@ -373,7 +373,7 @@ def arena_section(part, seeds):
 
     Parts: ``mnist`` (MNIST-5k, K = 10, flat), ``mnist_image`` (the same with
     ``image_shape=(28, 28)``), ``mnist_transfer`` (0-4 -> 5-9, K = 5, flat), ``digits``
-    (sklearn digits K = 10, and 0-4 -> 5-9 K = 5), ``second`` (UCI mfeat-pix, 2,000 16 x 15
+    (sklearn digits K = 10, and 0-4 -> 5-9 K = 5; ``digits_transfer`` the latter only), ``second`` (UCI mfeat-pix, 2,000 16 x 15
     digits, K = 10, flat and with its image_shape), ``tabular`` (wine K = 3, breast cancer
     K = 2, standardised). A smoke run: 300 sklearn digits stand in for every image set.
     """
@@ -399,10 +399,11 @@ def arena_section(part, seeds):
         else:
             _arena_single(title + "MNIST-5k (K=10)", X, y, 10, seeds, rows,
                           (None,) if part == "mnist" else (shape,))
-    elif part == "digits":
-        X, y = load_digits(return_X_y=True)
-        X, y = small(X / 16.0, y)
-        _arena_single("sklearn digits /16 (K=10)", X, y, 10, seeds, rows)
+    elif part in ("digits", "digits_transfer"):
+        if part == "digits":
+            X, y = load_digits(return_X_y=True)
+            X, y = small(X / 16.0, y)
+            _arena_single("sklearn digits /16 (K=10)", X, y, 10, seeds, rows)
         task = load_digits_transfer()
         if smoke:
             task = TransferTask(*small(task.X_source, task.y_source), *small(task.X_target, task.y_target),
