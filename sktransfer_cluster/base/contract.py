@@ -56,6 +56,27 @@ COMMON_PARAMETER_CONSTRAINTS = {
 _FOLD_TOL = 1e-6
 
 
+def _chunks_into(fn, X, chunk_size):
+    """:func:`chunked` with numpy output written into one array (no list of parts to concatenate)."""
+    out = None
+    with torch.no_grad():
+        for start in range(0, X.shape[0], chunk_size):
+            part = fn(X[start : start + chunk_size])
+            part = part.cpu().numpy() if torch.is_tensor(part) else np.asarray(part)
+            if out is None:
+                out = np.empty((X.shape[0], *part.shape[1:]), dtype=part.dtype)
+            out[start : start + part.shape[0]] = part
+    return out
+
+
+def _n_distinct(labels):
+    """Distinct values of an integer array: a count per label, not a sorted copy (10^7 labels: 160 MB)."""
+    labels = np.asarray(labels)
+    if labels.size and labels.dtype.kind in "iu" and labels.min() >= 0:
+        return int(np.count_nonzero(np.bincount(labels)))
+    return int(np.unique(labels).shape[0])
+
+
 def _memory_mapped(X):
     """Whether ``X`` is an array over a releasable memory map (see :mod:`.streaming`)."""
     return isinstance(X, np.ndarray) and mapped_pages(X) is not None
@@ -280,7 +301,7 @@ class TransferClusterMixin(ABC):
         bound under ``estimate_n_clusters``). It names duplicate rows when they
         are the cause.
         """
-        found = self.n_clusters_ = int(np.unique(self.labels_).shape[0])
+        found = self.n_clusters_ = _n_distinct(self.labels_)
         asked = getattr(self, "n_clusters", None)
         if asked is None or getattr(self, "estimate_n_clusters", False) or found >= asked:
             return
@@ -302,7 +323,11 @@ class TransferClusterMixin(ABC):
         from ``labels_`` do not describe the model ``predict`` serves. Costs one
         ``predict`` of ``X``, in bounded memory.
         """
-        share = float(np.mean(self._labels(X) != self.labels_))
+        # In slices, so that a source of 10^7 rows never holds a second array of labels.
+        step = 2**20
+        differ = sum(int(np.count_nonzero(self._labels(X[start : start + step]) != self.labels_[start : start + step]))
+                     for start in range(0, X.shape[0], step))
+        share = differ / max(X.shape[0], 1)
         if share > self._labels_tolerance:
             done = "fitted" if what == "fit" else "transferred to"
             warn(
@@ -549,7 +574,10 @@ class TransferClusterMixin(ABC):
                     release_pages(rows)
 
         with compute_threads(getattr(self, "device_", "cpu"), blas=True):
-            out = np.asarray(chunked(fn, X, chunk_size))
+            if X.shape[0] <= (chunk_size or chunk_rows(math.prod(X.shape[1:]))):
+                out = np.asarray(chunked(fn, X, chunk_size))
+            else:
+                out = _chunks_into(fn, X, chunk_size or chunk_rows(math.prod(X.shape[1:])))
         return out.astype(dtype, copy=False) if dtype is not None else out
 
     # --------------------------------------------------------------- progress

@@ -186,7 +186,7 @@ class StreamedOTKMeansMixin:
             self._keep_stream(state)
             self.n_steps_ = self.n_iter_ = state.n_steps
             self.labels_, self.inertia_ = self._label_chunks(X)
-            self.n_clusters_ = int(np.unique(self.labels_).shape[0])
+            self.n_clusters_ = int(np.count_nonzero(np.bincount(self.labels_)))
         return self
 
     def _start_stream(self, X):
@@ -263,6 +263,6 @@ class StreamedOTKMeansMixin:
             self._keep_stream(self._new_stream(centers, reg, g.to(self.device_), n))
             self.n_iter_ = int(n_iter)
             self.labels_, self.inertia_ = dask_labels(Xf, centers.cpu(), shift=shift, scale=1.0)
-            self.n_clusters_ = int(np.unique(self.labels_).shape[0])
+            self.n_clusters_ = int(np.count_nonzero(np.bincount(self.labels_)))
         return self
 
