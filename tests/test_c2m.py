@@ -32,7 +32,10 @@ from sktransfer_cluster.cluster.c2m.critic import (
 
 torch.set_num_threads(1)
 
+# representation=None: these tests read the rows as they are (the paper's path); the
+# neighbour encoder's own tests name representation="auto".
 FAST = dict(
+    representation=None,
     critic_dims=(16, 16),
     population=8,
     cem_iter=2,
@@ -233,7 +236,7 @@ def test_training_fakes_are_the_kmeans_candidates_that_differ_from_the_truth(mon
 
     monkeypatch.setattr(c2m, "wgan_critic_loss", spy)
     X, y = make_blobs(60, centers=[[0, 0], [10, 0], [0, 10]], cluster_std=0.5, random_state=0)
-    params = {**FAST, "set_size": 60, "representation": None}
+    params = {**FAST, "set_size": 60, "augment": False}
     C2MCluster(max_clusters=5, candidate_fakes=candidate_fakes, n_negatives=2, **params).fit(X, y)
     for real, fakes in seen:
         assert not any(clustering_accuracy(real, f) >= 0.99 for f in fakes[1:])
@@ -255,7 +258,7 @@ def test_augmented_training_sets_vary_their_classes_and_orientation(monkeypatch,
 
     monkeypatch.setattr(c2m, "wgan_critic_loss", spy)
     X, y = make_blobs(80, centers=[[0, 0], [10, 0], [0, 10], [10, 10]], cluster_std=0.5, random_state=0)
-    params = {**FAST, "sets_per_epoch": 12, "set_size": 80, "representation": None}
+    params = {**FAST, "sets_per_epoch": 12, "set_size": 80}
     C2MCluster(max_clusters=5, augment=augment, **params).fit(X, y)
     ks = {k for k, _ in seen}
     if augment:
@@ -485,11 +488,12 @@ def test_representation_auto_encodes_one_source_data_set_but_not_grouped_sets():
     """``representation="auto"``: a source that is one data set gets a neighbour encoder; a
     source split into small separate sets by ``groups`` is read as it is (the paper)."""
     X, y = make_blobs(90, centers=3, random_state=0)
-    assert C2MCluster(**FAST).fit(X, y).representation_ is not None
+    auto = {**FAST, "representation": "auto"}
+    assert C2MCluster(**auto).fit(X, y).representation_ is not None
     groups = np.repeat([0, 1], 45)
-    assert C2MCluster(**FAST).fit(X, y, groups=groups).representation_ is None
-    assert C2MCluster(representation=None, **FAST).fit(X, y).representation_ is None
-    assert C2MCluster(representation="neighbours", **FAST).fit(X, y, groups=groups).representation_ is not None
+    assert C2MCluster(**auto).fit(X, y, groups=groups).representation_ is None
+    assert C2MCluster(**FAST).fit(X, y).representation_ is None
+    assert C2MCluster(**{**FAST, "representation": "neighbours"}).fit(X, y, groups=groups).representation_ is not None
 
 
 def test_transfer_refines_a_copy_of_the_source_encoder_each_time():
@@ -498,7 +502,7 @@ def test_transfer_refines_a_copy_of_the_source_encoder_each_time():
     the target's encoder and reproduces labels_."""
     X, y = make_blobs(150, n_features=5, centers=3, random_state=0)
     Xt, _ = make_blobs(120, n_features=5, centers=3, random_state=1)
-    est = C2MCluster(**FAST).fit(X, y)
+    est = C2MCluster(**{**FAST, "representation": "auto"}).fit(X, y)
     source_codes = est.representation_.transform(X)
     first = est.transfer(Xt)
     np.testing.assert_array_equal(est.predict(Xt), first)
@@ -512,7 +516,7 @@ def test_graph_only_critic_scores_do_not_depend_on_where_the_set_lies():
     """Without the coordinates the metric reads the set's k-NN graph only (neighbour agreement and
     spectral embedding): a rotated, scaled and moved copy of a set gets the same score."""
     X, y = make_blobs(80, centers=3, random_state=0)
-    est = C2MCluster(critic_coordinates=False, critic_spectral=3, representation=None, **FAST).fit(X, y)
+    est = C2MCluster(critic_coordinates=False, critic_spectral=3, **FAST).fit(X, y)
     angle = 0.7
     R = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
     moved = 3.0 * X @ R + 5.0
