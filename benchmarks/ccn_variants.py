@@ -33,6 +33,12 @@ files into markdown rows.
   defaults), ``eN`` (``clustering_epochs=N``), ``confdisT`` (dissimilar only where G's probability
   is below T and the pair are not neighbours, similar where above 0.5 and neighbours, unknown
   otherwise); a suffix ``:5`` or ``:20`` runs only that K (``n_clusters_normalised/variants.py.txt``).
+* ``transfer`` (issue 29): on ``--data`` ``mnist`` / ``digits`` (0-4 -> 5-9) or ``mnist-shift`` /
+  ``digits-shift`` (same classes, the target blurred and noised: :func:`shifted_task`), the peers
+  UMAP(10) + GMM (K given) and UMAP(10) + HDBSCAN (K unknown) on the target, then per ``--specs``
+  entry ``{"name", "params"}`` a CCNCluster at today's defaults (``params`` win) fitted and
+  transferred with K given and, unless ``--no-bound``, K at most 20: ACC, NMI, clusters found,
+  fit and transfer CPU seconds, and ``G``'s target pairs (:func:`pair_quality`).
 * ``gauc``: one G (``n_similarity_nets=1``) per ``--specs`` JSON entry ``{"name", "params",
   "prep", "dihedral", "conv"}`` and seed (``--seeds``): target and source pair AUC, precision and
   recall at p > 0.5. ``prep``: ``std`` (each domain z-scored with its own statistics),
@@ -54,6 +60,7 @@ mending when those change.
     python benchmarks/ccn_variants.py --variant gnorm --data mnist --seed 0
     python benchmarks/ccn_variants.py --variant labels --data mnist --seed 0 --specs base confdis0.1 e10:20
     python benchmarks/ccn_variants.py --variant gauc --data mnist --seeds 0 1 --specs '{"name": "std", "prep": "std"}'
+    python benchmarks/ccn_variants.py --variant transfer --data mnist --seed 0 --specs '{"name": "defaults"}'
     python benchmarks/ccn_variants.py --smoke
 
 There is no canonical run: each stored result names its command. Every run uses one torch thread
@@ -84,7 +91,7 @@ from sktransfer_cluster.cluster.ccn import CCNCluster, pairs  # noqa: E402
 from sktransfer_cluster.datasets import load_digits_transfer, load_mnist_transfer  # noqa: E402
 from sktransfer_cluster.metrics import clustering_accuracy, n_dominant_clusters  # noqa: E402
 
-VARIANTS = ("cost", "full", "remeasure", "tables", "gbn", "gdiag", "gnorm", "labels", "gauc")
+VARIANTS = ("cost", "full", "remeasure", "tables", "gbn", "gdiag", "gnorm", "labels", "gauc", "transfer")
 
 
 class Rows:
@@ -118,7 +125,17 @@ def load(data, seed=0):
 
 
 def ccn(k, seed, **params):
-    """CCNCluster through the registry (its smallest budget in a smoke run; ``params`` win)."""
+    """CCNCluster through the registry (its smallest budget in a smoke run; ``params`` win).
+
+    The stored variants measured ``G`` and ``f`` on the rows themselves: they keep
+    ``representation="input"`` (the default until 2026-11-27) unless ``params`` say otherwise.
+    """
+    return _common.build("CCNCluster", k, device="cpu", random_state=seed,
+                         **{"representation": "input", **_common.smoke_params("CCNCluster"), **params})
+
+
+def ccn_defaults(k, seed, **params):
+    """CCNCluster at today's defaults (the smallest budget in a smoke run; ``params`` win)."""
     return _common.build("CCNCluster", k, device="cpu", random_state=seed,
                          **{**_common.smoke_params("CCNCluster"), **params})
 
@@ -395,11 +412,178 @@ def gauc(args, out):
                      prec=q["prec"], rec=q["rec"], frac_sim=q["called"], g_cpu=t.cpu, g_wall=t.wall))
 
 
+# ----------------------------------------------------------------------------- transfer (issue 29)
+def shifted_task(data, seed=0):
+    """Same classes on both sides, the target blurred and noised: the domain-shift check of issue 29.
+
+    MNIST-5k (digits: scikit-learn's 1,797) split in two stratified halves: the source half
+    clean and labelled, the target half blurred by a Gaussian of 1 pixel (digits 0.5 of 8) and
+    noised with Gaussian noise of 0.2 of the pixel range, clipped to it; K = 10.
+    """
+    from scipy.ndimage import gaussian_filter
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    from sktransfer_cluster.datasets import TransferTask, load_mnist_5k
+
+    if data == "mnist":
+        X, y = load_mnist_5k()
+        side, top, blur = 28, 1.0, 1.0
+    else:
+        X, y = load_digits(return_X_y=True)
+        side, top, blur = 8, 16.0, 0.5
+    Xs, Xt, ys, yt = train_test_split(X, y, test_size=0.5, stratify=y, random_state=0)
+    rng = np.random.default_rng(0)
+    Xt = gaussian_filter(Xt.reshape(-1, side, side), sigma=(0, blur, blur)).reshape(Xt.shape[0], -1)
+    Xt = np.clip(Xt + rng.normal(scale=0.2 * top, size=Xt.shape), 0.0, top)
+    task = TransferTask(Xs, ys, Xt, yt, name=f"{data}-shift")
+    if _common.SMOKE:
+        task = _common.shrink_task(task, seed)
+    return task
+
+
+def transfer_task(data, seed=0):
+    """``mnist``/``digits`` (0-4 -> 5-9), ``mnist-shift``/``digits-shift`` (:func:`shifted_task`)."""
+    if data.endswith("-shift"):
+        return shifted_task(data.split("-")[0], seed)
+    return load(data, seed)
+
+
+def _hdbscan_peer(X, seed):
+    """UMAP(10) + scikit-learn's HDBSCAN(min_cluster_size=n // 20, min_samples=10): issue 29's K-unknown peer."""
+    from sklearn.cluster import HDBSCAN
+    from umap import UMAP
+
+    n = X.shape[0]
+    Z = UMAP(n_components=min(10, n - 2), n_neighbors=min(15, n - 1), min_dist=0.0, random_state=seed,
+             n_jobs=1).fit_transform(X)
+    return HDBSCAN(min_cluster_size=max(2, n // 20), min_samples=min(10, n - 1)).fit_predict(Z)
+
+
+def pair_quality(est, X, y, n_rows=1000):
+    """``G``'s target pairs (the target-adapted ``G`` of the last transfer) on ``n_rows`` fixed rows.
+
+    ``g_*``: ``G`` alone at p > 0.5 (AUC, precision and recall of "similar"); ``gt_*``: at the
+    threshold the transfer used (``similarity_threshold_``); ``lab_*``: the labels ``f`` is
+    trained on (``G`` at that threshold and the ``similar_neighbors_`` nearest codes agree:
+    similar where both say so, dissimilar where neither and ``G`` is below
+    ``dissimilar_threshold_``, else unknown): precision and recall of similar, share unknown,
+    precision of dissimilar.
+    """
+    from sktransfer_cluster.nn import knn_indices
+
+    sub = np.sort(np.random.default_rng(123).choice(X.shape[0], size=min(n_rows, X.shape[0]), replace=False))
+    P = est.pairwise_similarity(X[sub])
+    same = y[sub][:, None] == y[sub][None, :]
+    off = ~np.eye(sub.shape[0], dtype=bool)
+    S = P > 0.5
+    r = dict(g_auc=float(roc_auc_score(same[off], P[off])),
+             g_precision=float((S & same & off).sum() / max((S & off).sum(), 1)),
+             g_recall=float((S & same & off).sum() / (same & off).sum()),
+             g_called=float((S & off).sum() / off.sum()))
+    t = getattr(est, "similarity_threshold_", 0.5)  # before 2026-11-27: 0.5
+    St = P > t
+    r.update(threshold=t, gt_precision=float((St & same & off).sum() / max((St & off).sum(), 1)),
+             gt_recall=float((St & same & off).sum() / (same & off).sum()), gt_called=float((St & off).sum() / off.sum()))
+    S = St  # the labels below as f is trained on them: at the threshold used
+    k = est.similar_neighbors_
+    if k is not None:
+        codes = est._codes(est._tensor(X)) if hasattr(est, "_codes") else est._tensor(X)  # before 2026-11-27
+        nb = pairs.neighbor_pairs(knn_indices(codes, k), torch.as_tensor(sub)).numpy()
+        t_dis = getattr(est, "dissimilar_threshold_", None)
+        sure = np.ones_like(S) if t_dis is None else (P < t_dis)
+        sim, dis = S & nb & off, ~S & ~nb & sure & off
+        r.update(lab_sim_precision=float((sim & same).sum() / max(sim.sum(), 1)),
+                 lab_sim_recall=float((sim & same).sum() / (same & off).sum()),
+                 lab_unknown=float(1 - (sim.sum() + dis.sum()) / off.sum()),
+                 lab_dis_precision=float((dis & ~same).sum() / max(dis.sum(), 1)))
+    return r
+
+
+def transfer(args, out):
+    """Peers on the target, then per ``--specs`` entry ``{"name", "params"}`` one CCN fit and transfers.
+
+    K given (``n_clusters`` = the target's classes) and, unless ``--no-bound``, K at most 20
+    (``estimate_n_clusters=True``) by a second fit of the same seed; each row has the fit and the
+    transfer CPU seconds, ACC, NMI and the clusters found; the K-given row has ``G``'s target pairs.
+    """
+    from sktransfer_cluster.compare import umap_gmm
+
+    task = transfer_task(args.data, args.seed)
+    Xs, ys, Xt, yt = task.X_source, task.y_source, task.X_target, task.y_target
+    K = len(np.unique(yt))
+    base = dict(data=args.data, seed=args.seed, threads=torch.get_num_threads())
+    if not args.no_peers:
+        with _common.Timer() as t:
+            lab = umap_gmm(Xt, K, random_state=args.seed)
+        out(dict(base, setting="peer UMAP(10)+GMM", K=K, acc=clustering_accuracy(yt, lab), nmi=nmi(yt, lab),
+                 n_clusters_=len(np.unique(lab)), cpu=t.cpu))
+        if not args.no_bound:
+            with _common.Timer() as t:
+                lab = _hdbscan_peer(Xt, args.seed)
+            out(dict(base, setting="peer UMAP(10)+HDBSCAN", K=20, acc=clustering_accuracy(yt, lab),
+                     nmi=nmi(yt, lab), n_clusters_=len(np.unique(lab[lab >= 0])), noise=float((lab < 0).mean()),
+                     cpu=t.cpu))
+    for spec in args.specs:
+        spec = json.loads(spec)
+        for bound in ((False,) if args.no_bound else (False, True)):
+            k = 20 if bound else K
+            est = ccn_defaults(k, args.seed, estimate_n_clusters=bound, **spec.get("params", {}))
+            with _common.Timer() as f:
+                est.fit(Xs, ys)
+            with _common.Timer() as t:
+                lab = est.transfer(Xt)
+            r = dict(base, setting=spec["name"], K=k, acc=clustering_accuracy(yt, lab), nmi=nmi(yt, lab),
+                     n_clusters_=int(est.n_clusters_), ndc=int(est.n_dominant_clusters_),
+                     fit_cpu=f.cpu, cpu=t.cpu, total_cpu=f.cpu + t.cpu)
+            if not bound:
+                r.update(pair_quality(est, Xt, yt))
+            out(r)
+
+
+def transfer_tables(rows):
+    """Markdown rows of ``transfer`` results: per data set, setting and K, the median [min, max]
+    over seeds of ACC, the clusters found per seed, CPU seconds of fit + transfer, and ``G``'s
+    target pairs. A later row of the same (data, setting, K, seed) replaces an earlier one."""
+    last = {}
+    for r in rows:
+        last[(r["data"], r["setting"], r["K"], r["seed"])] = r
+    groups = collections.defaultdict(list)
+    for (d, st, K, _), r in last.items():
+        groups[(d, st, K)].append(r)
+
+    def spread(v, fmt="{:.3f}"):
+        return f"{fmt.format(np.median(v))} [{fmt.format(min(v))}, {fmt.format(max(v))}]" if v else "-"
+
+    lines = ["| data | setting | K | ACC median [min, max] | ACC per seed | NMI median | clusters per seed "
+             "| CPU s (fit + transfer) median | G: AUC / precision / recall at its threshold | seeds |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for (d, st, K), rs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        rs.sort(key=lambda r: r["seed"])
+        cpu = [r.get("total_cpu", r["cpu"]) for r in rs]
+        g = ""
+        if "g_auc" in rs[0]:
+            g = " / ".join(spread([r[k] for r in rs]).split(" [")[0] for k in ("g_auc", "g_precision", "g_recall"))
+        lines.append(
+            f"| {d} | {st} | {K} | {spread([r['acc'] for r in rs])} | "
+            + " / ".join(f"{r['acc']:.3f}" for r in rs)
+            + f" | {spread([r['nmi'] for r in rs]).split(' [')[0]} | "
+            + " / ".join(str(r["n_clusters_"]) for r in rs)
+            + f" | {spread(cpu, '{:.1f}').split(' [')[0]} | {g} | "
+            + " ".join(str(r["seed"]) for r in rs) + " |")
+    print("\n".join(lines))
+    return lines
+
+
 def tables(files):
     rows = []
     for name in files:
         with open(name) as f:
             rows += [json.loads(line) for line in f if line.strip()]
+    rows = [r for r in rows if "command" not in r]
+    if rows and all("threads" in r and "setting" in r and "acc" in r and "nmi" in r for r in rows) and any(
+            "total_cpu" in r for r in rows):
+        return transfer_tables(rows)
     groups = collections.defaultdict(list)
     for r in rows:
         if "data" in r and "K" in r:
@@ -430,7 +614,10 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variant", choices=VARIANTS)
     ap.add_argument("files", nargs="*", help="tables: the .jsonl files to summarise")
-    ap.add_argument("--data", choices=["digits", "mnist"], default="digits")
+    ap.add_argument("--data", choices=["digits", "mnist", "digits-shift", "mnist-shift"], default="digits",
+                    help="the -shift sets only for transfer")
+    ap.add_argument("--no-peers", action="store_true", help="transfer: skip the UMAP peers")
+    ap.add_argument("--no-bound", action="store_true", help="transfer: K given only")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--settings", nargs="+", choices=["mlp", "conv"], default=["mlp", "conv"], help="full")
     ap.add_argument("--params", type=json.loads, default={}, help="remeasure: CCNCluster parameters (JSON)")
@@ -453,6 +640,9 @@ def main(argv=None):
         gauc(args, out)
         args.specs = ["base", "confdis0.1:20", "e2:5"]
         labels(args, out)
+        args.specs, args.no_peers, args.no_bound = ['{"name": "defaults"}'], True, False
+        for args.data in ("digits", "digits-shift"):
+            transfer(args, out)
         tables([path])
         print(f"wrote {path}", flush=True)
         return
@@ -464,7 +654,7 @@ def main(argv=None):
         tables(args.files)
         return
     fns = {"cost": cost, "full": full, "remeasure": remeasure, "gbn": gbn, "gdiag": gdiag, "gnorm": gnorm,
-           "labels": labels, "gauc": gauc}
+           "labels": labels, "gauc": gauc, "transfer": transfer}
     fns[args.variant](args, Rows(args.out))
 
 

@@ -1,5 +1,6 @@
 """CCNCluster (Hsu, Lv & Kira): the KCL loss, the pair-enumeration network G, the estimator."""
 
+import copy
 import math
 
 import numpy as np
@@ -21,7 +22,10 @@ from sktransfer_cluster.cluster.ccn.pairs import dominant_outputs, neighbor_pair
 
 torch.set_num_threads(1)
 
+# The mechanics of G and f on the rows themselves (representation="input"); the default
+# neighbour representation has tests of its own below.
 FAST = dict(
+    representation="input",
     hidden_dims=(16,),
     similarity_hidden_dims=(16,),
     pair_hidden=16,
@@ -303,7 +307,8 @@ def _digit_images(seed=0):
 
 def test_image_shape_gives_g_and_f_a_conv_stem_that_transfers_to_unseen_digits():
     Xs, ys, Xt, yt = _digit_images()
-    params = dict(hidden_dims=(64,), similarity_epochs=5, clustering_epochs=20, n_similarity_nets=1)
+    params = dict(hidden_dims=(64,), similarity_epochs=5, clustering_epochs=20, n_similarity_nets=1,
+                  representation="input")
     est = CCNCluster(5, image_shape=(8, 8), conv_channels=(8,), device="cpu", random_state=0, **params)
     labels = est.fit(Xs, ys).transfer(Xt)
     convs = [m for m in est.similarity_net_.backbone.modules() if isinstance(m, torch.nn.Conv2d)]
@@ -359,7 +364,7 @@ def test_with_the_number_of_clusters_known_every_cluster_is_used():
 
 
 @pytest.mark.parametrize(
-    "estimate, neighbors, balance", [(False, 10, 1.0), (True, 120, 0.0)]  # 150 rows: ceil(150 / 15)
+    "estimate, neighbors, balance", [(False, 10, 1.0), (True, 10, 0.0)]  # 150 rows: ceil(150 / 15)
 )
 def test_auto_settings_follow_whether_n_clusters_is_exact_or_an_upper_bound(estimate, neighbors, balance):
     Xs, ys, Xt, _ = _blob_task()
@@ -369,7 +374,7 @@ def test_auto_settings_follow_whether_n_clusters_is_exact_or_an_upper_bound(esti
     assert (est.similar_neighbors_, est.balance_weight_) == (neighbors, balance)
     # transfer resolves them again from the current parameters.
     est.set_params(estimate_n_clusters=not estimate).transfer(Xt)
-    assert est.similar_neighbors_ != neighbors and est.balance_weight_ != balance
+    assert est.similar_neighbors_ == neighbors and est.balance_weight_ != balance
 
 
 def test_auto_neighbours_of_a_known_number_of_clusters_grow_with_the_rows_clustered():
@@ -895,3 +900,111 @@ def test_fold_batch_norm_gives_the_eval_output_and_leaves_the_module_alone():
         expected = net.eval()(x)
     torch.testing.assert_close(folded(x), expected, atol=1e-12, rtol=1e-12)
     torch.testing.assert_close(inference_forward(folded, x, rows=64), expected, atol=1e-12, rtol=1e-12)
+
+
+# ------------------------------------------------------- 2026-11-27: issue 29 and issue 30 (S3, R3)
+def _separated_blobs(sizes=(34, 33, 33), seed=0):
+    X, y = make_blobs(n_samples=list(sizes), centers=[[0, 0], [8, 0], [0, 8]], cluster_std=0.6, random_state=seed)
+    return X, y
+
+
+def test_default_neighbour_codes_cluster_unseen_blobs_and_predict_reuses_the_target_encoder():
+    Xs, ys, Xt, yt = _blob_task()
+    est = CCNCluster(3, device="cpu", random_state=0).fit(Xs, ys)
+    assert est.representation == "neighbours" and est.graph_metric_ == "euclidean"  # blobs: arbitrary origin
+    labels = est.transfer(Xt)
+    assert clustering_accuracy(yt, labels) > 0.95
+    np.testing.assert_array_equal(est.predict(Xt), labels)
+    # The target's encoder is the source's trained on the target's graph; the source's is kept.
+    src = est._codes(est._tensor(Xt), est.encoder_)
+    assert not torch.allclose(src, est._codes(est._tensor(Xt)))
+    assert est.similarity_net_.members[0].backbone[0].in_features == 10  # G compares codes
+
+
+def test_the_graph_is_cosine_only_for_non_negative_rows_that_hold_zeros():
+    assert ccn_module.image_data(np.array([[0.0, 3.0], [2.0, 0.0]]))
+    assert not ccn_module.image_data(np.array([[0.5, 3.0], [2.0, 1.0]]) + 3e6)  # offset: no zeros
+    assert not ccn_module.image_data(np.array([[-1.0, 0.0], [2.0, 1.0]]))
+
+
+@pytest.mark.parametrize("bound", [3, 4])
+def test_an_upper_bound_equal_to_k_keeps_a_cluster_slightly_below_n_over_k(bound):
+    """Issue 30 S3: 3 blobs of 34 / 33 / 33 rows under an upper bound of 3 gave 2 clusters (fit) and
+    1 (transfer): 120 'auto' neighbours covered all 100 rows (no pair was dissimilar) and an
+    output was kept only with at least n / bound rows (33 < 100 / 3)."""
+    X, y = _separated_blobs()
+    est = CCNCluster(bound, estimate_n_clusters=True, device="cpu", random_state=0).fit(X, y)
+    assert est.similar_neighbors_ == 7  # ceil(100 / 15)
+    assert est.n_clusters_ == 3 and clustering_accuracy(y, est.labels_) == 1.0
+    labels = est.transfer(X)
+    assert est.n_clusters_ == 3 and clustering_accuracy(y, labels) == 1.0
+
+
+def test_batchnorm_statistics_are_exact_whatever_the_order_of_the_rows():
+    """Rows stored sorted by class (MNIST's target) gave batches of one class, whose averaged
+    within-batch variance missed the variance between classes."""
+    from sktransfer_cluster.cluster.ccn import pairs
+
+    torch.manual_seed(0)
+    X = torch.cat([torch.randn(100, 3) + 5.0, torch.randn(100, 3) - 5.0])  # "sorted by class"
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.ReLU(),
+                              torch.nn.Linear(4, 2), torch.nn.BatchNorm1d(2))
+    a = pairs.reestimate_batchnorm(copy.deepcopy(net), [X[i : i + 50] for i in range(0, 200, 50)])
+    perm = torch.randperm(200)
+    b = pairs.reestimate_batchnorm(copy.deepcopy(net), [X[perm][i : i + 50] for i in range(0, 200, 50)])
+    with torch.no_grad():
+        h = net[0](X)
+        torch.testing.assert_close(a[1].running_mean, h.mean(0))
+        torch.testing.assert_close(a[1].running_var, h.var(0), rtol=1e-4, atol=1e-4)
+        h2 = a[3](a[2](a[1](h)))  # the second layer measured behind the first, as set
+        torch.testing.assert_close(a[4].running_var, h2.var(0), rtol=1e-4, atol=1e-4)
+    for m, n in zip(a.modules(), b.modules()):
+        if isinstance(m, torch.nn.BatchNorm1d):
+            torch.testing.assert_close(m.running_mean, n.running_mean, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(m.running_var, n.running_var, rtol=1e-4, atol=1e-5)
+
+
+def test_auto_threshold_makes_g_call_nine_in_ten_neighbour_pairs_similar():
+    from sktransfer_cluster.cluster.ccn import pairs
+    from sktransfer_cluster.nn import knn_indices
+
+    Xs, ys, Xt, _ = _blob_task()
+    est = CCNCluster(3, device="cpu", random_state=0).fit(Xs, ys)
+    est.transfer(Xt)
+    t = est.similarity_threshold_
+    assert 0.0 < est.dissimilar_threshold_ <= t <= 0.5
+    Z = est._codes(est._tensor(Xt))
+    knn = knn_indices(Z, est.similar_neighbors_)
+    g = est._current_g()
+    P = pairs.pair_probabilities(g, Z)
+    p_nb = P[np.arange(Z.shape[0])[:, None], knn.numpy()]
+    assert (p_nb > t).mean() >= 0.9 - 1e-9 or t == 0.5
+    fixed = CCNCluster(3, similarity_threshold=0.3, device="cpu", random_state=0).fit(Xs, ys)
+    fixed.transfer(Xt)
+    assert (fixed.similarity_threshold_, fixed.dissimilar_threshold_) == (0.3, None)
+
+
+def test_outputs_that_g_links_are_one_cluster_and_unlinked_ones_stay_apart():
+    from sktransfer_cluster.cluster.ccn import pairs
+
+    rng = np.random.default_rng(0)
+    y = np.repeat([0, 1, 2], 40)
+    S = (y[:, None] == y[None, :]) & (rng.random((120, 120)) < 0.5)  # a G of recall 0.5, no false calls
+    S = S | S.T
+    outputs = np.repeat([0, 1, 2, 3], [20, 20, 40, 40])  # class 0 split over outputs 0 and 1
+    np.testing.assert_array_equal(pairs.linked_outputs(S, outputs, 5), [0, 0, 2, 3, 4])
+    # A G that calls every cross pair similar singles none out: nothing is linked.
+    np.testing.assert_array_equal(pairs.linked_outputs(np.ones((120, 120), bool), outputs, 5), np.arange(5))
+
+
+def test_rows_far_beyond_the_fitted_data_get_finite_scores_and_the_labels_of_their_direction():
+    """Issue 30 R3: score(X * 1e150) was NaN (float32 overflow)."""
+    Xs, ys, Xt, _ = _blob_task()
+    for params in ({}, FAST):
+        est = CCNCluster(3, **{"device": "cpu", "random_state": 0, **params}).fit(Xs, ys)
+        for scale in (1e50, 1e150, 1e300):
+            assert np.isfinite(est.score(Xt * scale))
+            assert np.isfinite(est.pairwise_similarity(Xt[:5] * scale)).all()
+        # Far along a ray the label no longer changes: 1e150 and 1e40 give the same labels.
+        np.testing.assert_array_equal(est.predict(Xt * 1e150), est.predict(Xt * 1e40))
+        assert np.isfinite(est.score(Xt))  # ordinary rows are not touched

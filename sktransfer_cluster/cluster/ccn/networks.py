@@ -77,6 +77,8 @@ def pair_enumerate(a, b=None, symmetric=False):
     n, m = a.shape[0], b.shape[0]
     left = a.unsqueeze(1).expand(n, m, a.shape[1])
     right = b.unsqueeze(0).expand(n, m, b.shape[1])
+    if symmetric == "difference":
+        return (left - right).abs().reshape(n * m, a.shape[1])
     parts = [(left - right).abs(), left * right] if symmetric else [left, right]
     return torch.cat(parts, dim=2).reshape(n * m, a.shape[1] + b.shape[1])
 
@@ -136,7 +138,7 @@ class SimilarityNetwork(nn.Module):
         self.pair_enum = PairEnum(symmetric)
         h = dims[-1] + (n_features if raw_features else 0)
         self.feature_dim = h  # width of backbone(x)
-        layers = [nn.Linear(2 * h, pair_hidden)]
+        layers = [nn.Linear(h if symmetric == "difference" else 2 * h, pair_hidden)]
         if batch_norm:
             layers.append(nn.BatchNorm1d(pair_hidden))
         layers += [nn.ReLU(), nn.Linear(pair_hidden, 2)]

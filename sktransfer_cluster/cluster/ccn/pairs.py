@@ -31,7 +31,9 @@ __all__ = [
     "clustering_network",
     "dominant_outputs",
     "kcl_pair_score",
+    "linked_outputs",
     "neighbor_pairs",
+    "neighbour_threshold",
     "pair_class_weight",
     "pair_probabilities",
     "reestimate_batchnorm",
@@ -93,26 +95,47 @@ def class_balanced_batch(class_index, batch_size, classes_per_batch, rng):
 
 @torch.no_grad()
 def reestimate_batchnorm(module, batches):
-    """Reset every BatchNorm's running statistics and re-estimate them exactly.
+    """Set every BatchNorm's running statistics to the exact mean and variance of its input.
 
-    Runs ``module`` in training mode over ``batches`` (inputs fed to it) with a
-    cumulative average, then returns the module in eval mode. Used to adapt a
-    network's normalisation to the data set it is applied to.
+    The statistics are those the layer sees at inference on all rows of
+    ``batches`` (inputs fed to ``module``): one pass in eval mode per batch-norm
+    layer, in the order the layers run, each layer measured with the layers
+    before it already set. Unlike averaging per-batch statistics (PyTorch's
+    cumulative running average), the result does not depend on how the rows are
+    split into batches: rows stored sorted by class gave batches of one class,
+    whose within-batch variance misses the variance between classes, and the
+    adapted network then mislabelled most rows (MNIST's target is stored so).
+    Returns the module in eval mode.
     """
     bns = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
-    if not bns:
-        module.eval()
-        return module
-    momenta = [bn.momentum for bn in bns]
-    for bn in bns:
-        bn.reset_running_stats()
-        bn.momentum = None  # cumulative moving average = exact mean over batches
-    module.train()
-    for xb in batches:
-        module(xb)
-    for bn, mom in zip(bns, momenta):
-        bn.momentum = mom
     module.eval()
+    if not bns:
+        return module
+    batches = list(batches)
+    for bn in bns:
+        totals = {}
+
+        def hook(layer, inputs, totals=totals):
+            x = inputs[0].double()
+            dims = [0, *range(2, x.dim())]
+            totals["n"] = totals.get("n", 0) + x.numel() // x.shape[1]
+            totals["s"] = totals.get("s", 0.0) + x.sum(dims)
+            totals["q"] = totals.get("q", 0.0) + (x * x).sum(dims)
+
+        handle = bn.register_forward_pre_hook(hook)
+        try:
+            for xb in batches:
+                module(xb)
+        finally:
+            handle.remove()
+        n = totals["n"]
+        mean = totals["s"] / n
+        # Unbiased, as PyTorch stores it; centred sums would be exact too, the rows are of order 1.
+        var = ((totals["q"] - n * mean * mean) / max(n - 1, 1)).clamp_min(0.0)
+        bn.running_mean.copy_(mean.to(bn.running_mean.dtype))
+        bn.running_var.copy_(var.to(bn.running_var.dtype))
+        if bn.num_batches_tracked is not None:
+            bn.num_batches_tracked.fill_(len(batches))
     return module
 
 
@@ -197,19 +220,21 @@ def pair_class_weight(target, similar_weight):
 def resolve_auto(similar_neighbors, balance_weight, upper_bound, n):
     """``(similar_neighbors, balance_weight)`` with "auto" resolved for ``n`` clustered rows.
 
-    Number of clusters known (``upper_bound`` false): ``ceil(n / 15)``
-    neighbours and a balance weight of 1; an upper bound: 120 neighbours and
-    no balance term. Explicit values pass through (the weight as a float).
-    Measured in ``docs/notes/ccn.md``, "2026-11-23: defaults on MNIST and digits".
+    ``ceil(n / 15)`` neighbours, whether the number of clusters is known or
+    bounded (a fixed count, 120 until 2026-11-27, covered every row of a data
+    set of 121 rows or fewer, so no pair was dissimilar and clusters merged:
+    issue 30 S3); a balance weight of 1 with a known number of clusters, none
+    under an upper bound. Explicit values pass through (the weight as a float).
+    Measured in ``docs/notes/ccn.md``.
 
     Examples
     --------
     >>> resolve_auto("auto", "auto", False, 300), resolve_auto("auto", 0.5, True, 300)
-    ((20, 1.0), (120, 0.5))
+    ((20, 1.0), (20, 0.5))
     """
     upper = bool(upper_bound)
     if similar_neighbors == "auto":
-        similar_neighbors = 120 if upper else math.ceil(n / 15)
+        similar_neighbors = math.ceil(n / 15)
     balance_weight = (0.0 if upper else 1.0) if balance_weight == "auto" else float(balance_weight)
     return similar_neighbors, balance_weight
 
@@ -251,6 +276,58 @@ def dominant_outputs(scores, outputs, n_outputs):
     return result
 
 
+def linked_outputs(similar, outputs, n_outputs, link=0.1, min_rows=5):
+    """Each output's representative after joining the outputs that a pair network links.
+
+    ``similar`` (m, m) holds a pair network's "similar" calls on m rows and
+    ``outputs`` (m,) the output that wins each row. Two outputs ``a`` and ``b``
+    are linked when the share of their cross pairs called similar exceeds
+    ``link`` times the geometric mean of their within-output shares; linked
+    outputs are joined transitively. A class that a clustering network split
+    in two keeps a clear share of similar cross pairs (on MNIST 5-9: 0.09-0.20
+    against 0.41-0.85 within), two classes almost none (at most 0.02). A link
+    must also exceed three times the median share over all pairs of outputs, so
+    a network that calls many pairs similar links nothing. Outputs with fewer
+    than ``min_rows`` of the m rows are not judged.
+
+    Returns
+    -------
+    ndarray of int64, shape (n_outputs,)
+        The smallest output of each one's group (itself when unlinked).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> S = np.kron(np.eye(3, dtype=bool), np.ones((6, 6), dtype=bool))  # three classes of 6 rows
+    >>> outputs = np.repeat([0, 1, 2, 3], [3, 3, 6, 6])  # the first class split over outputs 0 and 1
+    >>> linked_outputs(S, outputs, 4, min_rows=3).tolist()
+    [0, 0, 2, 3]
+    """
+    similar, outputs = np.asarray(similar, dtype=bool), np.asarray(outputs)
+    root = np.arange(n_outputs)
+
+    def find(a):
+        while root[a] != a:
+            a = root[a]
+        return a
+
+    used = [o for o in np.unique(outputs) if (outputs == o).sum() >= min_rows]
+    rows = {o: np.flatnonzero(outputs == o) for o in used}
+    within = {}
+    for o in used:
+        block = similar[np.ix_(rows[o], rows[o])]
+        within[o] = (block.sum() - np.trace(block)) / (block.size - block.shape[0])
+    cross = {(a, b): similar[np.ix_(rows[a], rows[b])].mean() for i, a in enumerate(used) for b in used[i + 1 :]}
+    # A link must also stand out from the pairs of outputs at large: where the network
+    # calls many cross pairs similar (a weak network), no pair of outputs is singled out.
+    floor = 3.0 * float(np.median(list(cross.values()))) if cross else 0.0
+    for (a, b), rate in cross.items():
+        if rate > link * math.sqrt(within[a] * within[b]) and rate > floor:
+            ra, rb = find(a), find(b)
+            root[max(ra, rb)] = min(ra, rb)
+    return np.array([find(o) for o in range(n_outputs)], dtype=np.int64)
+
+
 def _conv_stem(image_shape, conv_channels, width, activate):
     """:class:`~sktransfer_cluster.nn.ConvNet` from flat image rows to ``width`` (+ batch norm, ReLU)."""
     layers = [ConvNet(image_shape, conv_channels, width)]
@@ -272,6 +349,8 @@ def similarity_network(
     """
     dims = list(backbone_dims)
     symmetric, raw = pair_features != "concat", pair_features == "symmetric+raw"
+    if pair_features == "difference":
+        symmetric = "difference"
     if image_shape is None:
         return SimilarityNetwork(n_features, dims, pair_hidden, symmetric=symmetric, raw_features=raw)
     g = SimilarityNetwork(dims[0], dims[1:], pair_hidden, symmetric=symmetric)
@@ -308,17 +387,60 @@ def same_class_pairs(codes):
     return (codes.unsqueeze(1) == codes.unsqueeze(0)).long().reshape(-1)
 
 
-def similarity_labels(g, xb, second_order_threshold=None, features=None):
-    """(b, b) pair labels of minibatch ``xb`` from network ``g``: its "similar" probability > 0.5.
+def similarity_labels(g, xb, second_order_threshold=None, features=None, threshold=0.5):
+    """(b, b) pair labels of minibatch ``xb`` from network ``g``: its "similar" probability > ``threshold``.
 
     ``features``: ``g.backbone(xb)`` when already computed (a fixed ``g`` in
     eval mode gives each row the same features in any batch), so that only the
-    pair head runs. With a threshold the labels are denoised by :func:`second_order`.
+    pair head runs. With a second-order threshold the labels are denoised by
+    :func:`second_order`.
     """
-    sim = (g(xb) if features is None else g.pair_logits(features)).argmax(-1)
+    logits = g(xb) if features is None else g.pair_logits(features)
+    if threshold == 0.5:
+        sim = logits.argmax(-1)
+    else:
+        sim = (torch.softmax(logits, -1)[..., 1] > threshold).long()
     if second_order_threshold is not None:
         return second_order(sim.to(xb.dtype), second_order_threshold)
     return sim
+
+
+@torch.no_grad()
+def neighbour_threshold(g, features, knn, recall=0.9, max_rows=1000, rng=None):
+    """A "similar" threshold on ``g``'s probability that needs no labels: ``g`` calls
+    ``recall`` of the target's neighbour pairs similar.
+
+    The pairs of each row with its ``knn`` neighbours (input or code space) are
+    almost all of one class, whatever the classes are; a ``g`` learned on other
+    classes may score them far below 0.5 (its scale is the source's), but it still
+    ranks them high. The threshold is the ``1 - recall`` quantile of ``g``'s
+    probability over these pairs, from at most ``max_rows`` rows (drawn by ``rng``,
+    else the first ones), capped at 0.5.
+
+    Parameters
+    ----------
+    g : SimilarityNetwork or SimilarityEnsemble
+    features : torch.Tensor of shape (n, h)
+        ``g.backbone`` of the rows.
+    knn : torch.Tensor of shape (n, k)
+        Each row's neighbours.
+    recall : float, default=0.9
+    max_rows : int, default=1000
+    rng : numpy.random.Generator, optional
+
+    Returns
+    -------
+    float
+    """
+    n = features.shape[0]
+    rows = np.arange(n) if n <= max_rows else (
+        np.sort(rng.choice(n, max_rows, replace=False)) if rng is not None else np.arange(max_rows))
+    probs = []
+    for i in rows:
+        logits = g.pair_logits(features[i : i + 1], features[knn[i]])
+        probs.append(torch.softmax(logits, -1)[0, :, 1])
+    p = torch.cat(probs).double().cpu().numpy()
+    return float(min(0.5, np.quantile(p, 1.0 - recall)))
 
 
 def agree_with_neighbors(sim, knn, idx):
