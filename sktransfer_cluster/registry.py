@@ -148,12 +148,6 @@ register(Method(
 ))
 register(Method(
     "SinkhornKMeans-AE", f"{_WINGS}.sinkhorn_kmeans:SinkhornKMeans", params={"embedding": "autoencoder"},
-    smallest_budget=dict(hidden_dims=(8, 3), pretrain_epochs=2, max_epochs=2, batch_size=64, n_init=1),
-))
-register(Method(
-    # The neighbour encoder of sktransfer_cluster.representation (issue 28): for images and other
-    # data whose neighbours carry the classes; tabular data is better served by plain SinkhornKMeans.
-    "SinkhornKMeans-NE", f"{_WINGS}.sinkhorn_kmeans:SinkhornKMeans", params={"embedding": "neighbours"},
     smallest_budget=dict(hidden_dims=(16, 4), pretrain_epochs=2, n_neighbors=8, n_init=1),
 ))
 register(Method(
