@@ -170,5 +170,8 @@ register(Method(
 ))
 register(Method(
     "PreciseFeatureGAN", f"{_WINGS}.precise_gan:PreciseFeatureGAN",
-    smallest_budget=dict(noise_dim=0, hidden_dims=(16,), n_iter=20, batch_size=32, learning_rate=1e-2, gp_weight=1.0),
+    smallest_budget=dict(
+        noise_dim=0, hidden_dims=(16,), n_iter=20, batch_size=32, learning_rate=1e-2, gp_weight=1.0,
+        representation_epochs=2,
+    ),
 ))
