@@ -127,11 +127,13 @@ def load(data, seed=0):
 def ccn(k, seed, **params):
     """CCNCluster through the registry (its smallest budget in a smoke run; ``params`` win).
 
-    The stored variants measured ``G`` and ``f`` on the rows themselves: they keep
-    ``representation="input"`` (the default until 2026-11-27) unless ``params`` say otherwise.
+    The stored variants measured ``G`` and ``f`` on the rows themselves with ``G``'s labels at
+    0.5: they keep ``representation="input"`` and ``similarity_threshold=0.5`` (the defaults until
+    2026-11-27) unless ``params`` say otherwise.
     """
+    old = {"representation": "input", "similarity_threshold": 0.5}
     return _common.build("CCNCluster", k, device="cpu", random_state=seed,
-                         **{"representation": "input", **_common.smoke_params("CCNCluster"), **params})
+                         **{**old, **_common.smoke_params("CCNCluster"), **params})
 
 
 def ccn_defaults(k, seed, **params):
@@ -338,7 +340,7 @@ def labels(args, out):
     Xs, ys, Xt, yt = task.X_source, task.y_source, task.X_target, task.y_target
     threshold = {}
 
-    def soft_labels(g, xb, second_order_threshold=None, features=None):
+    def soft_labels(g, xb, second_order_threshold=None, features=None, threshold=0.5):
         logits = g(xb) if features is None else g.pair_logits(features)
         return logits.softmax(-1)[..., 1]
 
@@ -556,7 +558,7 @@ def transfer_tables(rows):
         return f"{fmt.format(np.median(v))} [{fmt.format(min(v))}, {fmt.format(max(v))}]" if v else "-"
 
     lines = ["| data | setting | K | ACC median [min, max] | ACC per seed | NMI median | clusters per seed "
-             "| CPU s (fit + transfer) median | G: AUC / precision / recall at its threshold | seeds |",
+             "| CPU s (fit + transfer) median | G at 0.5: AUC / precision / recall | seeds |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for (d, st, K), rs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
         rs.sort(key=lambda r: r["seed"])
@@ -571,7 +573,6 @@ def transfer_tables(rows):
             + " / ".join(str(r["n_clusters_"]) for r in rs)
             + f" | {spread(cpu, '{:.1f}').split(' [')[0]} | {g} | "
             + " ".join(str(r["seed"]) for r in rs) + " |")
-    print("\n".join(lines))
     return lines
 
 
@@ -581,9 +582,10 @@ def tables(files):
         with open(name) as f:
             rows += [json.loads(line) for line in f if line.strip()]
     rows = [r for r in rows if "command" not in r]
-    if rows and all("threads" in r and "setting" in r and "acc" in r and "nmi" in r for r in rows) and any(
-            "total_cpu" in r for r in rows):
-        return transfer_tables(rows)
+    # transfer's rows (and the peers beside them) have their own table.
+    mine = [r for r in rows if "total_cpu" in r or str(r.get("setting", "")).startswith("peer ")]
+    rows = [r for r in rows if r not in mine]
+    lines = transfer_tables(mine) if mine else []
     groups = collections.defaultdict(list)
     for r in rows:
         if "data" in r and "K" in r:
@@ -593,13 +595,12 @@ def tables(files):
         v = [x for x in v if x is not None]
         return f"{fmt.format(np.median(v))} [{fmt.format(min(v))}, {fmt.format(max(v))}]" if v else "-"
 
-    lines = []
     for (d, st, K), rs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
         rs.sort(key=lambda r: r["seed"])
         line = f"| {d} | {st} | {K} | {spread([r['acc'] for r in rs])} | " + " / ".join(f"{r['acc']:.3f}" for r in rs)
         line += (f" | {spread([r.get('nmi') for r in rs])} | " + " / ".join(str(r.get("ndc")) for r in rs) + " | "
                  + " / ".join(str(r.get("distinct")) for r in rs))
-        if "acc_dom" in rs[0]:
+        if all("acc_dom" in r for r in rs):
             line += (f" | {spread([r['acc_dom'] for r in rs])} | " + " / ".join(f"{r['acc_dom']:.3f}" for r in rs)
                      + f" | {spread([r['nmi_dom'] for r in rs])}")
         else:
