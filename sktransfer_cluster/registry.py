@@ -157,7 +157,10 @@ register(Method(
 register(Method(
     "CCNCluster", f"{_WINGS}.ccn:CCNCluster",
     bounded_k=lambda bound: {"n_clusters": bound, "estimate_n_clusters": True},
-    smallest_budget=dict(hidden_dims=(8,), pair_hidden=8, similarity_epochs=2, clustering_epochs=3, batch_size=32),
+    smallest_budget=dict(
+        hidden_dims=(8,), pair_hidden=8, similarity_epochs=2, clustering_epochs=3, batch_size=32,
+        embedding_epochs=2, refine_epochs=1,
+    ),
 ))
 register(Method(
     # C2M takes no K: given one, it gets room to choose, up to max(10, 2K).
