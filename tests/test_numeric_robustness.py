@@ -98,7 +98,7 @@ def _s7_models():
     return {
         "SinkhornKMeans": lambda: SinkhornKMeans(3, n_init=3, random_state=0),
         # smoothing_steps=0: TDCM's labels_ are otherwise those of the smoothed rows, by design
-        "TDCMCluster": lambda: TDCMCluster(3, max_epochs=10, smoothing_steps=0, random_state=0),
+        "TDCMCluster": lambda: TDCMCluster(3, representation="input", max_epochs=10, smoothing_steps=0, random_state=0),
         "PreciseFeatureGAN": lambda: PreciseFeatureGAN(3, n_iter=150, random_state=0),
     }
 
