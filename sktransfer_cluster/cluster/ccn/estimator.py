@@ -698,8 +698,10 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         n_classes = int(codes.max()) + 1
         nets = []
         for _ in range(self.n_similarity_nets):
-            if self._training_stopped:
-                break  # an interrupt kept by keep_best: no further member
+            if self._training_stopped and nets:
+                # An interrupt kept by keep_best: no further member. The first is always built
+                # (with no epochs after an interrupt in the encoder's phase), so the model predicts.
+                break
             nets.append(self._train_similarity(Xt, codes, n_classes, rng, torch_gen))
         self.similarity_net_ = nets[0] if len(nets) == 1 else SimilarityEnsemble(nets)
         f = self._cluster(Xt, self.similarity_net_, self.clustering_epochs, torch_gen, "fit")
