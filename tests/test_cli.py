@@ -111,10 +111,11 @@ def test_scale_budgets_scales_only_epoch_counts_and_keeps_each_at_least_one():
 
     ccn = CCNCluster(3, similarity_epochs=3, clustering_epochs=20)
     before = ccn.get_params()
-    assert cli.scale_budgets(ccn, 0.2) == {"similarity_epochs": 1, "clustering_epochs": 4}
+    epochs = {"similarity_epochs": 1, "clustering_epochs": 4, "embedding_epochs": 8, "refine_epochs": 4}
+    assert cli.scale_budgets(ccn, 0.2) == epochs  # the neighbour encoder's 40 / 20 epochs too
     after = ccn.get_params()
-    assert {p for p in before if before[p] != after[p]} == {"similarity_epochs", "clustering_epochs"}
-    assert cli.scale_budgets(PreciseFeatureGAN(3, n_iter=100), 4.0) == {"n_iter": 400}
+    assert {p for p in before if before[p] != after[p]} == set(epochs)
+    assert cli.scale_budgets(PreciseFeatureGAN(3, n_iter=100), 4.0) == {"n_iter": 400, "representation_epochs": 160}
     assert cli.scale_budgets(SinkhornKMeans(3, max_epochs=1, pretrain_epochs=2), 0.01) == {
         "max_epochs": 1,
         "pretrain_epochs": 1,

@@ -42,7 +42,7 @@ from .graph import (
     spectral_embedding,
     spectral_reference,
     standardize,
-    _times_power_of_two,
+    times_power_of_two,
     wgan_critic_loss,
 )
 from ...metrics import clustering_accuracy
@@ -675,7 +675,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     def _encoder_rows(self, X):
         """``X`` times the power of two that brought the source's peak near 1 (exact, so ordinary
         data keep their bits): the encoder's squares neither under- nor overflow at any scale."""
-        return X if self._rep_exponent == 0 else _times_power_of_two(X, -self._rep_exponent)
+        return X if self._rep_exponent == 0 else times_power_of_two(X, -self._rep_exponent)
 
     def _encode(self, X):
         """The rows the metric reads: ``X`` itself, or its codes under ``representation_``."""

@@ -41,6 +41,7 @@ __all__ = [
     "centroid_mlp_weights",
     "kmeans_candidates",
     "standardize",
+    "times_power_of_two",
     "spectral_embedding",
     "spectral_reference",
     "mlp_inputs",
@@ -229,7 +230,7 @@ def kmeans_candidates(Xs, n_inputs, hidden, n_out, rng, *, n_init=1, offset=0, k
     return torch.stack(rows)
 
 
-def _times_power_of_two(x, e):
+def times_power_of_two(x, e):
     """``x * 2**e`` in two exact steps, so that neither factor over- or underflows (|e| up to ~2100)."""
     half = e // 2
     return x * 2.0**half * 2.0 ** (e - half)
@@ -252,13 +253,13 @@ def standardize(X, enabled=True):
         return X, torch.zeros(X.shape[1], dtype=X.dtype, device=X.device), 1.0
     peak = float(X.abs().max()) if X.numel() else 0.0
     e = math.frexp(peak)[1] if 0.0 < peak < math.inf else 0
-    Z = _times_power_of_two(X, -e) if e else X
+    Z = times_power_of_two(X, -e) if e else X
     mean = Z.mean(0)
     scale = float(Z.std(0).mean())
     if not math.isfinite(scale) or scale <= 0:
         mean = X.mean(0)
         return X - mean, mean, 1.0
-    return (Z - mean) / scale, _times_power_of_two(mean, e), _times_power_of_two(scale, e)
+    return (Z - mean) / scale, times_power_of_two(mean, e), times_power_of_two(scale, e)
 
 
 def spectral_embedding(X, n_components, n_neighbors):

@@ -19,7 +19,7 @@ import torch
 from ...base.runtime import compute_threads
 from ...base.streaming import is_dask_array
 from ...ot.semi_dual import newton_iterations, row_chunks, semi_dual_pass
-from .lloyd import SINKHORN_MAX_ITER, SINKHORN_TOL, _costs_into
+from .lloyd import SINKHORN_MAX_ITER, SINKHORN_TOL, costs_into
 from .objective import squared_distances
 
 __all__ = ["block_sums", "dask_labels", "dask_ot_lloyd", "is_dask_array", "row_blocks"]
@@ -47,7 +47,7 @@ def block_sums(block, centers, h, reg, shift, scale, dtype):
             d = Z.shape[1]
             return 0, 0.0, np.zeros(K), np.zeros((K, K)), np.zeros((K, d))
         C = torch.as_tensor(centers, dtype=dtype)
-        M = _costs_into(torch.empty(b, K, dtype=dtype), Z, C, reg)
+        M = costs_into(torch.empty(b, K, dtype=dtype), Z, C, reg)
         f = torch.empty(b, dtype=dtype)
         af, c, H, moment = semi_dual_pass(M, torch.as_tensor(h, dtype=dtype), None, f, row_chunks(b, K), Z)
         # semi_dual_pass returns means over the chunk for af, c and H, a sum for the moment.

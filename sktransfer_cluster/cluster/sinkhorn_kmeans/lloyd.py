@@ -13,7 +13,7 @@ import torch
 from ...base.runtime import on_compute_threads
 from ...ot.semi_dual import newton_solve, row_chunks, semi_dual_pass
 
-__all__ = ["LABEL_PATIENCE", "SINKHORN_MAX_ITER", "SINKHORN_TOL", "ot_lloyd", "ot_lloyd_best", "relative_reg"]
+__all__ = ["LABEL_PATIENCE", "SINKHORN_MAX_ITER", "SINKHORN_TOL", "costs_into", "ot_lloyd", "ot_lloyd_best", "relative_reg"]
 
 # Inside OT-Lloyd the potentials are warm-started across iterations, so a loose
 # per-iteration solve suffices (L1 marginal error).
@@ -47,7 +47,7 @@ def _one_run(X, centers, reg, log_w, max_iter, tol, M, labels):
     same = 0
     chunks = row_chunks(n, K)
     for it in range(1, max_iter + 1):
-        _costs_into(M, X, centers, reg)
+        costs_into(M, X, centers, reg)
         res, c, moment = newton_solve(M, log_w, g, None, SINKHORN_MAX_ITER, SINKHORN_TOL, 30.0, X)
         g, f = res.g, res.f
         # The solve's last pass also summed the plan-weighted features: P / a = exp(f_i + h_j - M_ij).
@@ -87,7 +87,7 @@ def _initial_reg(X, x2, c0, reg_rel):
     return (reg_rel * torch.maximum(mean_cost, floor)).clamp_min(torch.finfo(X.dtype).tiny)
 
 
-def _costs_into(M, X, centers, reg):
+def costs_into(M, X, centers, reg):
     """``M <- (||c_k||^2 - 2 x_i . c_k) / reg``: the cost without the row constant ``||x_i||^2``."""
     torch.addmm((centers * centers).sum(-1), X, centers.transpose(0, 1), alpha=-2.0, out=M)
     return M.div_(reg)
@@ -165,11 +165,11 @@ def ot_lloyd_best(X, centers, reg_rel, log_w, max_iter, tol, *, check_tol=1e-3, 
     chunks = row_chunks(X.shape[0], centers.shape[-2])
     best = None
     for c, reg, n_iter, _, g, x2, M in _runs(X, centers, reg_rel, log_w, max_iter, tol):
-        _costs_into(M, X, c, reg)
+        costs_into(M, X, c, reg)
         af, mass, _, _ = semi_dual_pass(M, log_w + g, None, f, chunks)
         cost = float(reg * (af + (mass * g).sum()) + x2.mean())
         if best is None or cost < best[0]:
             best = (cost, c, float(reg), n_iter, g)
     cost, c, reg, n_iter, g = best
-    check, _, _ = newton_solve(_costs_into(M, X, c, reg), log_w, g, None, check_max_iter, check_tol, 30.0)
+    check, _, _ = newton_solve(costs_into(M, X, c, reg), log_w, g, None, check_max_iter, check_tol, 30.0)
     return cost, c, reg, n_iter, check

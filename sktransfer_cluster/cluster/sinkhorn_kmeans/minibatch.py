@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ...base.runtime import on_compute_threads
-from .lloyd import _costs_into
+from .lloyd import costs_into
 
 __all__ = ["BLOCK_ROWS", "MinibatchState", "batch_indices", "minibatch_passes", "minibatch_step"]
 
@@ -79,7 +79,7 @@ def minibatch_step(state, Z, log_w):
     log_w = log_w.to(Z.dtype)
     g = torch.zeros(K, dtype=Z.dtype, device=Z.device) if state.g is None else state.g.to(Z.dtype)
     # Rows of P / a: softmax_k(log w_k + g_k - M_ik), built in place in the cost buffer.
-    Q = _costs_into(torch.empty(b, K, dtype=Z.dtype, device=Z.device), Z, state.centers, state.reg)
+    Q = costs_into(torch.empty(b, K, dtype=Z.dtype, device=Z.device), Z, state.centers, state.reg)
     Q.neg_().add_(g + log_w)
     Q.sub_(Q.amax(-1, keepdim=True)).exp_()
     Q.div_(Q.sum(-1, keepdim=True))
