@@ -125,6 +125,10 @@ def real_nn_distance(X):
 
 def fit_gan(X, y, k, seed, n_iter, X_target=None, y_target=None, curves=False, **params):
     curve = []
+    if curves:
+        # The curves compare generated points with real rows in input space: the raw-input GAN
+        # (as when the canonical tables were measured), not the neighbour codes of the default.
+        params.setdefault("representation", None)
     model = gan(k, seed, n_iter, **params)
     probe = (observing(model, CurveProbe(model, X, y, max(1, model.n_iter // 10), curve)) if curves and X_target is None
              else contextlib.nullcontext())
