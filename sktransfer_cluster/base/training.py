@@ -209,6 +209,24 @@ class TrainingRun:
         means = torch.stack([self._totals[k].reshape(()) for k in names]).cpu().to(torch.float64) / self._weight
         return dict(zip(names, means.tolist()))
 
+    def step_callback(self, steps_per_epoch):
+        """A ``callback(i, loss)`` for a loop that trains by itself and reports each step's loss.
+
+        For :func:`~sktransfer_cluster.representation.train_neighbour_encoder`: each loss is
+        checked (:meth:`check_finite`) and every ``steps_per_epoch`` steps close an epoch
+        with their mean loss (:meth:`end_epoch`).
+        """
+        total = [0.0]
+
+        def callback(i, loss):
+            self.check_finite(loss)
+            total[0] += loss
+            if (i + 1) % steps_per_epoch == 0:
+                self.end_epoch(total[0] / steps_per_epoch)
+                total[0] = 0.0
+
+        return callback
+
     def end_epoch(self, loss=None, *, log=True, **extras):
         """Close an epoch whose (mean) training loss is ``loss``.
 

@@ -469,14 +469,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         steps = max(1, round(n_edges / min(_EDGES_PER_STEP, n_edges)))
         encoder = encoder.to("cpu", torch.float32)
         with self._training(phase, epochs, state=[encoder]) as run:
-            total = [0.0]
-
-            def step(i, loss):
-                run.check_finite(loss)
-                total[0] += loss
-                if (i + 1) % steps == 0:
-                    run.end_epoch(total[0] / steps)
-                    total[0] = 0.0
+            step = run.step_callback(steps)
 
             train_neighbour_encoder(
                 encoder, Xn.detach().to("cpu", torch.float32).numpy(), graph, n_epochs=epochs,

@@ -574,14 +574,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         set_requires_grad(encoder, True)
         inputs = Xt.detach().to("cpu", torch.float32).numpy()
         with self._training(phase, n_epochs, state=[encoder], unit="epoch", keeps_model=False) as run:
-            total = [0.0]
-
-            def step(i, loss):
-                run.check_finite(loss)
-                total[0] += loss
-                if (i + 1) % steps_per_epoch == 0:
-                    run.end_epoch(total[0] / steps_per_epoch)
-                    total[0] = 0.0
+            step = run.step_callback(steps_per_epoch)
 
             train_neighbour_encoder(encoder, inputs, graph, n_epochs=n_epochs, batch_size=_EDGES_PER_STEP,
                                     learning_rate=_ENCODER_LR, generator=torch_gen, callback=step)

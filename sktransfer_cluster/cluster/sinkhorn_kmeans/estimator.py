@@ -606,14 +606,7 @@ class SinkhornKMeans(StreamedOTKMeansMixin, WithinClusterScoreMixin, TransferClu
 
         state = [module] + list(extra)
         with self._training(phase, epochs, state=state, unit="epoch") as run:
-            totals = [0.0]
-
-            def step(i, loss):
-                run.check_finite(loss)
-                totals[0] += loss
-                if (i + 1) % steps_per_epoch == 0:
-                    run.end_epoch(totals[0] / steps_per_epoch)
-                    totals[0] = 0.0
+            step = run.step_callback(steps_per_epoch)
 
             train_neighbour_encoder(
                 encoder, inputs, graph, n_epochs=epochs, batch_size=_NEIGHBOUR_EDGES_PER_STEP,
