@@ -189,16 +189,20 @@ class StreamedOTKMeansMixin:
             self.n_clusters_ = int(np.count_nonzero(np.bincount(self.labels_)))
         return self
 
-    def _start_stream(self, X):
-        """The first ``partial_fit``: everything ``fit`` sets up, then OT-Lloyd on the batch."""
-        from ...base.arrays import check_resolution, input_affine
-
+    def _reset_for_a_new_fit(self):
+        """What every fit of plain OT k-means sets first (a stream's start, a Dask fit); its rng."""
         self.device_ = resolve_device(self.device)
         self.history_ = []
         self.weights_ = self._proportions()
         self.autoencoder_ = None
         self.encoder_ = None
-        rng, _ = make_generators(self.random_state, "cpu")
+        return make_generators(self.random_state, "cpu")[0]
+
+    def _start_stream(self, X):
+        """The first ``partial_fit``: everything ``fit`` sets up, then OT-Lloyd on the batch."""
+        from ...base.arrays import check_resolution, input_affine
+
+        rng = self._reset_for_a_new_fit()
         shift, scale = input_affine(X)
         check_resolution(X.dtype, shift, scale)
         self._input_affine, self._input_spread = (shift, 1.0), scale
@@ -234,12 +238,7 @@ class StreamedOTKMeansMixin:
                 self.__dict__.pop(attr, None)
             self.n_features_in_ = int(X.shape[1])
             self._check_n_clusters(int(X.shape[0]), self.n_clusters)
-            self.device_ = resolve_device(self.device)
-            self.history_ = []
-            self.weights_ = self._proportions()
-            self.autoencoder_ = None
-            self.encoder_ = None
-            rng, _ = make_generators(self.random_state, "cpu")
+            rng = self._reset_for_a_new_fit()
             Xf = X.astype(np.float64).rechunk({1: -1})
             shift, finite = da.compute(Xf.mean(0), da.isfinite(Xf).all())
             if not finite:
