@@ -79,7 +79,7 @@ def build_parser():
     cmp_.add_argument("--n-clusters", type=_positive_int, default=None, help="K for every task (default: the number of target classes)")
     cmp_.add_argument("--label-column", default="label", help="label column of .csv files; 'none' if they have none (default: label)")
     cmp_.add_argument("--device", default="cpu", help="auto, cpu, cuda, cuda:N or mps (default: cpu)")
-    cmp_.add_argument("--threads", type=_positive_int, default=None, help="torch and BLAS threads (default: OMP_NUM_THREADS, else the physical cores)")
+    cmp_.add_argument("--threads", type=_positive_int, default=None, help="torch and BLAS threads (default: 1, fastest on a shared machine)")
     cmp_.add_argument("--seed", type=int, default=0)
     cmp_.add_argument("--max-array-mb", type=float, default=1024, help="refuse a file whose loaded arrays (rows x columns x 8 bytes) exceed this (default: 1024)")
     cmp_.add_argument("--out", default=None, help="directory for results.json, results.md and figures")

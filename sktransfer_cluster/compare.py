@@ -18,7 +18,6 @@ redirected to a file is not silent.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import sys
 import time
@@ -36,6 +35,7 @@ from sklearn.utils import get_tags
 from . import __version__
 
 from .base import limit_threads, resolve_device
+from .base.runtime import COMPUTE_THREADS
 from .errors import UsageError
 from .outputs import foreign_files
 from .registry import REGISTRY
@@ -309,9 +309,14 @@ def _run_baseline(name, task, k, seed):
 
 
 def _default_threads():
-    """``OMP_NUM_THREADS`` when set, else torch's default (the physical cores)."""
-    value = os.environ.get("OMP_NUM_THREADS", "")
-    return int(value) if value.isdigit() and int(value) > 0 else torch.get_num_threads()
+    """The package's thread policy, :data:`~sktransfer_cluster.base.runtime.COMPUTE_THREADS` (1).
+
+    One thread per process is what the small matrix products of these estimators run fastest
+    on when the machine is shared (issue 30: the main job took 10 min 25 s at the physical
+    cores on a busy machine, 4 min 6 s at one thread, with the same scores); pass ``--threads``
+    for more.
+    """
+    return COMPUTE_THREADS
 
 
 def _load_tasks(data, seed, mode, label_column, max_array_mb):
