@@ -12,6 +12,8 @@ import torch
 from sklearn.neighbors import NearestNeighbors
 from torch import nn
 
+from .base.runtime import on_compute_threads
+
 __all__ = [
     "mlp",
     "inference_forward",
@@ -181,6 +183,7 @@ class ConvGenerator(nn.Module):
 # 1.5x at d = 10, n = 10^5); beyond it a tree prunes too little.
 _KD_TREE_MAX_FEATURES = 10
 
+@on_compute_threads
 def knn_indices(X, k, chunk_elements=2**22, query=None):
     """Indices of the ``k`` nearest rows of ``X`` (n, d), nearest first.
 
@@ -193,6 +196,7 @@ def knn_indices(X, k, chunk_elements=2**22, query=None):
     come from scikit-learn's KD-tree, O(n log n); otherwise (more features, or a
     GPU tensor) from chunked ``cdist`` with at most ``chunk_elements`` distances
     at a time: O(n^2 d) time, bounded memory. The result lies on ``X``'s device.
+    Runs on the package's compute threads (:func:`~sktransfer_cluster.base.runtime.compute_threads`).
     """
     n, d = X.shape
     k = min(int(k), n if query is not None else n - 1)

@@ -52,3 +52,24 @@ def test_knn_indices_query_row_in_the_reference_finds_itself_first():
     got = knn_indices(X, 3, query=X[:10])
     np.testing.assert_array_equal(got[:, 0].numpy(), np.arange(10))
     assert knn_indices(X, 100, query=X[:2]).shape == (2, 40)  # capped at n
+
+
+def test_knn_indices_run_on_one_thread_and_give_the_callers_threads_back(monkeypatch):
+    import sktransfer_cluster.nn as nn_module
+
+    seen = []
+    original = torch.cdist
+
+    def recording(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(nn_module.torch, "cdist", recording)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        knn_indices(torch.randn(50, 20, generator=torch.Generator().manual_seed(0)), 3)  # > 10 features: cdist path
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1]

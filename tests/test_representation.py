@@ -12,6 +12,7 @@ from sktransfer_cluster.representation import (
     make_encoder,
     neighbour_graph,
     shifted_images,
+    steps_per_epoch,
     train_neighbour_encoder,
     umap_curve,
 )
@@ -159,3 +160,44 @@ def test_node_loss_trains_its_extra_parameters_with_the_encoder():
         node_loss=lambda Z, nodes: ((Z - centre) ** 2).sum(1).mean(), extra_params=(centre,),
     )
     assert float(centre.detach().abs().max()) < 50.0  # pulled towards the codes
+
+
+def test_neighbour_graph_searches_on_one_thread_and_gives_the_callers_threads_back(monkeypatch):
+    from threadpoolctl import threadpool_info
+
+    from sktransfer_cluster.representation import graph as graph_module
+
+    seen = []
+    original = graph_module.knn
+
+    def recording(*args, **kwargs):
+        seen.append((torch.get_num_threads(), {pool["num_threads"] for pool in threadpool_info()}))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(graph_module, "knn", recording)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        neighbour_graph(blobs()[0], 5)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert seen and all(t == 1 and pools <= {1} for t, pools in seen)
+
+
+def test_steps_per_epoch_is_one_pass_over_the_edges_and_at_least_one_step():
+    assert steps_per_epoch(10_000, 4096) == 2  # round(10000 / 4096)
+    assert steps_per_epoch(100, 4096) == 1  # a batch never holds more edges than the graph
+    assert steps_per_epoch(0, 4096) == 1
+
+
+def test_an_encoder_epoch_is_steps_per_epoch_adam_steps():
+    X, _ = blobs(120)
+    G = neighbour_graph(X, 10)
+    steps = []
+    losses = train_neighbour_encoder(
+        make_encoder(8, 2, (8,), generator=torch.Generator().manual_seed(0)), X, G, n_epochs=3, batch_size=256,
+        generator=torch.Generator().manual_seed(0), callback=lambda i, loss: steps.append(i),
+    )
+    assert len(losses) == 3
+    assert len(steps) == 3 * steps_per_epoch(int((G.data > 0).sum()), 256)

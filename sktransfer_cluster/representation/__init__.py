@@ -1,6 +1,6 @@
 """Neighbour-graph representations shared by the estimators (issue 28)."""
 
-from .encoder import encode, make_encoder, train_neighbour_encoder, umap_curve
+from .encoder import encode, make_encoder, steps_per_epoch, train_neighbour_encoder, umap_curve
 from .transformer import NeighbourEmbedding
 from .graph import fuzzy_graph, knn, neighbour_graph, prepare_rows, shared_neighbour_weights, shifted_images
 
@@ -14,6 +14,7 @@ __all__ = [
     "prepare_rows",
     "shared_neighbour_weights",
     "shifted_images",
+    "steps_per_epoch",
     "train_neighbour_encoder",
     "umap_curve",
 ]

@@ -21,7 +21,7 @@ from torch import nn
 
 from .graph import shifted_images
 
-__all__ = ["make_encoder", "umap_curve", "train_neighbour_encoder", "encode"]
+__all__ = ["make_encoder", "umap_curve", "train_neighbour_encoder", "encode", "steps_per_epoch"]
 
 
 def make_encoder(n_features, n_components=10, hidden_dims=(256, 256), generator=None):
@@ -53,6 +53,24 @@ def make_encoder(n_features, n_components=10, hidden_dims=(256, 256), generator=
         if i < len(dims) - 2:
             layers.append(nn.ReLU())
     return nn.Sequential(*layers)
+
+
+def steps_per_epoch(n_edges, batch_size):
+    """Adam steps in one pass over a graph's ``n_edges`` edges drawn ``batch_size`` at a time.
+
+    ``max(1, round(n_edges / min(batch_size, n_edges)))``: a batch never holds more
+    edges than the graph, and a graph smaller than a batch still makes one step.
+    The epoch of :func:`train_neighbour_encoder` and of every wing's training record.
+
+    Examples
+    --------
+    >>> steps_per_epoch(10_000, 4096), steps_per_epoch(100, 4096), steps_per_epoch(0, 4096)
+    (2, 1, 1)
+    """
+    n_edges, batch_size = int(n_edges), int(batch_size)
+    if n_edges <= 0:
+        return 1
+    return max(1, int(round(n_edges / max(1, min(batch_size, n_edges)))))
 
 
 @functools.lru_cache(maxsize=16)
@@ -212,8 +230,8 @@ def train_neighbour_encoder(
     a, b = umap_curve(min_dist)
     n_edges = heads.numel()
     bs = int(min(batch_size, n_edges))
-    steps_per_epoch = max(1, int(round(n_edges / bs)))
-    n_steps = int(n_epochs) * steps_per_epoch
+    per_epoch = steps_per_epoch(n_edges, batch_size)
+    n_steps = int(n_epochs) * per_epoch
     augment = image_shape is not None and augment_shift > 0
     params = list(encoder.parameters())
     if decoder is not None:
@@ -254,8 +272,8 @@ def train_neighbour_encoder(
         running += float(loss.detach())
         if callback is not None:
             callback(step, float(loss.detach()))
-        if (step + 1) % steps_per_epoch == 0:
-            losses.append(running / steps_per_epoch)
+        if (step + 1) % per_epoch == 0:
+            losses.append(running / per_epoch)
             running = 0.0
     encoder.eval()
     if decoder is not None:

@@ -13,6 +13,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from ..base.runtime import compute_threads
+
 __all__ = ["knn", "shifted_images", "fuzzy_graph", "neighbour_graph", "prepare_rows", "shared_neighbour_weights"]
 
 
@@ -235,10 +237,13 @@ def neighbour_graph(
     >>> G.shape, bool((G != G.T).nnz == 0), G[:5, 5:].nnz
     ((10, 10), True, 0)
     """
-    X = prepare_rows(X, metric=metric, image_shape=image_shape, blur=blur)
-    idx, dist = knn(X, n_neighbors, image_shape=image_shape, max_shift=max_shift)
-    G = fuzzy_graph(idx, dist)
-    return shared_neighbour_weights(G, idx) if shared_neighbours else G
+    # The package's thread policy (base.runtime): the distance blocks are torch matmuls and the
+    # graph's sparse products numpy/scipy; on a busy machine one thread is not slower than many.
+    with compute_threads(blas=True):
+        X = prepare_rows(X, metric=metric, image_shape=image_shape, blur=blur)
+        idx, dist = knn(X, n_neighbors, image_shape=image_shape, max_shift=max_shift)
+        G = fuzzy_graph(idx, dist)
+        return shared_neighbour_weights(G, idx) if shared_neighbours else G
 
 
 def prepare_rows(X, *, metric="euclidean", image_shape=None, blur=0.0):

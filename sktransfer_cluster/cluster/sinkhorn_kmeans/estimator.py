@@ -86,7 +86,10 @@ _CHECK_TOL = 1e-3
 _CHECK_MAX_ITER = 10 * lloyd.SINKHORN_MAX_ITER
 
 
-class SinkhornKMeans(StreamedOTKMeansMixin, WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNamePrefixFeaturesOutMixin, BaseEstimator):
+class SinkhornKMeans(
+    StreamedOTKMeansMixin, WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, TransformerMixin,
+    ClassNamePrefixFeaturesOutMixin, BaseEstimator,
+):
     """K-means as entropic optimal transport with a cluster-size prior.
 
     Each iteration solves ``min_P <P, C> + eps KL(P | a w^T)`` with
@@ -580,13 +583,12 @@ class SinkhornKMeans(StreamedOTKMeansMixin, WithinClusterScoreMixin, TransferClu
         the graph's edges (the representation's step count), on the CPU, one
         thread. ``graph``: the graph of ``X`` if already built.
         """
-        from ...representation import train_neighbour_encoder
+        from ...representation import steps_per_epoch, train_neighbour_encoder
 
         if epochs == 0:
             return centers
         graph = self._neighbour_graph(X) if graph is None else graph
-        n_edges = int((graph.data > 0).sum())
-        steps_per_epoch = max(1, int(round(n_edges / min(_NEIGHBOUR_EDGES_PER_STEP, max(n_edges, 1)))))
+        per_epoch = steps_per_epoch(int((graph.data > 0).sum()), _NEIGHBOUR_EDGES_PER_STEP)
         ae = self.autoencoder_
         module = self.encoder_ if ae is None else ae
         device, dtype = next(module.parameters()).device, next(module.parameters()).dtype
@@ -606,7 +608,7 @@ class SinkhornKMeans(StreamedOTKMeansMixin, WithinClusterScoreMixin, TransferClu
 
         state = [module] + list(extra)
         with self._training(phase, epochs, state=state, unit="epoch") as run:
-            step = run.step_callback(steps_per_epoch)
+            step = run.step_callback(per_epoch)
 
             train_neighbour_encoder(
                 encoder, inputs, graph, n_epochs=epochs, batch_size=_NEIGHBOUR_EDGES_PER_STEP,
