@@ -189,8 +189,8 @@ def methods(task, with_input, with_image=True):
     return rows
 
 
-def fmt(v):
-    return f"{np.median(v):.3f} [{np.min(v):.3f}, {np.max(v):.3f}]"
+def fmt(v, digits=3):
+    return f"{np.median(v):.{digits}f} [{np.min(v):.{digits}f}, {np.max(v):.{digits}f}]"
 
 
 def main():
@@ -231,7 +231,7 @@ def main():
                 "| task | method | ACC median [min, max] | CPU s median [min, max] |",
                 "|---|---|---|---|",
             ]
-            md += [f"| {r['task']} | {r['method']} | {fmt(r['acc'])} | {np.median(r['cpu_s']):.1f} [{np.min(r['cpu_s']):.1f}, {np.max(r['cpu_s']):.1f}] |" for r in rows]
+            md += [f"| {r['task']} | {r['method']} | {fmt(r['acc'])} | {fmt(r['cpu_s'], 1)} |" for r in rows]
             stem = out_dir / f"neighbours_{part}{'_' + args.tag if args.tag else ''}"
             stem.with_suffix(".md").write_text("\n".join(md) + "\n")
             payload = {"machine": _common.machine(), "command": _common.command_line(), "seeds": seeds, "rows": rows}

@@ -222,7 +222,7 @@ def test_isometry_weight_keeps_the_linear_encoder_from_collapsing(blobs):
 
     def penalty(weight):
         model = TDCMCluster(n_clusters=3, isometry_weight=weight, random_state=0, **kw).fit(X)
-        return float(isometry_penalty(model._linear_encoder_weight().detach()))
+        return float(isometry_penalty(model._model().linear_weight().detach()))
 
     assert penalty(1.0) < penalty(0.0)
 
@@ -244,7 +244,7 @@ def test_extra_adapt_steps_repeat_the_last_block_without_changing_training(blobs
     # transfer adapts on the target smoothed over its own neighbours (smoothing_steps).
     Z = extra._embed_all(extra._smoothed(X + 1.0, extra._input_projection()))
     blocks = list(extra.blocks_) + [extra.blocks_[-1]] * 3
-    expected = adapt_centroids(Z, blocks, extra._c0(), extra.tau)[-1]
+    expected = adapt_centroids(Z, blocks, extra._model().initial_centroids(), extra.tau)[-1]
     extra.transfer(X + 1.0)
     # cluster_centers_ are the adapted centroids, reordered (label order, unused clusters last).
     dist = np.linalg.norm(extra.cluster_centers_[:, None, :] - expected.numpy()[None, :, :], axis=2)
@@ -341,7 +341,7 @@ def test_zero_and_fractional_widths_are_refused_not_fitted_or_truncated(blobs):
 
 def test_empty_hidden_dims_is_a_linear_encoder(blobs):
     model = TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "hidden_dims": ()}).fit(blobs[0])
-    assert model._linear_encoder_weight() is not None
+    assert model._model().linear_weight() is not None
 
 
 def test_one_sample_fit_needs_embedding_norm_none(blobs):
@@ -416,14 +416,14 @@ def test_a_one_row_tail_joins_the_previous_batch_and_every_row_is_trained_on(blo
 def test_the_epoch_loss_is_the_row_weighted_mean_over_all_rows(blobs, monkeypatch):
     X = blobs[0][:97]  # batches of 64 and 33 rows
     losses = []
-    objective = tdcm.model.objective
+    objective = tdcm.model.TDCMModel.objective
 
-    def recording(Z, *args):
-        terms = objective(Z, *args)
-        losses.append((Z.shape[0], float(terms[0].detach())))
-        return terms
+    def recording(self, Z):
+        loss, terms = objective(self, Z)
+        losses.append((Z.shape[0], float(loss.detach())))
+        return loss, terms
 
-    monkeypatch.setattr(tdcm.model, "objective", recording)
+    monkeypatch.setattr(tdcm.model.TDCMModel, "objective", recording)
     model = TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "max_epochs": 1}).fit(X)
     assert [n for n, _ in losses] == [64, 33]
     expected = sum(n * loss for n, loss in losses) / X.shape[0]
@@ -486,9 +486,9 @@ def test_labels_are_compacted_in_output_order_and_centroids_follow_them(blobs, m
     model = TDCMCluster(n_clusters=4, adapt_n_init=1, random_state=0, **FAST).fit(X)
     target = X + 1.0
     Z = model._embed_all(model._smoothed(target, model._input_projection()))
-    C = adapt_centroids(Z, list(model.blocks_), model._c0(), model.tau)[-1].numpy()
+    C = adapt_centroids(Z, list(model.blocks_), model._model().initial_centroids(), model.tau)[-1].numpy()
     outputs = np.where(np.arange(X.shape[0]) % 3 == 0, 3, 1)  # clusters 0 and 2 get no sample
-    monkeypatch.setattr(TDCMCluster, "_assign", lambda self, Z, C: outputs)
+    monkeypatch.setattr(tdcm.model.TDCMModel, "assign", lambda self, Z, C: outputs)
     labels = model.transfer(target)
     np.testing.assert_array_equal(labels, np.where(outputs == 3, 1, 0))
     np.testing.assert_allclose(model.cluster_centers_, C[[1, 3, 0, 2]], rtol=0, atol=0)
@@ -502,7 +502,7 @@ def _source_objective(model, X):
 def test_objective_includes_the_weighted_isometry_penalty_of_a_linear_encoder(blobs):
     X, _ = blobs
     model = TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "hidden_dims": ()}).fit(X)
-    penalty = float(isometry_penalty(model._linear_encoder_weight().detach()))
+    penalty = float(isometry_penalty(model._model().linear_weight().detach()))
     assert penalty > 0
     at_one = _source_objective(model, X)
     at_three = _source_objective(model.set_params(isometry_weight=3.0), X)

@@ -37,9 +37,6 @@ from ...base import (
 
 __all__ = ["TDCMCluster", "PAPER_PARAMS"]
 
-# The terms of model.objective after the loss, as history_ names them.
-_TERMS = ("clustering", "entropy", "orthogonality", "isometry")
-
 #: The paper's synthetic-data model (TDCM's own encoder trained on the input rather than
 #: the neighbour encoder, a 3-layer MLP, 500 epochs, forward-pass transfer, no neighbour
 #: smoothing): ``TDCMCluster(K, **PAPER_PARAMS)``. Its real-data
@@ -58,7 +55,10 @@ PAPER_PARAMS = {
 }
 
 
-class TDCMCluster(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNamePrefixFeaturesOutMixin, BaseEstimator):
+class TDCMCluster(
+    WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, TransformerMixin, ClassNamePrefixFeaturesOutMixin,
+    BaseEstimator,
+):
     """Transferable Deep Clustering Model: an encoder plus learnable centroid-updating blocks.
 
     An encoder embeds the samples in ``R^embedding_dim``: by default
@@ -400,8 +400,12 @@ class TDCMCluster(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, T
             )
 
     # ----------------------------------------------------------------- helpers
-    def _c0(self):
-        return model.initial_centroids(self.n_clusters, self.embedding_dim_, self._dtype(), self.device_)
+    def _model(self):
+        """The fitted networks as a :class:`~sktransfer_cluster.cluster.tdcm.model.TDCMModel` (a view)."""
+        return model.TDCMModel(
+            self.encoder_, self.blocks_, self.n_clusters, tau=self.tau, beta=self.beta, ortho_weight=self.ortho_weight,
+            isometry_weight=self.isometry_weight, extra_adapt_steps=self.extra_adapt_steps,
+        )
 
     def _embed(self, X):
         return self.encoder_(self._tensor(X))
@@ -410,23 +414,10 @@ class TDCMCluster(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, T
         """Embeddings of all rows (torch, no grad), computed in row chunks."""
         return chunked(self._embed, X)
 
-    def _linear_encoder_weight(self):
-        """Weight of the encoder's only Linear layer, or None for an MLP encoder."""
-        linears = [m for m in self.encoder_.modules() if isinstance(m, torch.nn.Linear)]
-        return linears[0].weight if len(linears) == 1 else None
-
-    def _adapt_blocks(self):
-        """The blocks run on a whole data set: the ``L`` trained ones, then the last repeated."""
-        return list(self.blocks_) + [self.blocks_[-1]] * int(self.extra_adapt_steps)
-
-    def _objective_args(self):
-        """Everything but the embeddings that :func:`model.objective` needs."""
-        W = self._linear_encoder_weight()
-        return self.blocks_, self._c0(), self.tau, self.beta, self.ortho_weight, self.isometry_weight, W
-
     def _train(self, Xt, epochs, torch_gen, phase, encoder=None):
         """Train ``encoder`` (default ``encoder_``) and the blocks on the rows ``Xt`` with TDCM's loss."""
         encoder = self.encoder_ if encoder is None else encoder
+        net = self._model()
         params = list(encoder.parameters()) + list(self.blocks_.parameters())
         opt = torch.optim.Adam(params, lr=self.learning_rate, weight_decay=self.weight_decay)
         n = Xt.shape[0]
@@ -434,8 +425,8 @@ class TDCMCluster(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, T
         with self._training(phase, epochs, state=[encoder, self.blocks_]) as run:
             for _ in run.epochs():
                 for idx in run.batches(n, self.batch_size, torch_gen, Xt.device):
-                    loss, *terms = model.objective(encoder(Xt[idx]), *self._objective_args())
-                    run.step(opt, loss, weight=idx.shape[0], **dict(zip(_TERMS, terms)))
+                    loss, terms = net.objective(encoder(Xt[idx]))
+                    run.step(opt, loss, weight=idx.shape[0], **terms)
                 run.end_epoch()
         encoder.eval()
         return run.completed
@@ -561,22 +552,17 @@ class TDCMCluster(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, T
     def _adapt(self, X, Z=None):
         """Run the blocks on all of ``X`` (embedded as ``Z`` when given); store the centroids; return the labels."""
         Z = self._embed_all(X) if Z is None else Z
+        net = self._model()
         # c^(0), then adapt_n_init - 1 k-means++ seeds of Z (seeded: reproducible).
         rng, _ = make_generators(self.random_state, "cpu")
-        seeds = model.kmeans_plusplus_starts(Z, self.n_clusters, self.adapt_n_init - 1, rng)
-        starts = [self._c0(), *seeds]
-        C = model.best_adapted_centroids(Z, self._adapt_blocks(), starts, self.tau, self.beta)
+        C = net.adapt(Z, self.adapt_n_init, rng)
         with torch.no_grad():
-            labels, used = compact_labels(self._assign(Z, C), self.n_clusters)
+            labels, used = compact_labels(net.assign(Z, C), self.n_clusters)
         # Centroids in label order, then those of the clusters no sample chose.
         order = np.concatenate([used, np.setdiff1d(np.arange(self.n_clusters), used)])
         self._centroids = C[torch.as_tensor(order, device=C.device)].detach()
         self.cluster_centers_ = self._centroids.cpu().numpy()
         return labels
-
-    def _assign(self, Z, C):
-        """Argmax of the last block's assignment against fixed centroids ``C``."""
-        return self.blocks_[-1].logits(Z, C, self.tau).argmax(1).cpu().numpy().astype(np.int64)
 
     # -------------------------------------------------------------- protocol
     def _smoothed(self, X, projection):
@@ -684,7 +670,7 @@ class TDCMCluster(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, T
         return self._adapt(X)
 
     def _predict(self, X):
-        return self._assign(self._embed(X), self._centroids)
+        return self._model().assign(self._embed(X), self._centroids)
 
     @torch.no_grad()
     def _affine_encoder(self):
@@ -749,7 +735,7 @@ class TDCMCluster(WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, T
     def _full_objective(self, X, Z=None):
         """The training objective on all of ``X`` (embedded as ``Z`` when given; blocks streamed), as a float."""
         Z = self._embed_all(X) if Z is None else Z
-        return model.streamed_objective(Z, *self._objective_args())
+        return self._model().streamed_objective(Z)
 
     @property
     def _n_features_out(self):

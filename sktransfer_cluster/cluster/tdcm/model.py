@@ -1,8 +1,9 @@
 """Numeric kernels of TDCM's centroid-updating attention blocks.
 
-Zhang & Zhao, *Transferable Deep Clustering Model*: plain functions of tensors
-(and one normalisation module) used by
-:class:`~sktransfer_cluster.cluster.TDCMCluster` -- the block weights
+Zhang & Zhao, *Transferable Deep Clustering Model*. :class:`TDCMModel` holds the
+encoder, the blocks and the objective's constants and owns the training objective
+and the adaptation of the centroids; below it, plain functions of tensors (and two
+small modules) used by :class:`~sktransfer_cluster.cluster.TDCMCluster` -- the block weights
 ``alpha_l``, the starting centroids, the one-shot and the streamed
 (bounded-memory) passes of the blocks, the loss terms and the penalties, the
 embedding width rule, and the freshly initialised encoder and blocks. The block
@@ -29,8 +30,7 @@ __all__ = [
     "initial_centroids",
     "run_blocks",
     "loss_terms",
-    "objective",
-    "streamed_objective",
+    "TDCMModel",
     "ortho_term",
     "isometry_penalty",
     "adapt_centroids",
@@ -67,7 +67,7 @@ _AUTO_MAX_DIM = 32
 def block_weights(n_blocks):
     """Linearly increasing ``alpha_l = 2 l / (L (L + 1))``, ``l = 1..L`` (sums to one)."""
     L = n_blocks
-    return [2.0 * (l + 1) / (L * (L + 1)) for l in range(L)]
+    return [2.0 * (i + 1) / (L * (L + 1)) for i in range(L)]
 
 
 def initial_centroids(n_clusters, dim, dtype, device):
@@ -120,40 +120,6 @@ def isometry_penalty(W):
     G = G / G.diagonal().mean().clamp_min(torch.finfo(G.dtype).tiny)
     eye = torch.eye(G.shape[0], dtype=G.dtype, device=G.device)
     return ((G - eye) ** 2).sum()
-
-
-def objective(Z, blocks, C0, tau, beta, ortho_weight, isometry_weight, W=None):
-    """TDCM's training objective on a batch ``Z`` and its terms (tensors).
-
-    ``loss = L_clust + beta L_ent + ortho_weight * ortho_term + isometry_weight
-    * isometry_penalty(W)``, the last only for a linear encoder of weight ``W``
-    (None: no term; the isometry entry is then 0).
-
-    Returns
-    -------
-    loss, clustering, negative_entropy, orthogonality, isometry : torch.Tensor
-    """
-    clust, negent = loss_terms(Z, blocks, C0, tau)
-    ortho = ortho_term(blocks)
-    loss = clust + beta * negent
-    if ortho_weight > 0:
-        loss = loss + ortho_weight * ortho
-    if W is None or isometry_weight == 0:
-        iso = loss.new_zeros(())
-    else:
-        iso = isometry_penalty(W)
-        loss = loss + isometry_weight * iso
-    return loss, clust, negent, ortho, iso
-
-
-@torch.no_grad()
-def streamed_objective(Z, blocks, C0, tau, beta, ortho_weight, isometry_weight, W=None):
-    """:func:`objective`'s loss on all of ``Z`` as a float, the blocks streamed over row chunks."""
-    centroids = adapt_centroids(Z, blocks, C0, tau)
-    clust, negent = streamed_loss_terms(Z, blocks, C0, centroids, tau)
-    ortho = float(ortho_term(blocks)) if ortho_weight > 0 else 0.0
-    iso = 0.0 if W is None or isometry_weight == 0 else float(isometry_penalty(W))
-    return clust + beta * negent + ortho_weight * ortho + isometry_weight * iso
 
 
 def _chunk_rows(n, n_clusters, chunk_size=None):
@@ -268,6 +234,104 @@ def best_adapted_centroids(Z, blocks, starts, tau, beta):
         if best is None or objective < best[0]:
             best = (objective, C)
     return best[1]
+
+
+class TDCMModel:
+    """TDCM behind its input: the encoder, the centroid-updating blocks and the objective's constants.
+
+    It owns the two computations the estimator asks of the networks: the training objective
+    (:meth:`objective` on a batch, :meth:`streamed_objective` on a whole data set) and the
+    adaptation of the centroids to a data set (:meth:`adapt`, then :meth:`assign`). A view,
+    not a copy: it holds the estimator's current modules, so training them trains it.
+
+    Parameters
+    ----------
+    encoder : torch.nn.Module
+        The whole encoder; when it holds exactly one Linear layer (the linear encoder), that
+        layer's weight gets the isometry penalty.
+    blocks : torch.nn.ModuleList of CentroidUpdateBlock
+        The trained blocks, on the working device and dtype.
+    n_clusters : int
+    tau, beta, ortho_weight, isometry_weight : float
+        The softmax temperature and the weights of the objective's terms.
+    extra_adapt_steps : int, default=0
+        Extra applications of the last block when adapting to a whole data set.
+    """
+
+    def __init__(self, encoder, blocks, n_clusters, *, tau, beta, ortho_weight, isometry_weight, extra_adapt_steps=0):
+        self.encoder = encoder
+        self.blocks = blocks
+        self.n_clusters = int(n_clusters)
+        self.tau = tau
+        self.beta = beta
+        self.ortho_weight = ortho_weight
+        self.isometry_weight = isometry_weight
+        self.extra_adapt_steps = int(extra_adapt_steps)
+
+    def initial_centroids(self):
+        """``c^(0)``: the first ``n_clusters`` rows of the identity, on the blocks' device and dtype."""
+        p = next(self.blocks.parameters())
+        return initial_centroids(self.n_clusters, self.blocks[0].dim, p.dtype, p.device)
+
+    def linear_weight(self):
+        """Weight of the encoder's only Linear layer, or None (an MLP, or no Linear layer)."""
+        linears = [m for m in self.encoder.modules() if isinstance(m, torch.nn.Linear)]
+        return linears[0].weight if len(linears) == 1 else None
+
+    def objective(self, Z):
+        """The training objective on a batch of embeddings ``Z`` and its terms (tensors).
+
+        ``loss = L_clust + beta L_ent + ortho_weight * ortho_term + isometry_weight
+        * isometry_penalty(W)``, the last only for a linear encoder of weight ``W``
+        (else the isometry entry is 0).
+
+        Returns
+        -------
+        loss : torch.Tensor
+        terms : dict
+            ``clustering``, ``entropy`` (the negative size entropy), ``orthogonality``,
+            ``isometry``: tensors.
+        """
+        clust, negent = loss_terms(Z, self.blocks, self.initial_centroids(), self.tau)
+        ortho = ortho_term(self.blocks)
+        loss = clust + self.beta * negent
+        if self.ortho_weight > 0:
+            loss = loss + self.ortho_weight * ortho
+        W = self.linear_weight()
+        if W is None or self.isometry_weight == 0:
+            iso = loss.new_zeros(())
+        else:
+            iso = isometry_penalty(W)
+            loss = loss + self.isometry_weight * iso
+        return loss, {"clustering": clust, "entropy": negent, "orthogonality": ortho, "isometry": iso}
+
+    @torch.no_grad()
+    def streamed_objective(self, Z):
+        """:meth:`objective`'s loss on all of ``Z`` as a float, the blocks streamed over row chunks."""
+        C0 = self.initial_centroids()
+        centroids = adapt_centroids(Z, self.blocks, C0, self.tau)
+        clust, negent = streamed_loss_terms(Z, self.blocks, C0, centroids, self.tau)
+        ortho = float(ortho_term(self.blocks)) if self.ortho_weight > 0 else 0.0
+        W = self.linear_weight()
+        iso = 0.0 if W is None or self.isometry_weight == 0 else float(isometry_penalty(W))
+        return clust + self.beta * negent + self.ortho_weight * ortho + self.isometry_weight * iso
+
+    def adapt_blocks(self):
+        """The blocks run on a whole data set: the ``L`` trained ones, then the last repeated."""
+        return list(self.blocks) + [self.blocks[-1]] * self.extra_adapt_steps
+
+    def adapt(self, Z, n_starts, rng):
+        """The centroids the blocks reach on all of ``Z`` from the best of ``n_starts`` starts.
+
+        The starts are ``c^(0)`` and ``n_starts - 1`` k-means++ seedings of ``Z`` drawn from
+        ``rng`` (a :class:`numpy.random.Generator`); see :func:`best_adapted_centroids`.
+        """
+        seeds = kmeans_plusplus_starts(Z, self.n_clusters, n_starts - 1, rng)
+        return best_adapted_centroids(Z, self.adapt_blocks(), [self.initial_centroids(), *seeds], self.tau, self.beta)
+
+    def assign(self, Z, C):
+        """Argmax of the last block's assignment of ``Z`` against fixed centroids ``C`` (int64 numpy)."""
+        return self.blocks[-1].logits(Z, C, self.tau).argmax(1).cpu().numpy().astype(np.int64)
 
 
 class ScalarNorm(torch.nn.BatchNorm1d):
