@@ -33,8 +33,9 @@ files into markdown rows.
   defaults), ``eN`` (``clustering_epochs=N``), ``confdisT`` (dissimilar only where G's probability
   is below T and the pair are not neighbours, similar where above 0.5 and neighbours, unknown
   otherwise); a suffix ``:5`` or ``:20`` runs only that K (``n_clusters_normalised/variants.py.txt``).
-* ``transfer`` (issue 29): on ``--data`` ``mnist`` / ``digits`` (0-4 -> 5-9) or ``mnist-shift`` /
-  ``digits-shift`` (same classes, the target blurred and noised: :func:`shifted_task`), the peers
+* ``transfer`` (issue 29): on ``--data`` ``mnist`` / ``digits`` / ``mfeat`` (0-4 -> 5-9) or
+  ``mnist-shift`` / ``digits-shift`` / ``mfeat-shift`` (same classes, the target blurred and noised:
+  :func:`shifted_task`, :func:`mfeat_task`), the peers
   UMAP(10) + GMM (K given) and UMAP(10) + HDBSCAN (K unknown) on the target, then per ``--specs``
   entry ``{"name", "params"}`` a CCNCluster at today's defaults (``params`` win) fitted and
   transferred with K given and, unless ``--no-bound``, K at most 20: ACC, NMI, clusters found,
@@ -46,6 +47,13 @@ files into markdown rows.
   the source's 8 rotations/reflections as classes; ``conv``: channels of the package's own
   convolutional stem (``image_shape`` set; the stored runs wired their own stem before the
   package had one) (``g_pairs_mnist/gauc.py.txt``).
+
+* ``links`` (issue 29): how ``CCNCluster(20, estimate_n_clusters=True)`` labelled the target of
+  ``--data``/``--seed`` (loaded from ``--save`` where ``transfer --save`` stored it, else fitted):
+  each output's rows and true classes, ``G``'s share of similar calls within and between outputs,
+  and the labels under the join rule of today (average linkage) and of 67ecebf (single linkage).
+* ``s3`` (issue 30 S3): ``CCNCluster(bound, estimate_n_clusters=True)`` on labelled
+  ``make_blobs(300, centers=3, cluster_std=0.5, random_state=0)``, bounds 3 and 4, ``--seeds``.
 
 The gbn, gdiag, labels and gauc variants replace functions of the CCN wing's ``pairs`` module
 (or G's backbone) for the run: they are experiments on the estimator's internals and may need
@@ -61,6 +69,9 @@ mending when those change.
     python benchmarks/ccn_variants.py --variant labels --data mnist --seed 0 --specs base confdis0.1 e10:20
     python benchmarks/ccn_variants.py --variant gauc --data mnist --seeds 0 1 --specs '{"name": "std", "prep": "std"}'
     python benchmarks/ccn_variants.py --variant transfer --data mnist --seed 0 --specs '{"name": "defaults"}'
+    python benchmarks/ccn_variants.py --variant transfer --data mfeat-shift --seed 0 --specs '{"name": "defaults"}'
+    python benchmarks/ccn_variants.py --variant links --data mnist --seed 2 [--save FOLDER]
+    python benchmarks/ccn_variants.py --variant s3 --seeds 0 1 2
     python benchmarks/ccn_variants.py --smoke
 
 There is no canonical run: each stored result names its command. Every run uses one torch thread
@@ -91,7 +102,7 @@ from sktransfer_cluster.cluster.ccn import CCNCluster, pairs  # noqa: E402
 from sktransfer_cluster.datasets import load_digits_transfer, load_mnist_transfer  # noqa: E402
 from sktransfer_cluster.metrics import clustering_accuracy, n_dominant_clusters  # noqa: E402
 
-VARIANTS = ("cost", "full", "remeasure", "tables", "gbn", "gdiag", "gnorm", "labels", "gauc", "transfer")
+VARIANTS = ("cost", "full", "remeasure", "tables", "gbn", "gdiag", "gnorm", "labels", "gauc", "transfer", "links", "s3")
 
 
 class Rows:
@@ -444,8 +455,32 @@ def shifted_task(data, seed=0):
     return task
 
 
+def mfeat_task(data, seed=0):
+    """UCI mfeat-pix (:func:`_common.second_images`, 2,000 digits of 16 x 15 pixels, a set nobody
+    here tuned for): ``mfeat`` classes 0-4 -> 5-9 (K = 5); ``mfeat-shift`` every class split in two
+    stratified halves, the second blurred and noised by :func:`_common.domain_shift` (1 pixel, 0.1:
+    the shift of ``heldout_images.py``), K = 10."""
+    from sklearn.model_selection import train_test_split
+
+    from sktransfer_cluster.datasets import TransferTask
+
+    X, y, shape, _ = _common.second_images("mfeat-pix")
+    if data == "mfeat":
+        first = y < 5
+        task = TransferTask(X[first], y[first], X[~first], y[~first], name="mfeat")
+    else:
+        Xs, Xt, ys, yt = train_test_split(X, y, test_size=0.5, stratify=y, random_state=0)
+        task = TransferTask(Xs, ys, _common.domain_shift(Xt, shape, 0, blur=1.0, noise=0.1), yt, name="mfeat-shift")
+    if _common.SMOKE:
+        task = _common.shrink_task(task, seed)
+    return task
+
+
 def transfer_task(data, seed=0):
-    """``mnist``/``digits`` (0-4 -> 5-9), ``mnist-shift``/``digits-shift`` (:func:`shifted_task`)."""
+    """``mnist``/``digits`` (0-4 -> 5-9), ``mnist-shift``/``digits-shift`` (:func:`shifted_task`),
+    ``mfeat``/``mfeat-shift`` (:func:`mfeat_task`)."""
+    if data.startswith("mfeat"):
+        return mfeat_task(data, seed)
     if data.endswith("-shift"):
         return shifted_task(data.split("-")[0], seed)
     return load(data, seed)
@@ -528,7 +563,8 @@ def transfer(args, out):
                      cpu=t.cpu))
     for spec in args.specs:
         spec = json.loads(spec)
-        for bound in ((False,) if args.no_bound else (False, True)):
+        bounds = (True,) if args.bound_only else (False,) if args.no_bound else (False, True)
+        for bound in bounds:
             k = 20 if bound else K
             est = ccn_defaults(k, args.seed, estimate_n_clusters=bound, **spec.get("params", {}))
             with _common.Timer() as f:
@@ -541,6 +577,98 @@ def transfer(args, out):
             if not bound:
                 r.update(pair_quality(est, Xt, yt))
             out(r)
+            if args.save:  # the fitted estimator, for diagnoses of its labelling (--variant links)
+                import joblib
+
+                os.makedirs(args.save, exist_ok=True)
+                joblib.dump(est, os.path.join(args.save, f"{args.data}_{spec['name']}_K{k}_seed{args.seed}.joblib"))
+
+
+def single_linked_outputs(similar, outputs, n_outputs, link=0.1, min_rows=5):
+    """The join rule of 67ecebf (before average linkage): every pair of outputs that passes the
+    test is joined, transitively (single linkage), the shares those of the outputs alone."""
+    import math
+
+    similar, outputs = np.asarray(similar, dtype=bool), np.asarray(outputs)
+    root = np.arange(n_outputs)
+
+    def find(a):
+        while root[a] != a:
+            a = root[a]
+        return a
+
+    used = [o for o in np.unique(outputs) if (outputs == o).sum() >= min_rows]
+    rows = {o: np.flatnonzero(outputs == o) for o in used}
+    within = {}
+    for o in used:
+        block = similar[np.ix_(rows[o], rows[o])]
+        within[o] = (block.sum() - np.trace(block)) / (block.size - block.shape[0])
+    cross = {(a, b): similar[np.ix_(rows[a], rows[b])].mean() for i, a in enumerate(used) for b in used[i + 1:]}
+    floor = 3.0 * float(np.median(list(cross.values()))) if cross else 0.0
+    for (a, b), rate in cross.items():
+        if rate > link * math.sqrt(within[a] * within[b]) and rate > floor:
+            ra, rb = find(a), find(b)
+            root[max(ra, rb)] = min(ra, rb)
+    return np.array([find(o) for o in range(n_outputs)], dtype=np.int64)
+
+
+def links(args, out):
+    """How ``estimate_n_clusters`` labelled the target: ``CCNCluster(20, estimate_n_clusters=True)``
+    fitted and transferred at the defaults (or loaded from ``--save`` where that run stored it),
+    then per output of ``f`` its rows and true classes, ``G``'s share of similar calls within and
+    between outputs (the link rule's input), and the labels under the current join rule
+    (average linkage) and under :func:`single_linked_outputs`."""
+    from sktransfer_cluster.cluster.ccn import estimator as ccn_estimator
+
+    task = transfer_task(args.data, args.seed)
+    Xt, yt = task.X_target, task.y_target
+    path = os.path.join(args.save or "", f"{args.data}_defaults_K20_seed{args.seed}.joblib")
+    if args.save and os.path.exists(path):
+        import joblib
+
+        est = joblib.load(path)
+    else:
+        est = ccn_defaults(20, args.seed, estimate_n_clusters=True).fit(task.X_source, task.y_source)
+        est.transfer(Xt)
+    Z = est._codes(est._tensor(Xt))
+    outputs = est._inference_net(Z).detach().cpu().numpy().argmax(1)
+    n = outputs.shape[0]
+    sub = np.unique(np.linspace(0, n - 1, min(n, ccn_estimator._LINK_ROWS)).astype(np.int64))
+    similar = pairs.pair_probabilities(est._current_g(), Z[sub]) > est.similarity_threshold_
+    o = outputs[sub]
+    used = [a for a in np.unique(o) if (o == a).sum() >= 5]
+    share = [[float(similar[np.ix_(o == a, o == b)].mean()) for b in used] for a in used]
+    for a in used:  # within: the diagonal left out
+        m = int((o == a).sum())
+        blk = similar[np.ix_(o == a, o == a)]
+        share[used.index(a)][used.index(a)] = float((blk.sum() - np.trace(blk)) / max(m * (m - 1), 1))
+    classes = {int(a): {int(c): int(v) for c, v in zip(*np.unique(yt[outputs == a], return_counts=True))}
+               for a in np.unique(outputs)}
+    row = dict(data=args.data, seed=args.seed, threshold=est.similarity_threshold_, outputs=[int(a) for a in used],
+               classes=classes, share=[[round(v, 3) for v in r] for r in share])
+    for rule, fn in (("average", pairs.linked_outputs), ("single", single_linked_outputs)):
+        with replaced(pairs, linked_outputs=fn):
+            lab = est._assign(est.clustering_net_, Z)
+        row[rule] = dict(acc=clustering_accuracy(yt, lab), n_clusters_=int(est.n_clusters_),
+                         groups=fn(similar, o, est.n_clusters)[used].tolist())
+    out(row)
+
+
+def s3(args, out):
+    """Issue 30 S3: ``CCNCluster(bound, estimate_n_clusters=True)`` fitted on labelled
+    ``make_blobs(300, centers=3, cluster_std=0.5, random_state=0)`` and transferred to the same rows,
+    for bounds 3 and 4 and seeds ``--seeds``: clusters found and ACC of fit and transfer."""
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(n_samples=300, centers=3, cluster_std=0.5, random_state=0)
+    for bound in (3, 4):
+        for seed in args.seeds:
+            est = ccn_defaults(bound, seed, estimate_n_clusters=True).fit(X, y)
+            fit = (int(est.n_clusters_), clustering_accuracy(y, est.labels_))
+            lab = est.transfer(X)
+            out(dict(data="make_blobs(300, centers=3, cluster_std=0.5, random_state=0)", bound=bound, seed=seed,
+                     fit_n_clusters_=fit[0], fit_acc=fit[1], transfer_n_clusters_=int(est.n_clusters_),
+                     transfer_acc=clustering_accuracy(y, lab)))
 
 
 def transfer_tables(rows):
@@ -615,10 +743,12 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variant", choices=VARIANTS)
     ap.add_argument("files", nargs="*", help="tables: the .jsonl files to summarise")
-    ap.add_argument("--data", choices=["digits", "mnist", "digits-shift", "mnist-shift"], default="digits",
-                    help="the -shift sets only for transfer")
+    ap.add_argument("--data", choices=["digits", "mnist", "digits-shift", "mnist-shift", "mfeat", "mfeat-shift"],
+                    default="digits", help="the -shift and mfeat sets only for transfer")
     ap.add_argument("--no-peers", action="store_true", help="transfer: skip the UMAP peers")
     ap.add_argument("--no-bound", action="store_true", help="transfer: K given only")
+    ap.add_argument("--bound-only", action="store_true", help="transfer: K at most 20 only")
+    ap.add_argument("--save", default=None, help="transfer: pickle each fitted estimator into this folder")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--settings", nargs="+", choices=["mlp", "conv"], default=["mlp", "conv"], help="full")
     ap.add_argument("--params", type=json.loads, default={}, help="remeasure: CCNCluster parameters (JSON)")
@@ -644,6 +774,9 @@ def main(argv=None):
         args.specs, args.no_peers, args.no_bound = ['{"name": "defaults"}'], True, False
         for args.data in ("digits", "digits-shift"):
             transfer(args, out)
+        args.data = "digits"
+        links(args, out)
+        s3(args, out)
         tables([path])
         print(f"wrote {path}", flush=True)
         return
@@ -655,7 +788,7 @@ def main(argv=None):
         tables(args.files)
         return
     fns = {"cost": cost, "full": full, "remeasure": remeasure, "gbn": gbn, "gdiag": gdiag, "gnorm": gnorm,
-           "labels": labels, "gauc": gauc, "transfer": transfer}
+           "labels": labels, "gauc": gauc, "transfer": transfer, "links": links, "s3": s3}
     fns[args.variant](args, Rows(args.out))
 
 

@@ -940,6 +940,16 @@ def test_an_upper_bound_equal_to_k_keeps_a_cluster_slightly_below_n_over_k(bound
     assert est.n_clusters_ == 3 and clustering_accuracy(y, labels) == 1.0
 
 
+def test_an_upper_bound_equal_to_k_finds_the_three_blobs_of_issue_30_s3():
+    """Issue 30 S3's case: make_blobs(300, centers=3, cluster_std=0.5, random_state=0) under a
+    bound of 3 gave 2 clusters (fit) and 1 (transfer)."""
+    X, y = make_blobs(n_samples=300, centers=3, cluster_std=0.5, random_state=0)
+    est = CCNCluster(3, estimate_n_clusters=True, device="cpu", random_state=0).fit(X, y)
+    assert est.n_clusters_ == 3 and clustering_accuracy(y, est.labels_) > 0.99
+    labels = est.transfer(X)
+    assert est.n_clusters_ == 3 and clustering_accuracy(y, labels) == 1.0
+
+
 def test_batchnorm_statistics_are_exact_whatever_the_order_of_the_rows():
     """Rows stored sorted by class (MNIST's target) gave batches of one class, whose averaged
     within-batch variance missed the variance between classes."""
@@ -995,6 +1005,19 @@ def test_outputs_that_g_links_are_one_cluster_and_unlinked_ones_stay_apart():
     np.testing.assert_array_equal(pairs.linked_outputs(S, outputs, 5), [0, 0, 2, 3, 4])
     # A G that calls every cross pair similar singles none out: nothing is linked.
     np.testing.assert_array_equal(pairs.linked_outputs(np.ones((120, 120), bool), outputs, 5), np.arange(5))
+
+
+def test_an_output_that_mixes_two_classes_does_not_chain_them_into_one_cluster():
+    """MNIST seed 2 under a bound of 20: an output of 5s and 8s was linked to the 5s' output and to
+    the 8s', and single links joined the two digits (4 clusters). Joined groups are judged by all
+    their rows (average linkage), so the mixed output joins one class only."""
+    from sktransfer_cluster.cluster.ccn import pairs
+
+    y = np.repeat([0, 0, 1, 1, 2], [60, 15, 5, 60, 60])  # rows of class 0, class 1, class 2
+    outputs = np.repeat([0, 1, 1, 2, 3], [60, 15, 5, 60, 60])  # output 1 mixes classes 0 and 1 (15 / 5)
+    S = y[:, None] == y[None, :]
+    joined = pairs.linked_outputs(S, outputs, 4)
+    np.testing.assert_array_equal(joined, [0, 0, 2, 3])  # with class 0's output, not also class 1's
 
 
 def test_rows_far_beyond_the_fitted_data_get_finite_scores_and_the_labels_of_their_direction():
