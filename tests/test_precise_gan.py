@@ -613,6 +613,29 @@ def test_the_nearest_classifier_labels_each_row_by_its_nearest_generated_point(w
     np.testing.assert_array_equal(model.predict(wide_blobs[0]), model.labels_)
 
 
+def test_the_nearest_classifier_moves_each_generated_point_to_the_mean_of_its_rows(wide_blobs):
+    # Lloyd steps after the adversarial phase: each point G(y, 0) is the mean of the codes of the
+    # rows labelled y (the adversarial phase alone leaves it off that mean).
+    model = PreciseFeatureGAN(3, **WIDE).fit(wide_blobs[0])
+    codes = model._unprep(model._prep(wide_blobs[0]))
+    means = np.stack([codes[model.labels_ == j].mean(0) for j in range(model.n_clusters_)])
+    np.testing.assert_allclose(model.cluster_centers_, means, atol=1e-3 * np.abs(codes).max())
+
+
+def test_transfer_puts_one_generated_point_at_the_mean_of_each_target_cluster(wide_blobs):
+    # A target whose three clusters lie elsewhere than the source's: after transfer each
+    # generated point is the mean code of one target cluster, a different one for each point.
+    X_target, y_target = make_blobs(n_samples=150, centers=3, n_features=30, cluster_std=1.0, random_state=1)
+    model = PreciseFeatureGAN(3, **WIDE).fit(wide_blobs[0])
+    labels = model.transfer(X_target)
+    codes = model._unprep(model._prep(X_target))
+    true_means = np.stack([codes[y_target == c].mean(0) for c in range(3)])
+    nearest_cluster = ((model.cluster_centers_[:, None] - true_means[None]) ** 2).sum(-1).argmin(1)
+    assert sorted(nearest_cluster.tolist()) == [0, 1, 2]
+    np.testing.assert_allclose(model.cluster_centers_, true_means[nearest_cluster], atol=1e-3 * np.abs(codes).max())
+    assert clustering_accuracy(y_target, labels) == 1.0
+
+
 def test_transfer_refines_the_source_encoder_on_the_target(wide_blobs):
     X = wide_blobs[0]
     model = PreciseFeatureGAN(3, **WIDE).fit(X)
