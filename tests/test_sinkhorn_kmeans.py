@@ -837,3 +837,25 @@ def test_conv_autoencoder_refuses_a_shape_that_does_not_hold_the_features():
 def test_conv_autoencoder_refuses_no_convolution():
     with pytest.raises(ValueError, match="at least one convolution"):
         ConvAutoEncoder(64, (8, 8), channels=())
+
+
+def test_graph_metric_is_euclidean_for_signed_rows_cosine_for_non_negative_and_kept_by_transfer(
+    separated, digit_images, monkeypatch
+):
+    import sktransfer_cluster.representation as representation
+
+    seen = []
+    original = representation.neighbour_graph
+
+    def recording(X, *args, **kwargs):
+        seen.append(kwargs["metric"])
+        return original(X, *args, **kwargs)
+
+    monkeypatch.setattr(representation, "neighbour_graph", recording)
+    params = {**GAE, "pretrain_epochs": 1, "max_epochs": 0}
+    SinkhornKMeans(3, **params).fit(separated[0])  # signed blobs: the origin is arbitrary
+    assert seen == ["euclidean"]
+    km = SinkhornKMeans(3, **params).fit(digit_images[0])  # pixel intensities
+    assert seen[-1] == "cosine"
+    km.transfer(digit_images[0] - 0.5, fine_tune_epochs=1)  # the target's signs do not change the fitted choice
+    assert seen[-1] == "cosine"

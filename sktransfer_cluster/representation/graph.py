@@ -15,7 +15,17 @@ import torch
 
 from ..base.runtime import compute_threads
 
-__all__ = ["knn", "shifted_images", "fuzzy_graph", "neighbour_graph", "prepare_rows", "shared_neighbour_weights"]
+__all__ = [
+    "knn",
+    "shifted_images",
+    "fuzzy_graph",
+    "neighbour_graph",
+    "prepare_rows",
+    "shared_neighbour_weights",
+    "union_graph",
+    "keep_rows",
+    "auto_metric",
+]
 
 
 def _as_shape(image_shape, n_features):
@@ -208,8 +218,9 @@ def neighbour_graph(
     ----------
     X : array-like of shape (n_samples, n_features)
     n_neighbors : int, default=15
-    metric : {"euclidean", "cosine"}, default="euclidean"
-        "cosine": Euclidean distance between rows scaled to unit norm.
+    metric : {"euclidean", "cosine", "auto"}, default="euclidean"
+        "cosine": Euclidean distance between rows scaled to unit norm; "auto":
+        :func:`auto_metric` (cosine for non-negative rows, else Euclidean).
     image_shape : tuple, optional
         ``(h, w)`` or ``(c, h, w)`` of each row; only used with ``max_shift``
         or ``blur``.
@@ -246,11 +257,35 @@ def neighbour_graph(
         return shared_neighbour_weights(G, idx) if shared_neighbours else G
 
 
+def auto_metric(X):
+    """``"cosine"`` when every value of ``X`` is non-negative, else ``"euclidean"``.
+
+    The cosine distance drops each row's norm and measures angles seen from the
+    origin, so it needs an origin that means something: zero intensity or zero
+    count in images, spectra and histograms, where the norm is mostly overall
+    brightness or stroke weight. Signed rows (standardised tables, coordinates)
+    have an arbitrary origin: there the angle depends on where the origin lies,
+    and in few dimensions it discards most of a row's position (in two, clusters
+    on one ray from the origin become one). Read from the values, never from the
+    number of columns.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> auto_metric(np.array([[0.0, 3.0], [1.0, 2.0]])), auto_metric(np.array([[-1.0, 3.0]]))
+    ('cosine', 'euclidean')
+    """
+    X = np.asarray(X)
+    return "cosine" if X.size == 0 or float(np.nanmin(X)) >= 0 else "euclidean"
+
+
 def prepare_rows(X, *, metric="euclidean", image_shape=None, blur=0.0):
     """``X`` as float32 rows ready for :func:`knn`: blurred and/or unit-normed (a copy)."""
     X = np.array(X, dtype=np.float32)
+    if metric == "auto":
+        metric = auto_metric(X)
     if metric not in ("euclidean", "cosine"):
-        raise ValueError(f"metric must be 'euclidean' or 'cosine', got {metric!r}.")
+        raise ValueError(f"metric must be 'euclidean', 'cosine' or 'auto', got {metric!r}.")
     if image_shape is not None:
         _as_shape(image_shape, X.shape[1])
         if blur > 0:
@@ -258,3 +293,71 @@ def prepare_rows(X, *, metric="euclidean", image_shape=None, blur=0.0):
     if metric == "cosine":
         X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
     return X
+
+
+def union_graph(graphs, shares=None):
+    """The graphs of several row sets as one graph over their stacked rows (block diagonal).
+
+    No edge joins two sets: each keeps its own neighbourhoods. With ``shares``
+    each block's weights are rescaled so that its edges hold that share of the
+    total weight, i.e. of the edges :func:`~.encoder.train_neighbour_encoder`
+    draws (it draws edges in proportion to their weight).
+
+    Parameters
+    ----------
+    graphs : sequence of scipy.sparse matrices
+        Square, one per row set, in the order the rows are stacked.
+    shares : sequence of float, optional
+        Non-negative, one per graph, normalised to sum to one; a zero share
+        drops that graph's edges (its rows stay as isolated nodes). None: the
+        weights as they are.
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix of shape (sum of n_i, sum of n_i)
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp
+    >>> G = union_graph([sp.csr_matrix([[0, 1.0], [1.0, 0]]), sp.csr_matrix([[0, 0.5], [0.5, 0]])], shares=(1, 3))
+    >>> G.shape, float(G[:2, :2].sum()), float(G[2:, 2:].sum()), G[:2, 2:].nnz
+    ((4, 4), 0.25, 0.75, 0)
+    """
+    blocks = [sp.csr_matrix(g, dtype=np.float64) for g in graphs]
+    if any(b.shape[0] != b.shape[1] for b in blocks):
+        raise ValueError("every graph must be square.")
+    if shares is not None:
+        shares = np.asarray(shares, dtype=np.float64)
+        if shares.shape != (len(blocks),) or np.any(shares < 0) or shares.sum() <= 0:
+            raise ValueError(f"shares must hold {len(blocks)} non-negative values, not all zero; got {shares!r}.")
+        shares = shares / shares.sum()
+        scaled = []
+        for b, share in zip(blocks, shares):
+            total = b.sum()
+            if share > 0 and total <= 0:
+                raise ValueError("a graph with a positive share has no edges.")
+            scaled.append(b * (share / total) if share > 0 else sp.csr_matrix(b.shape))
+        blocks = scaled
+    G = sp.block_diag(blocks, format="csr")
+    G.eliminate_zeros()
+    return G
+
+
+def keep_rows(rows, graph, max_rows):
+    """At most ``max_rows`` of ``rows`` with the graph among them (for keeping a source in a model).
+
+    Rows are taken evenly spaced through the array, without randomness (no
+    random state is consumed); the graph keeps the edges between kept rows.
+
+    Returns
+    -------
+    rows : ndarray of shape (min(n, max_rows), n_features)
+    graph : scipy.sparse.csr_matrix
+    """
+    rows = np.asarray(rows)
+    n = rows.shape[0]
+    if n <= max_rows:
+        return rows, sp.csr_matrix(graph)
+    idx = np.unique(np.linspace(0, n - 1, int(max_rows)).round().astype(np.int64))
+    G = sp.csr_matrix(graph)[idx][:, idx].tocsr()
+    return rows[idx], G

@@ -80,6 +80,11 @@ _GRAPH_RECONSTRUCTION_ROWS = 1024
 _AUTO_JOINT_EPOCHS = 20
 # transfer's fine_tune_epochs=None with embedding="neighbours": passes over the target graph's edges.
 _NEIGHBOUR_REFINE_EPOCHS = 20
+# transfer on the graph: the share of each refinement step's edges drawn from the source's own
+# graph (kept from fit, at most _SOURCE_ROWS_KEPT rows) beside the target's; 0 refines on the
+# target's graph alone.
+_SOURCE_EDGE_SHARE = 0.0
+_SOURCE_ROWS_KEPT = 10_000
 # Check of OT-Lloyd's final plan (a report only): a marginal error above 1e-3
 # (0.1% of the mass off the size prior) moves the centres materially.
 _CHECK_TOL = 1e-3
@@ -138,7 +143,8 @@ class SinkhornKMeans(
         Cluster raw features, or learn a deep embedding. ``"autoencoder"``:
         an autoencoder trained on the k-NN graph and on reconstruction (see
         ``neighbour_weight``; 0 is the paper's Algorithm 2); ``"neighbours"``
-        trains an encoder alone so that the rows' nearest neighbours (cosine,
+        trains an encoder alone so that the rows' nearest neighbours (cosine
+        when the source's values are all non-negative, Euclidean otherwise;
         weighted by shared neighbours) stay close in its output (UMAP's loss,
         as a network, so that ``predict`` and ``transfer`` map new rows). Then
         OT k-means runs on the codes with the size prior. Each fit on the graph
@@ -558,14 +564,19 @@ class SinkhornKMeans(
 
     # -------------------------------------------------------------- protocol
     def _neighbour_graph(self, X):
-        """The k-NN graph of the raw rows ``X`` (ndarray) for the neighbour encoder."""
+        """The k-NN graph of the raw rows ``X`` (ndarray) for the neighbour encoder.
+
+        Cosine distances when the source's values are all non-negative (images,
+        counts), Euclidean otherwise (:func:`~sktransfer_cluster.representation.auto_metric`):
+        on signed rows the cosine keeps only the direction from an arbitrary origin.
+        """
         from ...representation import neighbour_graph
 
         image = self.image_shape is not None
         return neighbour_graph(
             X,
             min(int(self.n_neighbors), X.shape[0] - 1),
-            metric="cosine",
+            metric=getattr(self, "_graph_metric", "cosine"),  # models pickled before the rule: cosine
             image_shape=tuple(self.image_shape) if image else None,
             max_shift=_NEIGHBOUR_MAX_SHIFT if image else 0,
             blur=_NEIGHBOUR_BLUR if image else 0.0,
@@ -624,12 +635,26 @@ class SinkhornKMeans(
             self.autoencoder_ = module
         return None if centers is None else centers.detach().to(device, dtype)
 
+    def _keep_source(self, Xt, graph):
+        """Keep (at most ``_SOURCE_ROWS_KEPT``) normalised source rows and their graph for ``transfer``."""
+        from ...representation import keep_rows
+
+        self._source_graph_rows = None
+        if self._source_edge_share > 0:
+            rows = Xt.detach().to("cpu", torch.float32).numpy()
+            self._source_graph_rows = keep_rows(rows, graph, _SOURCE_ROWS_KEPT)
+
+    _source_edge_share = _SOURCE_EDGE_SHARE
+    _shrink = None
+
     def _fit_neighbours(self, X, Xt, rng, torch_gen):
         from ...representation import make_encoder
 
         dims = self._hidden_dims()
         self.encoder_ = make_encoder(X.shape[1], dims[-1], dims[:-1], generator=torch_gen).eval()
-        self._train_neighbours(X, Xt, self.pretrain_epochs, torch_gen, "neighbours")
+        graph = self._neighbour_graph(X)
+        self._keep_source(Xt, graph)
+        self._train_neighbours(X, Xt, self.pretrain_epochs, torch_gen, "neighbours", graph=graph)
         self.encoder_ = self.encoder_.to(device=self.device_, dtype=self._dtype())
         with torch.no_grad():
             Z = self.encoder_(Xt)
@@ -643,6 +668,7 @@ class SinkhornKMeans(
         ae = self._make_autoencoder(X.shape[1], torch_gen).eval()
         self.autoencoder_ = ae.to(device=self.device_, dtype=self._dtype())
         graph = self._neighbour_graph(X)
+        self._keep_source(Xt, graph)
         self._train_neighbours(X, Xt, self.pretrain_epochs, torch_gen, "pretrain", graph=graph)
         with torch.no_grad():
             Z = self.autoencoder_.encoder(Xt)
@@ -667,6 +693,35 @@ class SinkhornKMeans(
                 Z, centers.unsqueeze(0), f"the final plan of {what} (OT k-means on the codes)"
             )
         return Z, centers, reg, n_iter + n_lloyd
+
+    def _refine_on_graph(self, X, Xt, epochs, torch_gen, G):
+        """transfer's refinement: the fit's loss on the target's graph ``G``, beside the kept source's."""
+        from ...representation import union_graph
+
+        if epochs == 0:
+            return
+        if self._shrink is not None:
+            lam = float(self._shrink)
+            module = self.encoder_ if self.autoencoder_ is None else self.autoencoder_
+            if self.autoencoder_ is None:
+                from ...representation import make_encoder
+
+                dims = self._hidden_dims()
+                fresh = make_encoder(X.shape[1], dims[-1], dims[:-1], generator=torch_gen)
+            else:
+                fresh = self._make_autoencoder(X.shape[1], torch_gen)
+            with torch.no_grad():
+                for p, q in zip(module.parameters(), fresh.parameters()):
+                    p.mul_(lam).add_(q.to(p.device, p.dtype), alpha=1 - lam)
+        kept = getattr(self, "_source_graph_rows", None)
+        if kept is None or self._source_edge_share <= 0:
+            self._train_neighbours(X, Xt, epochs, torch_gen, "refine", graph=G)
+            return
+        rows, G_source = kept
+        inputs = torch.cat([torch.as_tensor(rows), Xt.detach().to("cpu", torch.float32)])
+        share = float(self._source_edge_share)
+        graph = union_graph([G_source, G], shares=(share, 1.0 - share))
+        self._train_neighbours(None, inputs, epochs, torch_gen, "refine", graph=graph)
 
     def _training_stopped_now(self):
         return bool(getattr(self, "_training_stopped", False))
@@ -696,10 +751,16 @@ class SinkhornKMeans(
         self.autoencoder_ = None
         self.encoder_ = None
         self.__dict__.pop("_stream", None)  # partial_fit continues only from plain OT k-means
+        self.__dict__.pop("_source_graph_rows", None)  # kept by a fit on the graph only
         if self._streams(X):
             self._fit_minibatch(X, rng)
             return
         Xt = self._tensor(X)
+        if self._uses_graph():
+            from ...representation import auto_metric
+
+            # Chosen on the source's values and kept for transfer's target graph.
+            self._graph_metric = auto_metric(X)
         if self.embedding == "neighbours":
             self._fit_neighbours(X, Xt, rng, torch_gen)
             return
@@ -799,7 +860,7 @@ class SinkhornKMeans(
                 # 0.949, 50 passes 0.959, the same fitted on the target alone 0.958 (section 11 of the notes).
                 epochs = int(self.pretrain_epochs) if graph_ae else _NEIGHBOUR_REFINE_EPOCHS
             G = self._neighbour_graph(X) if epochs > 0 else None
-            self._train_neighbours(X, Xt, epochs, torch_gen, "refine", graph=G)
+            self._refine_on_graph(X, Xt, epochs, torch_gen, G)
         fine_tune_epochs = 0 if fine_tune_epochs is None else fine_tune_epochs
         if n_restarts is None:
             n_restarts = self.n_init if graph else 0
