@@ -1,7 +1,7 @@
 """SinkhornKMeans fitted on a dask array on a 2-worker LocalCluster, beside dask-ml's KMeans (issue 31, item 2).
 
     python benchmarks/dask_fit.py [--n 1000000] [--d 16] [--k 10] [--std 4.0] [--chunk 100000]
-        [--seeds 0 1 2] [--name NAME] [--smoke]
+        [--seeds 0 1 2] [--peer-limit SECONDS] [--no-peer] [--name NAME] [--smoke]
 
 Canonical run: ``python benchmarks/dask_fit.py`` (results/scaling/variants/dask_fit).
 
@@ -12,14 +12,23 @@ from its own seed, on the workers, every time a pass needs it. On
 seed: ``SinkhornKMeans(K).fit`` on the dask array (every OT-Lloyd pass one task per chunk) and
 ``dask_ml.cluster.KMeans(K)`` at its defaults (k-means||), wall seconds of each fit and ARI of
 its labels against the blobs' labels. dask-ml is optional (``pip install dask-ml``); without it
-its rows say so. Goal (issue 31): SinkhornKMeans within 2x dask-ml's time, the same ARI.
+its rows say so. Goal (issue 31): SinkhornKMeans within 2x dask-ml's time, the same ARI,
+and no worker holding more than 2 chunks.
+
+Chunks held: a worker plugin (:class:`ChunkCounter`) counts, at every task transition, the
+values in the worker's memory at least half the size of one float32 chunk (``--chunk`` x
+``--d`` x 4 bytes: a generated chunk, its float64 copy, a rechunked piece) and keeps the
+maximum, per worker and per fit; the table shows the larger worker's.
 """
 
 import argparse
+import os
+import threading
 import time
 
 import _common
 import numpy as np
+from distributed.diagnostics.plugin import WorkerPlugin
 
 
 def chunk(i, rows, d, k, std, labels_only=False):
@@ -31,13 +40,57 @@ def chunk(i, rows, d, k, std, labels_only=False):
     return (centres[lab] + std * rng.normal(size=(rows, d))).astype(np.float32)
 
 
+class ChunkCounter(WorkerPlugin):
+    """Worker plugin: the most values of at least ``threshold`` bytes held at once in the worker's memory."""
+
+    name = "chunk-counter"
+
+    def __init__(self, threshold):
+        self.threshold = threshold
+
+    def setup(self, worker):
+        self.worker, self.big, self.peak, self.peak_bytes, self.at_peak = worker, {}, 0, 0, []
+
+    def transition(self, key, start, finish, **kwargs):
+        from dask.sizeof import sizeof
+
+        if finish == "memory":
+            value = self.worker.data.get(key) if key in self.worker.data else None
+            size = sizeof(value) if value is not None else 0
+            if size >= self.threshold:
+                from distributed.utils import key_split
+
+                self.big[key] = size
+                if len(self.big) > self.peak:
+                    # Which layers the values held at the peak belong to (e.g. the generated chunk, a rechunk).
+                    self.peak, self.at_peak = len(self.big), sorted(key_split(k) for k in self.big)
+                self.peak_bytes = max(self.peak_bytes, sum(self.big.values()))
+        elif start == "memory":
+            self.big.pop(key, None)
+
+
+def _reset_counter(dask_worker):
+    plugin = dask_worker.plugins[ChunkCounter.name]
+    plugin.peak, plugin.peak_bytes, plugin.at_peak = len(plugin.big), sum(plugin.big.values()), []
+
+
+def _read_counter(dask_worker):
+    plugin = dask_worker.plugins[ChunkCounter.name]
+    return plugin.peak, plugin.peak_bytes, plugin.at_peak
+
+
+def _generated(block_id=None, sizes=(), d=16, k=10, std=4.0):
+    return chunk(block_id[0], sizes[block_id[0]], d, k, std)
+
+
 def data(n, d, k, std, size):
-    import dask
+    """The dask array (one ``map_blocks`` layer: each chunk is one task's output, nothing else
+    holds it) and the labels."""
     import dask.array as da
 
-    sizes = [min(size, n - s) for s in range(0, n, size)]
-    X = da.concatenate([da.from_delayed(dask.delayed(chunk)(i, m, d, k, std), (m, d), dtype=np.float32)
-                        for i, m in enumerate(sizes)])
+    sizes = tuple(min(size, n - s) for s in range(0, n, size))
+    X = da.map_blocks(_generated, chunks=(sizes, (d,)), dtype=np.float32, meta=np.empty((0, d), np.float32),
+                      sizes=sizes, d=d, k=k, std=std)
     y = np.concatenate([chunk(i, m, d, k, std, labels_only=True) for i, m in enumerate(sizes)])
     return X, y
 
@@ -50,6 +103,10 @@ def main():
     parser.add_argument("--std", type=float, default=4.0)
     parser.add_argument("--chunk", type=int, default=100_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--peer-limit", type=float, default=None,
+                        help="stop dask-ml's fit after this many seconds and report the time as a lower bound "
+                        "(the run ends there: the cluster is closed under the unfinished fit)")
+    parser.add_argument("--no-peer", action="store_true", help="SinkhornKMeans only")
     _common.add_name_argument(parser, "scaling")
     args = _common.setup(parser.parse_args())
     if args.smoke:
@@ -66,39 +123,71 @@ def main():
         from dask_ml.cluster import KMeans as DaskKMeans
     except ImportError:
         DaskKMeans = None
+    load0 = os.getloadavg()[0]
     X, y = data(args.n, args.d, args.k, args.std, args.chunk)
-    rows = []
+    rows, stop = [], False
     # Worker processes with one OpenMP/BLAS thread each (a smoke run keeps its workers in-process).
     workers = {"processes": False} if args.smoke else {"processes": True, "env": _common.thread_env(1)}
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, **workers) as cluster, \
-            distributed.Client(cluster):
+            distributed.Client(cluster) as client:
+        plugin = ChunkCounter(args.chunk * args.d * 4 // 2)
+        client.register_plugin(plugin, name=ChunkCounter.name)
         for seed in args.seeds:
-            for name in ("SinkhornKMeans", "dask_ml KMeans"):
+            if stop:
+                break
+            for name in ("SinkhornKMeans",) + (() if args.no_peer else ("dask_ml KMeans",)):
                 if name == "dask_ml KMeans" and DaskKMeans is None:
                     rows.append({"method": name, "seed": seed, "missing": "pip install dask-ml"})
+                    print(f"{name}: skipped, dask-ml is not installed (pip install dask-ml)", flush=True)
                     continue
+                client.run(_reset_counter)
                 est = (SinkhornKMeans(args.k, random_state=seed, device="cpu") if name == "SinkhornKMeans"
                        else DaskKMeans(n_clusters=args.k, random_state=seed))
                 t0 = time.perf_counter()
-                est.fit(X)
+                if name == "dask_ml KMeans" and args.peer_limit:
+                    worker = threading.Thread(target=est.fit, args=(X,), daemon=True)
+                    worker.start()
+                    worker.join(args.peer_limit)
+                    if worker.is_alive():
+                        rows.append({"method": name, "seed": seed, "unfinished_after_s": time.perf_counter() - t0,
+                                     "load_after": os.getloadavg()[0]})
+                        print(rows[-1], flush=True)
+                        stop = True
+                        break
+                else:
+                    est.fit(X)
                 wall = time.perf_counter() - t0
                 labels = np.asarray(est.labels_.compute() if hasattr(est.labels_, "compute") else est.labels_)
+                held = client.run(_read_counter)
                 rows.append({"method": name, "seed": seed, "wall_s": wall, "n_iter": int(est.n_iter_),
-                             "ari": float(adjusted_rand_score(y, labels))})
+                             "ari": float(adjusted_rand_score(y, labels)),
+                             "max_chunks_held": max(h[0] for h in held.values()),
+                             "max_mib_held": max(h[1] for h in held.values()) / 2**20,
+                             "held_at_peak": max(held.values())[2],
+                             "load_after": os.getloadavg()[0]})
                 print(rows[-1], flush=True)
     md = [(f"{args.n:,} x {args.d} float32 blobs (K = {args.k}, std {args.std}) in chunks of {args.chunk:,} "
            "rows, generated on the workers; `LocalCluster(n_workers=2, threads_per_worker=1)`; wall seconds of "
            f"`fit`; seeds {' '.join(map(str, args.seeds))}."), "",
-          "| method | seed | fit wall s | / dask_ml KMeans | iterations | ARI |", "|---|---|---|---|---|---|"]
+          f"Load average before the run {load0:.2f}; after each fit in the table.", "",
+          "| method | seed | fit wall s | / dask_ml KMeans | iterations | ARI | chunks held (max worker) | MiB held | load |",
+          "|---|---|---|---|---|---|---|---|---|"]
     ref = {r["seed"]: r.get("wall_s") for r in rows if r["method"] == "dask_ml KMeans"}
     for r in rows:
         if "missing" in r:
-            md.append(f"| {r['method']} | {r['seed']} | not installed ({r['missing']}) | | | |")
+            md.append(f"| {r['method']} | {r['seed']} | not installed ({r['missing']}) | | | | | | |")
             continue
-        ratio = f"{r['wall_s'] / ref[r['seed']]:.2f}x" if ref.get(r["seed"]) else "n/a"
-        md.append(f"| {r['method']} | {r['seed']} | {r['wall_s']:.1f} | {ratio} | {r['n_iter']} | {r['ari']:.4f} |")
+        if "unfinished_after_s" in r:
+            md.append(f"| {r['method']} | {r['seed']} | not finished after {r['unfinished_after_s']:.0f} (stopped) "
+                      f"| | | | | | {r['load_after']:.1f} |")
+            continue
+        bound = next((x["unfinished_after_s"] for x in rows if x["seed"] == r["seed"] and "unfinished_after_s" in x), None)
+        ratio = (f"{r['wall_s'] / ref[r['seed']]:.2f}x" if ref.get(r["seed"])
+                 else f"< {r['wall_s'] / bound:.2f}x" if bound else "n/a")
+        md.append(f"| {r['method']} | {r['seed']} | {r['wall_s']:.1f} | {ratio} | {r['n_iter']} | {r['ari']:.4f} "
+                  f"| {r['max_chunks_held']} | {r['max_mib_held']:.0f} | {r['load_after']:.1f} |")
     _common.write("scaling", args.name, {"rows": rows, "n": args.n, "d": args.d, "k": args.k, "std": args.std,
-                                         "chunk": args.chunk}, "\n".join(md))
+                                         "chunk": args.chunk, "load_before": load0}, "\n".join(md))
 
 
 if __name__ == "__main__":

@@ -110,7 +110,8 @@ def markdown(rows, args, agreement):
     md = [(f"{args.n:,} x {args.d} float32 blobs (K = {args.k}, std {args.std}), a `.npy` memmap of "
            f"{args.n * args.d * 4 / 2**20:,.0f} MiB; one fresh process per cell, 1 thread, seeds "
            f"{' '.join(map(str, args.seeds))}: median [min, max]."), "",
-          "| method | CPU s | / MiniBatchKMeans | peak RSS growth MiB | passes (full fit: OT-Lloyd iterations) | ARI |", "|---|---|---|---|---|---|"]
+          "| method | CPU s | / MiniBatchKMeans | peak RSS growth MiB | passes (full fit: OT-Lloyd iterations) | ARI |",
+          "|---|---|---|---|---|---|"]
     mbk = {r["seed"]: r["cpu_s"] for r in by.get("MiniBatchKMeans", [])}
     for method in ("SinkhornKMeans-minibatch", "MiniBatchKMeans", "SinkhornKMeans-full"):
         if method not in by:

@@ -34,6 +34,15 @@ so is every larger n of that method. A cell that runs past the limit is killed a
 ``--budget`` bounds the whole run: cells left when it is spent are marked as such.
 Methods run one after the other, cheapest first, so a budget cut falls on the slow ones.
 
+The figure has a third column, the streamed and Dask fits at d = 16 (issue 31): the
+SinkhornKMeans minibatch fit of a ``np.memmap``, MiniBatchKMeans over the same memmap and the
+in-memory fit, median CPU seconds per n from every ``variants/memmap_fit_*.json``
+(``benchmarks/memmap_fit.py``), and the Dask fits on a 2-worker LocalCluster, SinkhornKMeans and
+``dask_ml.cluster.KMeans``, median *wall* seconds per n from every ``variants/dask_fit*.json``
+(``benchmarks/dask_fit.py``; the work runs in the worker processes, so the client's CPU time
+would not show it). Those runs are separate commands; ``--redraw`` draws the figure again
+from the existing ``scaling.json`` and those files without measuring anything.
+
 Writes benchmarks/results/scaling/scaling.{json,md,png} (another ``--name``, or
 ``--quick`` -- n <= 10^4, d = 10, a 120 s cell limit -- goes to ``scaling/variants/``).
 ``--smoke``: n = 300, d = 10, predict on 1,000 rows, the registry's smallest budgets, every
@@ -100,8 +109,30 @@ def slope(points):
     return float(np.polyfit(x, y, 1)[0])
 
 
-def figure(rows, ds, path):
-    """The log-log figure; False (and no file) without matplotlib (the plot extra)."""
+def streamed_points(folder):
+    """``{label: [(n, seconds), ...]}`` of the streamed (memmap) and Dask fits stored in ``folder``.
+
+    Memmap fits: median CPU seconds per (method, n) over every ``memmap_fit_*.json``; Dask fits:
+    median wall seconds per (method, n) over every ``dask_fit*.json`` (smoke files excluded)."""
+    seconds = {}
+    for pattern, key, tag in (("memmap_fit_*.json", "cpu_s", "memmap, CPU s"), ("dask_fit*.json", "wall_s", "Dask, wall s")):
+        for path in sorted(folder.glob(pattern)):
+            if path.stem.endswith("_quick"):
+                continue
+            res = json.loads(path.read_text())
+            for r in res.get("rows", []):
+                if key in r:
+                    seconds.setdefault((f"{r['method']} ({tag})", int(res["n"])), []).append(r[key])
+    out = {}
+    for (label, n), values in sorted(seconds.items()):
+        out.setdefault(label, []).append((n, float(np.median(values))))
+    return out
+
+
+def figure(rows, ds, path, streamed=None):
+    """The log-log figure; False (and no file) without matplotlib (the plot extra).
+
+    ``streamed`` (:func:`streamed_points`) adds a third column: the memmap and Dask fits."""
     try:
         import matplotlib
     except ImportError:
@@ -109,7 +140,8 @@ def figure(rows, ds, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, len(ds), figsize=(5.5 * len(ds), 8), squeeze=False)
+    cols = len(ds) + (1 if streamed else 0)
+    fig, axes = plt.subplots(2, cols, figsize=(5.5 * cols, 8), squeeze=False)
     for j, d in enumerate(ds):
         for i, key in enumerate(("fit_s", "predict_s")):
             ax = axes[i, j]
@@ -122,6 +154,16 @@ def figure(rows, ds, path):
             ax.set_ylabel("CPU seconds (1 thread)")
             ax.grid(True, which="both", alpha=0.3)
     axes[0, 0].legend(fontsize=8)
+    if streamed:
+        ax = axes[0, -1]
+        for label, pts in streamed.items():
+            ax.loglog(*zip(*pts), marker="o", linestyle="--" if "Dask" in label else "-", label=label)
+        ax.set_title("streamed and Dask fits, d = 16, K = 10")
+        ax.set_xlabel("n (rows)")
+        ax.set_ylabel("s (memmap: CPU, 1 thread; Dask: wall)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+        axes[1, -1].axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return True
@@ -204,8 +246,18 @@ def main():
     parser.add_argument("--predict-n", type=float, default=1e6,
                         help="rows of the predict-only part (d = 64, float32; 0 skips it)")
     parser.add_argument("--predict-fit-n", type=int, default=2000, help="rows the predict-only part fits on")
+    parser.add_argument("--redraw", action="store_true",
+                        help="measure nothing: draw the figure again from the stored json and the streamed/Dask runs")
     _common.add_name_argument(parser, "scaling")
     args = _common.setup(parser.parse_args())
+    if args.redraw:
+        stem = _common.result_stem("scaling", args.name, args.quick)
+        payload = json.loads(stem.with_suffix(".json").read_text())
+        streamed = streamed_points(_common.result_stem("scaling", "x").parent)
+        ds = sorted({r["d"] for r in payload["results"]})
+        print("wrote", stem.with_suffix(".png") if figure(payload["results"], ds, stem.with_suffix(".png"), streamed)
+              else "nothing (matplotlib is not installed)")
+        return
     ns = sorted(int(n) for n in args.n)
     ds = args.d
     if args.smoke:
@@ -259,7 +311,7 @@ def main():
                "threads": "1 per process (OMP/MKL/OpenBLAS and torch), every method",
                "cell_limit_s": args.cell_limit, "results": rows, "predict_1e6x64": pred_rows}
     stem.with_suffix(".json").write_text(json.dumps(payload, indent=2))
-    png = figure(rows, ds, stem.with_suffix(".png"))
+    png = figure(rows, ds, stem.with_suffix(".png"), streamed_points(_common.result_stem("scaling", "x").parent))
     m = payload["machine"]
     text = (f"Measured {m['date']} on {m['cpu_count']} CPU cores ({m['processor']}), torch {m['torch']}, "
             f"1 thread per process.\n\nCommand: `{payload['command']}`.\n\n"

@@ -19,10 +19,21 @@ Everything runs in one process with one thread (``torch.set_num_threads(1)``; st
   class's ``_cpu_dtype`` set to float64. FLOPs per row come from
   ``torch.utils.flop_counter.FlopCounterMode`` on a 8,192-row predict (matmuls and
   convolutions), plus ``2 d n_ref`` for C2M's k-NN distances (``cdist`` is not counted by it).
+* **roofline** (issue 31, item 4): each method's ``predict`` on ``--predict-n`` x 64 float32
+  rows (fitted as in *predict*, as shipped), timed best of 2; then the same predict run once under
+  a dispatch mode that records every matrix product it executes (``mm``, ``addmm``, ``bmm``, and
+  ``cdist`` as the product it amounts to), with shapes and dtype. FLOPs per row = 2 m k n of
+  those products over the rows (C2M's ``cdist`` counted as 2 n m d). The *same-shape matmul
+  time* replays each recorded product (same shapes, dtype, the second operand transposed as
+  ``linear`` passes it) as often as it ran, best of 2, in the same process at 1 thread; the
+  *share of the matmul rate* is that time over the predict's time, i.e. the predict's GFLOP/s
+  over what torch's matmul reaches on the very same products. ``KMeans.predict`` is the peer
+  (its distances, 2 d K FLOPs per row).
 * **train**: per-epoch process time of each training phase (read at the epoch boundaries by a
   training callback, ``_common.observing``) of every registry method that has training budgets,
   at n rows of 64-feature blobs, float32 (as shipped) against float64. Each budget is set to the
-  number of timed epochs (``n_iter``, which counts generator steps, to 20 per epoch); samples/s = rows per epoch / seconds per epoch (the GAN: minibatch rows through a
+  number of timed epochs (``n_iter``, which counts generator steps, to 20 per epoch); samples/s =
+  rows per epoch / seconds per epoch (the GAN: minibatch rows through a
   network per second, ``batch_size * (n_critic + n_classifier + 1)`` per generator step).
   FLOPs per epoch are counted in a separate float32 run at n = 2,000 and scaled by n; the
   fraction of peak is the achieved GFLOP/s over the float32 (or float64) matmul rate. Aten
@@ -37,6 +48,7 @@ temporary folder).
 
 import argparse
 import contextlib
+import os
 import time
 
 import _common
@@ -141,6 +153,103 @@ def predict_part(args, rates, methods):
             row["fraction_of_mm"] = row["gflops"] / rates[dtype]
             rows.append(row)
             print(row, flush=True)
+    return rows
+
+
+class MatmulRecorder(TorchDispatchMode):
+    """Records the matrix products run under it: ``(kind, (m, k, n) or (b, m, k, n), dtype)``.
+
+    ``cdist(x1 (m, k), x2 (n, k))`` is recorded as the ``mm`` it amounts to (the matmul rate is
+    its roofline too: the squared distances are a product plus row norms)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        aten = torch.ops.aten
+        if func is aten.mm.default:
+            (m, k), n = args[0].shape, args[1].shape[1]
+            self.calls.append(("mm", (m, k, n), args[0].dtype))
+        elif func is aten.addmm.default:
+            (m, k), n = args[1].shape, args[2].shape[1]
+            self.calls.append(("addmm", (m, k, n), args[1].dtype))
+        elif func is aten.bmm.default:
+            b, m, k = args[0].shape
+            self.calls.append(("bmm", (b, m, k, args[1].shape[2]), args[0].dtype))
+        elif func is aten._cdist_forward.default:
+            *_, m, k = args[0].shape
+            self.calls.append(("mm", (m, k, args[1].shape[-2]), args[0].dtype))
+        return func(*args, **(kwargs or {}))
+
+
+def call_flops(kind, shape):
+    if kind == "bmm":
+        b, m, k, n = shape
+        return 2 * b * m * k * n
+    m, k, n = shape
+    return 2 * m * k * n
+
+
+def replay_matmuls(calls, repeat=2):
+    """Process seconds of torch's own matmul on the recorded products (same shapes, dtype, count)."""
+    total = 0.0
+    for (kind, shape, dtype), count in sorted(_count(calls).items(), key=str):
+        if kind == "bmm":
+            b, m, k, n = shape
+            a, w = torch.randn(b, m, k, dtype=dtype), torch.randn(b, k, n, dtype=dtype)
+            op = lambda: torch.bmm(a, w)  # noqa: E731
+        else:
+            m, k, n = shape
+            a, w, bias = torch.randn(m, k, dtype=dtype), torch.randn(n, k, dtype=dtype).t(), torch.randn(n, dtype=dtype)
+            op = (lambda: torch.addmm(bias, a, w)) if kind == "addmm" else (lambda: torch.mm(a, w))
+
+        def run(op=op, count=count):
+            for _ in range(count):
+                op()
+
+        t, _ = best_time(run, repeat)
+        total += t
+    return total
+
+
+def _count(calls):
+    out = {}
+    for c in calls:
+        out[c] = out.get(c, 0) + 1
+    return out
+
+
+def roofline_part(args, methods):
+    n_pred = int(args.predict_n)
+    X, y = _common.blobs(n_pred, D, K)
+    n_fit = 300 if args.smoke else 2000
+    Xs, ys = X[:n_fit], y[:n_fit]
+    km = _common.peer("KMeans", K).fit(Xs)
+    t_km, _ = best_time(lambda: km.predict(X), 3)
+    rows = [{"method": "KMeans", "predict_s": t_km, "flops_per_row": 2 * D * K,
+             "gflops": 2 * D * K * n_pred / t_km / 1e9}]
+    print(f"KMeans.predict {t_km:.3f} s", flush=True)
+    for method in methods:
+        est = fit(predict_estimator(method), Xs, ys)
+        est.predict(X[:1000])  # warm-up
+        t, _ = best_time(lambda: est.predict(X), 2)
+        with MatmulRecorder() as rec:
+            est.predict(X)
+        flops = sum(call_flops(kind, shape) for kind, shape, _ in rec.calls)
+        t_mm = replay_matmuls(rec.calls)
+        # The recorded products, the costliest (FLOPs summed over the predict) first.
+        by_shape = {}
+        for kind, shape, dt in rec.calls:
+            key = f"{kind} {'x'.join(map(str, shape))} {str(dt).replace('torch.', '')}"
+            by_shape[key] = by_shape.get(key, 0) + call_flops(kind, shape)
+        shapes = sorted(by_shape, key=by_shape.get, reverse=True)
+        row = {"method": method, "dtype": shipped_dtype(method), "predict_s": t, "ratio": t / t_km,
+               "flops_per_row": flops / n_pred, "gflops": flops / t / 1e9, "matmul_s": t_mm,
+               "matmul_gflops": flops / t_mm / 1e9 if t_mm > 0 else float("nan"),
+               "share": t_mm / t, "n_matmuls": len(rec.calls), "shapes": shapes[:8]}
+        rows.append(row)
+        print(row, flush=True)
     return rows
 
 
@@ -271,10 +380,13 @@ def markdown(res, args):
     md = ["Every measurement in one process, 1 thread (`torch.set_num_threads(1)`, `OMP_NUM_THREADS=1`), "
           "process CPU seconds. Data: `make_blobs` with 10 centres, 64 features, float32.", "",
           f"**Matmul rate** (`torch.mm` 2,048 x 2,048, best of 3): float32 {r['float32']:.1f} GFLOP/s, "
-          f"float64 {r['float64']:.1f} GFLOP/s.", ""]
+          f"float64 {r['float64']:.1f} GFLOP/s. torch threads {res['torch_threads']}; load average at the start "
+          f"{res['load_average_start'][0]:.2f}" + (f", after the roofline part {res['load_average'][0]:.2f}"
+                                                    if "load_average" in res else "") + ".", ""]
     if res.get("predict"):
         n_pred = int(args.predict_n)
-        md += [f"### predict on {n_pred:,} x 64 float32 rows (fit on {300 if args.smoke else 2000:,} x 64, shortest training)", "",
+        n_fit = 300 if args.smoke else 2000
+        md += [f"### predict on {n_pred:,} x 64 float32 rows (fit on {n_fit:,} x 64, shortest training)", "",
                "| method | working dtype | predict s | / KMeans.predict | FLOPs per row | GFLOP/s | of mm peak |",
                "|---|---|---|---|---|---|---|"]
         for row in res["predict"]:
@@ -283,11 +395,32 @@ def markdown(res, args):
             md.append(f"| {row['method']} | {tag} | {row['predict_s']:.3g} | {row['ratio']:.1f}x | "
                       f"{row['flops_per_row']:,.0f} | {row['gflops']:.2f} | {frac} |")
         md.append("")
+    if res.get("roofline"):
+        n_pred = int(args.predict_n)
+        md += [f"### roofline of predict on {n_pred:,} x 64 float32 rows (as shipped)", "",
+               "FLOPs per row: the matrix products the predict runs (recorded), 2 m k n each. *same-shape "
+               "matmul s*: torch's matmul replaying those products (shapes, dtype, count) in this process; "
+               "*share of the matmul rate*: that time over the predict's. KMeans.predict's row: its "
+               "distance arithmetic (2 d K), for scale.", "",
+               "| method | dtype | predict s | / KMeans.predict | FLOPs per row | GFLOP/s | same-shape matmul s "
+               "| its GFLOP/s | share of the matmul rate | largest product |", "|---|---|---|---|---|---|---|---|---|---|"]
+        km = res["roofline"][0]["predict_s"]
+        for row in res["roofline"]:
+            if row["method"] == "KMeans":
+                md.append(f"| KMeans | float32 | {row['predict_s']:.3g} | 1.0x | {row['flops_per_row']:,.0f} | "
+                          f"{row['gflops']:.2f} | | | | |")
+                continue
+            big = row["shapes"][0] if row["shapes"] else "-"
+            md.append(f"| {row['method']} | {row['dtype']} | {row['predict_s']:.3g} | {row['predict_s'] / km:.1f}x | "
+                      f"{row['flops_per_row']:,.0f} | {row['gflops']:.2f} | {row['matmul_s']:.3g} | "
+                      f"{row['matmul_gflops']:.1f} | {100 * row['share']:.0f} % | {big} |")
+        md.append("")
     if res.get("train"):
         md += [f"### training throughput per epoch (d = 64, K = {K})", "",
                "Seconds per epoch of each phase (the GAN: per generator step), median over the timed "
                "epochs; samples/s = rows per epoch / s; FLOPs and aten operations (forward and backward) per "
-               f"sample counted in float32 at n = {min(2000, min(int(v) for v in args.train_n)):,}. *ops x floor*: the epoch's operation count times the "
+               f"sample counted in float32 at n = {min(2000, min(int(v) for v in args.train_n)):,}. "
+               "*ops x floor*: the epoch's operation count times the "
                f"cost per operation of an Adam step of a tiny MLP ({res['train'][0]['op_floor_us']:.2f} us: "
                "batch 4, widths 4, same process), as a share of the epoch's time; near 100 % the phase is "
                "bound by torch's per-operation overhead, not by arithmetic.", "",
@@ -307,7 +440,7 @@ def markdown(res, args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--parts", nargs="+", default=["predict", "train"], choices=["predict", "train"])
+    parser.add_argument("--parts", nargs="+", default=["predict", "train"], choices=["predict", "train", "roofline"])
     parser.add_argument("--methods", nargs="+", default=_common.method_names(), choices=_common.method_names())
     parser.add_argument("--predict-n", type=float, default=1e6)
     parser.add_argument("--train-n", type=float, nargs="+", default=[1e4, 1e5])
@@ -325,9 +458,12 @@ def main():
     size = 256 if args.smoke else 2048
     rates = matmul_rates(size)
     print("matmul GFLOP/s", rates, flush=True)
-    res = {"matmul_gflops": rates, "torch_threads": torch.get_num_threads()}
+    res = {"matmul_gflops": rates, "torch_threads": torch.get_num_threads(), "load_average_start": os.getloadavg()}
     if "predict" in args.parts:
         res["predict"] = predict_part(args, rates, args.methods)
+    if "roofline" in args.parts:
+        res["roofline"] = roofline_part(args, args.methods)
+        res["load_average"] = os.getloadavg()
     if "train" in args.parts:
         res["train"] = train_part(args, rates, args.methods)
     res["matmul_gflops_end"] = matmul_rates(size)

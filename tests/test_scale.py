@@ -378,3 +378,24 @@ def test_a_dask_fit_runs_on_the_workers_and_matches_the_fit_in_memory():
     np.testing.assert_allclose(km.cluster_centers_, ref.cluster_centers_, atol=0.05)
 
 
+
+
+def test_the_input_affine_of_a_dask_array_is_the_in_memory_one_from_one_task_per_chunk():
+    da = pytest.importorskip("dask.array", reason="needs the 'distributed' extra (dask[distributed])")
+    import dask
+
+    from sktransfer_cluster.base.arrays import input_affine
+    from sktransfer_cluster.cluster.sinkhorn_kmeans import distributed as dd
+
+    X = np.random.default_rng(0).normal(3.0, 2.0, size=(1000, 4))
+    before = X.copy()
+    Xd = da.from_array(X, chunks=(300, -1))
+    with dask.config.set(scheduler="synchronous"):
+        shift, scale = dd.dask_input_affine(Xd)
+        np.testing.assert_array_equal(X, before)  # the chunks are views of X: read, never written
+        ref_shift, ref_scale = input_affine(X)
+        np.testing.assert_allclose(shift, ref_shift, rtol=1e-12)
+        assert scale == pytest.approx(ref_scale, rel=1e-12)
+        X[500, 2] = np.nan
+        with pytest.raises(ValueError, match="NaN"):
+            dd.dask_input_affine(da.from_array(X, chunks=(300, -1)))

@@ -22,7 +22,8 @@ import numpy as np
 
 from .arrays import chunk_rows
 
-__all__ = ["RELEASE_ROWS", "RELEASE_WINDOW", "RowReader", "is_dask_array", "iter_row_chunks", "mapped_pages", "read_rows", "release_pages", "streamed_affine"]
+__all__ = ["RELEASE_ROWS", "RELEASE_WINDOW", "RowReader", "is_dask_array", "iter_row_chunks", "mapped_pages",
+           "read_rows", "release_pages", "streamed_affine"]
 
 
 def mapped_pages(X):

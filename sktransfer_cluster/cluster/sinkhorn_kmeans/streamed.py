@@ -215,15 +215,14 @@ class StreamedOTKMeansMixin:
     def _fit_dask(self, X):
         """``fit`` on a ``dask.array``: every pass over the rows runs on the workers.
 
-        The normalisation statistics and the finite check are Dask reductions, the start
+        The normalisation statistics and the finite check are one task per chunk
+        (:func:`.distributed.dask_input_affine`), the start
         is OT-Lloyd on ``STREAM_INIT_ROWS`` rows drawn by index (brought to the client),
         then OT-Lloyd runs on the whole array with each solver pass one task per chunk
         (:mod:`.distributed`). Only the labels, one integer per row, come back.
         """
-        import dask.array as da
-
         from ...base.arrays import check_resolution
-        from .distributed import dask_labels, dask_ot_lloyd
+        from .distributed import dask_input_affine, dask_labels, dask_ot_lloyd
 
         self._validate_params()
         if self.embedding is not None:
@@ -239,19 +238,18 @@ class StreamedOTKMeansMixin:
             self.n_features_in_ = int(X.shape[1])
             self._check_n_clusters(int(X.shape[0]), self.n_clusters)
             rng = self._reset_for_a_new_fit()
-            Xf = X.astype(np.float64).rechunk({1: -1})
-            shift, finite = da.compute(Xf.mean(0), da.isfinite(Xf).all())
-            if not finite:
-                raise ValueError("Input X contains NaN or infinity.")
-            scale = float(np.sqrt(((Xf - shift) ** 2).mean().compute()))
-            scale = scale if scale > 0 else 1.0
+            # Every task converts its own chunk to float64 (no float64 layer of the array: a
+            # chunk of such a layer would be one more chunk held on the worker).
+            Xf = X.rechunk({1: -1})
+            shift, scale = dask_input_affine(Xf)
             check_resolution(np.dtype(np.float32 if X.dtype == np.float32 else np.float64), shift, scale)
             self._input_affine, self._input_spread = (shift, 1.0), scale
             n = int(X.shape[0])
             size = min(n, STREAM_INIT_ROWS)
             start_rows = np.arange(n) if size == n else np.sort(rng.choice(n, size, replace=False))
             with torch.no_grad():
-                Z = torch.as_tensor(np.asarray(Xf[start_rows].compute()) - shift, dtype=self._dtype()).to(self.device_)
+                Z = torch.as_tensor(np.asarray(Xf[start_rows].compute(), dtype=np.float64) - shift,
+                                    dtype=self._dtype()).to(self.device_)
                 centers, reg, _, g = self._ot_lloyd_start(Z, rng, "the OT-Lloyd start of the Dask fit")
                 centers, n_iter, g, _ = dask_ot_lloyd(
                     Xf, centers.cpu(), reg, self._log_weights().cpu(), g.cpu(), shift=shift, scale=1.0,
