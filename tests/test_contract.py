@@ -259,7 +259,8 @@ def test_every_public_transfer_documents_each_of_its_options():
 # ------------------------------------------------------------ fewer clusters than asked for
 def test_fit_on_fewer_distinct_rows_than_n_clusters_warns_naming_the_duplicates():
     X = np.repeat([[0.0, 0.0], [5.0, 5.0]], 10, axis=0)
-    with pytest.warns(ConvergenceWarning, match=r"found 2 distinct clusters, fewer than n_clusters=4: X has only 2 distinct rows"):
+    message = r"found 2 distinct clusters, fewer than n_clusters=4: X has only 2 distinct rows"
+    with pytest.warns(ConvergenceWarning, match=message):
         CentroidCluster(n_clusters=4, max_epochs=2, device="cpu", random_state=0).fit(X)
 
 
@@ -337,6 +338,29 @@ def test_a_consistent_fit_and_transfer_give_no_consistency_warning():
         est = CentroidCluster(n_clusters=3, max_epochs=2, device="cpu", random_state=0).fit(X)
         est.transfer(X + 1.0)
     np.testing.assert_array_equal(est.predict(X + 1.0), est.labels_)
+
+
+class _CollapsedCluster(CentroidCluster):
+    """Two rows repeated, three clusters: two centres coincide, and ``labels_`` takes the later
+    of the tied pair where ``predict`` (the nearest centre) takes the earlier, as an OT plan may."""
+
+    def _fit(self, X, y, **kwargs):
+        super()._fit(X, y, **kwargs)
+        self.cluster_centers_ = np.stack([X[0], X[-1], X[-1]])
+        self.labels_ = np.where(np.all(X == X[0], axis=1), 0, 2)
+
+
+def test_labels_numbered_otherwise_on_collapsed_centres_warn_naming_the_collapse():
+    # Issue 30, item 2: this warning said "training stopped ... float precision" here, which
+    # sent the user to the wrong fix (the fewer-clusters warning beside it names duplicates).
+    X = np.repeat([[0.0, 0.0], [4.0, 4.0]], [20, 40], axis=0)
+    est = _CollapsedCluster(n_clusters=3, max_epochs=2, device="cpu", random_state=0)
+    with pytest.warns(ConvergenceWarning) as record:
+        est.fit(X)
+    consistency = [str(w.message) for w in record if "predict(X)" in str(w.message)]
+    assert len(consistency) == 1 and "disagrees with labels_ on 66.7% of them" in consistency[0]
+    assert "same 2 groups" in consistency[0] and "only 2 of the n_clusters=3 clusters are distinct" in consistency[0]
+    assert "training stopped" not in consistency[0]
 
 
 # ---------------------------------------------- a sixth estimator through the registry

@@ -3,10 +3,14 @@ R1 (TDCM's principal axes of wide data), R3 (scale-free C2M, TDCM, CCN and GAN),
 estimate of the number of clusters) and S7 (the folded affine predict on float32 data at a
 large offset)."""
 
+import functools
+import math
 import tracemalloc
 
 import numpy as np
 import pytest
+from hypothesis import Phase, example, given, settings
+from hypothesis import strategies as st
 from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
@@ -156,3 +160,97 @@ def test_tdcm_smoothing_of_ordinary_data_is_unchanged():
     X = make_blobs(n_samples=300, centers=4, n_features=6, random_state=1)[0] * 7.0 + 3.0
     est = TDCMCluster(4, smoothing_steps=2, n_neighbors=5)
     np.testing.assert_array_equal(est._smoothed(X, None), tdcm_model.smooth_rows(X, X, 5, 2))
+
+
+# ------------------------------------- every estimator on the S1 blobs: any scale, per-feature offsets
+# Issue 30, item 3: the invariance property of tests/test_invariance.py drew 4 changes per estimator
+# on 60 rows and never a per-feature offset large beside the spread; these are the blobs that exposed
+# S1 (300 rows, std 0.5), scaled 1e-14 .. 1e14 and offset feature by feature.
+S1_X, S1_Y = make_blobs(n_samples=300, centers=3, cluster_std=0.5, random_state=0)
+
+
+def _s1_models():
+    from sktransfer_cluster import C2MCluster, CCNCluster, PreciseFeatureGAN, SinkhornKMeans, TDCMCluster
+
+    # Defaults where a fit costs about a second; else smaller budgets on the default representation.
+    return {
+        "SinkhornKMeans": lambda: SinkhornKMeans(3, random_state=0),
+        "SinkhornKMeans-AE": lambda: SinkhornKMeans(3, embedding="autoencoder", random_state=0),
+        "TDCMCluster": lambda: TDCMCluster(3, max_epochs=20, random_state=0),
+        "CCNCluster": lambda: CCNCluster(3, similarity_epochs=5, clustering_epochs=5, random_state=0),
+        "C2MCluster": lambda: C2MCluster(max_clusters=4, max_epochs=1, sets_per_epoch=4, random_state=0),
+        "PreciseFeatureGAN": lambda: PreciseFeatureGAN(3, n_iter=300, random_state=0),
+    }
+
+
+@functools.cache
+def _s1_reference(name):
+    return _s1_models()[name]().fit(S1_X, S1_Y).labels_
+
+
+def _finds_the_s1_blobs(name, scale, offset, dtype):
+    Z = (S1_X * scale + offset).astype(dtype)
+    model = _s1_models()[name]().fit(Z, S1_Y)
+    assert adjusted_rand_score(S1_Y, _s1_reference(name)) >= 0.95  # the unit run finds the blobs
+    assert adjusted_rand_score(_s1_reference(name), model.labels_) == 1.0  # ... and so does this one
+    assert adjusted_rand_score(_s1_reference(name), model.predict(Z)) == 1.0
+
+
+@st.composite
+def _global_scales(draw):
+    return 10.0 ** draw(st.floats(-14, 14)), 0.0, draw(st.sampled_from([np.float64, np.float32]))
+
+
+@st.composite
+def _per_feature_offsets(draw):
+    """A global scale 1e-14 .. 1e14 and, per feature, an offset of its own size and sign, up to
+    where the float type's step at the offset is 1e-3 of the spread (beyond: refused, tested in
+    test_invariance.py)."""
+    dtype = draw(st.sampled_from([np.float64, np.float32]))
+    log_scale = draw(st.floats(-14, 14))
+    headroom = math.log10(1e-3 / np.finfo(dtype).eps)
+    logs = draw(st.lists(st.floats(log_scale - 6, log_scale + headroom), min_size=2, max_size=2))
+    signs = draw(st.lists(st.sampled_from([-1.0, 1.0]), min_size=2, max_size=2))
+    return 10.0**log_scale, np.array(signs) * 10.0 ** np.array(logs), dtype
+
+
+_NO_SHRINK = dict(deadline=None, derandomize=True, phases=(Phase.explicit, Phase.generate))
+# The GAN's fit costs ~3 CPU s here, the others' ~1: it draws fewer examples (each test < 10 s).
+_EXAMPLES = {"PreciseFeatureGAN": 2}
+
+
+@pytest.mark.parametrize("name", list(_s1_models()))
+def test_every_estimator_finds_the_s1_blobs_at_any_global_scale(name):
+    @settings(max_examples=_EXAMPLES.get(name, 3), **_NO_SHRINK)
+    @given(change=_global_scales())
+    def check(change):
+        _finds_the_s1_blobs(name, *change)
+
+    check()
+
+
+# Known at 2026-11-27 (docs/notes/reliability_2026-11-27.md): both build their neighbour graph from
+# the raw rows. SinkhornKMeans' autoencoder takes the cosine of raw rows, which an offset makes all
+# alike (ARI 0.002 at offsets [1e6, -3e7], 0.62 at [1e3, -2e3] in float32); TDCM's graph casts raw
+# rows to float32 first (representation.prepare_rows), whose step at 1e8 is 8 (ARI 0.38 at [1e8, 5]).
+_RAW_ROW_GRAPHS = {
+    "SinkhornKMeans-AE": "the graph autoencoder's cosine neighbours of raw rows are not translation invariant",
+    "TDCMCluster": "the neighbour graph is searched on raw rows cast to float32 (representation.prepare_rows)",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=pytest.mark.xfail(reason=_RAW_ROW_GRAPHS[n], strict=True)) if n in _RAW_ROW_GRAPHS else n
+     for n in _s1_models()],
+)
+def test_every_estimator_finds_the_s1_blobs_under_per_feature_offsets(name):
+    @settings(max_examples=_EXAMPLES.get(name, 3) - 1, **_NO_SHRINK)
+    @given(change=_per_feature_offsets())
+    @example(change=(1.0, np.array([1e8, 5.0]), np.float64))
+    def check(change):
+        _finds_the_s1_blobs(name, *change)
+
+    if name != "PreciseFeatureGAN":
+        check = example(change=(1.0, np.array([1e6, -3e7]), np.float64))(check)
+    check()

@@ -321,21 +321,42 @@ class TransferClusterMixin(ABC):
         ``labels_`` and ``predict`` are two routes to one model; where they part
         on more than ``_labels_tolerance`` of the rows, the numbers a user reads
         from ``labels_`` do not describe the model ``predict`` serves. Costs one
-        ``predict`` of ``X``, in bounded memory.
+        ``predict`` of ``X``, in bounded memory. The warning names the likely
+        cause: when both routes split the rows into the same groups and fewer
+        clusters than ``n_clusters`` are distinct, the clusters collapsed onto
+        shared centres and each route breaks the tie its own way.
         """
         # In slices, so that a source of 10^7 rows never holds a second array of labels.
         step = 2**20
-        differ = sum(int(np.count_nonzero(self._labels(X[start : start + step]) != self.labels_[start : start + step]))
-                     for start in range(0, X.shape[0], step))
+        differ, pairs = 0, set()
+        for start in range(0, X.shape[0], step):
+            predicted, fitted = self._labels(X[start : start + step]), self.labels_[start : start + step]
+            differ += int(np.count_nonzero(predicted != fitted))
+            pairs.update(map(tuple, np.unique(np.stack([fitted, predicted]), axis=1).T.tolist()))
         share = differ / max(X.shape[0], 1)
-        if share > self._labels_tolerance:
-            done = "fitted" if what == "fit" else "transferred to"
-            warn(
-                f"{type(self).__name__}.{what}: predict(X) on the rows just {done} disagrees with "
-                f"labels_ on {share:.1%} of them (more than {self._labels_tolerance:.0%}), so labels_ "
-                "do not describe the model predict serves. Likely causes: training stopped while the "
-                "clusters were still moving (raise the epochs or iterations), or X's float precision is "
-                "too coarse for its values (pass float64, centred X).", ConvergenceWarning)
+        if share <= self._labels_tolerance:
+            return
+        done = "fitted" if what == "fit" else "transferred to"
+        # One to one between the two labellings: the same groups under other numbers.
+        same_groups = len(pairs) == len({a for a, _ in pairs}) == len({b for _, b in pairs})
+        asked = getattr(self, "n_clusters", None)
+        collapsed = (asked is not None and not getattr(self, "estimate_n_clusters", False)
+                     and self.n_clusters_ < asked)
+        if same_groups and collapsed:
+            cause = (
+                f"Likely cause: both split the rows into the same {self.n_clusters_} groups, but only "
+                f"{self.n_clusters_} of the n_clusters={asked} clusters are distinct, so clusters that share "
+                "a centre are numbered by each route's own tie-break (see the warning on fewer distinct "
+                "clusters: lower n_clusters, or check X for duplicates).")
+        else:
+            cause = (
+                "Likely causes: training stopped while the clusters were still moving (raise the epochs "
+                "or iterations), or X's float precision is too coarse for its values (pass float64, "
+                "centred X).")
+        warn(
+            f"{type(self).__name__}.{what}: predict(X) on the rows just {done} disagrees with "
+            f"labels_ on {share:.1%} of them (more than {self._labels_tolerance:.0%}), so labels_ "
+            f"do not describe the model predict serves. {cause}", ConvergenceWarning)
 
     @contextmanager
     def _rollback_on_error(self):
