@@ -22,6 +22,8 @@ Parts (``--parts``, default all), each written as soon as it finishes:
 - ``digits``: sklearn digits, K=10, with and without ``image_shape=(8, 8)``.
 - ``digits_transfer``: digits 0-4 -> 5-9 (``load_digits_transfer``), as for MNIST.
 - ``tabular``: wine (K=3) and breast cancer (K=2), standardised, no image_shape.
+- ``gaussians``: ``compare``'s synthetic task ``tdcm-shift-k5`` (``make_tdcm_transfer(n_clusters=5,
+  shift=3.0, random_state=0)``: five overlapping 2-D Gaussians whose centres move), as for MNIST.
 - ``second``: a second set of real images nobody here tuned for (``benchmarks/_common.py``
   ``second_images()``: UCI mfeat-pix, 2,000 digits of 16 x 15 from another source), K=10
   with and without ``image_shape=(16, 15)``, and its 0-4 -> 5-9 transfer as for MNIST.
@@ -57,11 +59,11 @@ from threadpoolctl import threadpool_limits
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sktransfer_cluster import SinkhornKMeans  # noqa: E402
-from sktransfer_cluster.datasets import TransferTask, load_digits_transfer  # noqa: E402
+from sktransfer_cluster.datasets import TransferTask, load_digits_transfer, make_tdcm_transfer  # noqa: E402
 from sktransfer_cluster.metrics import clustering_accuracy  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "sinkhorn_kmeans"
-PARTS = ("mnist", "mnist_transfer", "digits", "digits_transfer", "tabular", "second")
+PARTS = ("mnist", "mnist_transfer", "digits", "digits_transfer", "tabular", "gaussians", "second")
 # Set by main(): the embedding, its label and any parameter overrides.
 SETTINGS = {"embedding": "autoencoder", "label": "SKM-AE", "params": {}, "image": True}
 
@@ -159,7 +161,8 @@ def transfer(name, task, k, shapes, seeds, smoke, rows, transfer_only=False):
         rows.append(_row(name, f"{SETTINGS['label']}{tag}: fit(source).transfer(target)", *res["transfer"]))
         if transfer_only:
             continue
-        rows.append(_row(name, f"{SETTINGS['label']}{tag}: source encoder, no refinement (fine_tune_epochs=0)", *res["source only"]))
+        rows.append(_row(name, f"{SETTINGS['label']}{tag}: source encoder, no refinement (fine_tune_epochs=0)",
+                         *res["source only"]))
         rows.append(_row(name, f"{SETTINGS['label']}{tag}: fitted on the target alone", *res["target alone"]))
 
 
@@ -213,6 +216,12 @@ def run_part(part, seeds, smoke, rows, transfer_only=False):
         src, tgt = y < 5, y >= 5
         task = TransferTask(X[src], y[src], X[tgt], y[tgt], name="second")
         transfer(f"{name} 0-4 -> 5-9 (K=5)", task, 5, (None, shape), seeds, smoke, rows, transfer_only)
+    elif part == "gaussians":
+        task = make_tdcm_transfer(n_clusters=5, shift=3.0, random_state=0)
+        if smoke:
+            task = TransferTask(*_subset(task.X_source, task.y_source, 150), *_subset(task.X_target, task.y_target, 150),
+                                name="tdcm_k5")
+        transfer("tdcm-shift-k5 (K=5)", task, 5, (None,), seeds, smoke, rows, transfer_only)
     elif part == "tabular":
         for name, loader, k in (("wine (K=3), standardised", load_wine, 3),
                                 ("breast cancer (K=2), standardised", load_breast_cancer, 2)):
@@ -272,7 +281,8 @@ def main(argv=None):
     stem = args.embedding + (f"_{args.tag}" if args.tag else "") + ("_smoke" if args.smoke else "")
     seeds = [0] if args.smoke else args.seeds
     command = "nice python benchmarks/skm_neighbours.py" + ("" if args.parts == list(PARTS) else
-                                                             " --parts " + " ".join(args.parts)) + (" --transfer-only" if args.transfer_only else "") + (
+                                                             " --parts " + " ".join(args.parts)) + (
+        " --transfer-only" if args.transfer_only else "") + (
         f" --tag {args.tag}" if args.tag else "") + (" --smoke" if args.smoke else "") + (
         "" if args.embedding == "autoencoder" else " --embedding neighbours") + (
         "" if args.params == "{}" else f" --params '{args.params}'") + (

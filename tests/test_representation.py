@@ -218,3 +218,30 @@ def test_auto_metric_is_cosine_only_when_every_value_is_non_negative():
 
     assert auto_metric(np.abs(blobs()[0])) == "cosine"
     assert auto_metric(blobs()[0]) == "euclidean"
+
+
+def test_shrink_towards_mixes_each_weight_with_the_fresh_network_and_checks_shapes():
+    from sktransfer_cluster.representation import shrink_towards
+
+    trained = make_encoder(4, 2, (8,), generator=torch.Generator().manual_seed(0))
+    fresh = make_encoder(4, 2, (8,), generator=torch.Generator().manual_seed(1))
+    before = [p.detach().clone() for p in trained.parameters()]
+    shrink_towards(trained, fresh, 0.25)
+    for p, w, w0 in zip(trained.parameters(), before, fresh.parameters()):
+        torch.testing.assert_close(p.detach(), 0.25 * w + 0.75 * w0.detach())
+    with pytest.raises(ValueError, match="same parameter shapes"):
+        shrink_towards(trained, make_encoder(4, 3, (8,)), 0.5)
+    with pytest.raises(ValueError, match="keep"):
+        shrink_towards(trained, fresh, 1.5)
+
+
+def test_union_graph_keeps_each_set_apart_and_gives_each_its_share_of_the_edges():
+    from sktransfer_cluster.representation import keep_rows, union_graph
+
+    Xa, Xb = blobs(60)[0], blobs(90, seed=1)[0]
+    Ga, Gb = neighbour_graph(Xa, 5), neighbour_graph(Xb, 5)
+    G = union_graph([Ga, Gb], shares=(0.3, 0.7))
+    assert G.shape == (150, 150) and G[:60, 60:].nnz == 0 and G[60:, :60].nnz == 0
+    assert np.isclose(G[:60, :60].sum(), 0.3) and np.isclose(G[60:, 60:].sum(), 0.7)
+    rows, sub = keep_rows(Xb, Gb, 30)
+    assert rows.shape == (30, 8) and sub.shape == (30, 30)

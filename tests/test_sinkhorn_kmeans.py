@@ -677,14 +677,31 @@ def test_neighbour_weight_zero_is_the_papers_autoencoder_and_image_shape_shapes_
     assert widths == [256, 256, 10]
 
 
-def test_default_autoencoder_transfer_refines_on_the_target_graph_from_the_source_weights(separated):
+def test_default_autoencoder_transfer_refines_on_the_target_graph_from_the_source_weights_shrunk_to_fresh(
+    separated, monkeypatch
+):
+    import sktransfer_cluster.representation as representation
+    from sktransfer_cluster.cluster.sinkhorn_kmeans import estimator
+
     X, y = separated
     src, tgt = y < 2, y >= 1
     spy = _WeightsAtPhaseStart(lambda km: km.autoencoder_)
+    fresh = []
+    original = representation.shrink_towards
+
+    def recording(module, new, keep):
+        fresh.append([p.detach().clone() for p in new.parameters()])
+        return original(module, new, keep)
+
+    monkeypatch.setattr(representation, "shrink_towards", recording)
     km = SinkhornKMeans(2, **GAE, callbacks=[spy]).fit(X[src])
     source = [p.detach().clone() for p in km.autoencoder_.parameters()]
     labels = km.transfer(X[tgt], fine_tune_epochs=3)
-    assert all(torch.equal(a, b) for a, b in zip(spy.seen["refine"], source))
+    # The refinement starts from keep * source + (1 - keep) * a fresh autoencoder (shrink and perturb).
+    keep = estimator._REFINE_KEEP_SOURCE
+    assert 0 < keep < 1 and len(fresh) == 1
+    for start, w, w0 in zip(spy.seen["refine"], source, fresh[0]):
+        torch.testing.assert_close(start, keep * w + (1 - keep) * w0.to(w.dtype))
     assert any(not torch.equal(a, b) for a, b in zip(source, km.autoencoder_.parameters()))
     assert [r["epoch"] for r in km.history_ if r["phase"] == "refine"] == [0, 1, 2]
     np.testing.assert_array_equal(km.predict(X[tgt]), labels)

@@ -1,6 +1,6 @@
 """Neighbour-graph representations shared by the estimators (issue 28)."""
 
-from .encoder import encode, make_encoder, steps_per_epoch, train_neighbour_encoder, umap_curve
+from .encoder import encode, make_encoder, shrink_towards, steps_per_epoch, train_neighbour_encoder, umap_curve
 from .transformer import NeighbourEmbedding
 from .graph import (
     auto_metric,
@@ -26,6 +26,7 @@ __all__ = [
     "prepare_rows",
     "shared_neighbour_weights",
     "shifted_images",
+    "shrink_towards",
     "steps_per_epoch",
     "train_neighbour_encoder",
     "umap_curve",

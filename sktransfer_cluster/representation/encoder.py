@@ -21,7 +21,7 @@ from torch import nn
 
 from .graph import shifted_images
 
-__all__ = ["make_encoder", "umap_curve", "train_neighbour_encoder", "encode", "steps_per_epoch"]
+__all__ = ["make_encoder", "umap_curve", "train_neighbour_encoder", "encode", "steps_per_epoch", "shrink_towards"]
 
 
 def make_encoder(n_features, n_components=10, hidden_dims=(256, 256), generator=None):
@@ -71,6 +71,49 @@ def steps_per_epoch(n_edges, batch_size):
     if n_edges <= 0:
         return 1
     return max(1, int(round(n_edges / max(1, min(batch_size, n_edges)))))
+
+
+@torch.no_grad()
+def shrink_towards(module, fresh, keep):
+    """Shrink a trained network towards a fresh initialisation, in place: ``keep * w + (1 - keep) * w0``.
+
+    The warm start of a refinement on new data (shrink and perturb, Ash & Adams,
+    2020: a network trained to convergence on one data set and trained further
+    on another ends worse than one started afresh; shrinking its weights and
+    adding fresh-initialisation noise restores the fresh start's result while
+    keeping part of what was learnt). ``fresh`` is a network of the same
+    architecture at its initialisation (e.g. :func:`make_encoder` with a seeded
+    generator); ``keep=1`` leaves ``module`` as it is, ``keep=0`` makes it a copy of
+    ``fresh``.
+
+    Parameters
+    ----------
+    module, fresh : torch.nn.Module
+        Same parameter shapes, in the same order.
+    keep : float in [0, 1]
+
+    Returns
+    -------
+    module
+
+    Examples
+    --------
+    >>> import torch
+    >>> a, b = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+    >>> with torch.no_grad():
+    ...     _ = a.weight.fill_(1.0), b.weight.fill_(0.0)
+    >>> shrink_towards(a, b, 0.25).weight.tolist()
+    [[0.25, 0.25]]
+    """
+    keep = float(keep)
+    if not 0.0 <= keep <= 1.0:
+        raise ValueError(f"keep must lie in [0, 1], got {keep!r}.")
+    params, fresh_params = list(module.parameters()), list(fresh.parameters())
+    if [p.shape for p in params] != [q.shape for q in fresh_params]:
+        raise ValueError("module and fresh must have the same parameter shapes.")
+    for p, q in zip(params, fresh_params):
+        p.mul_(keep).add_(q.to(p.device, p.dtype), alpha=1.0 - keep)
+    return module
 
 
 @functools.lru_cache(maxsize=16)
