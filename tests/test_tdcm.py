@@ -802,6 +802,20 @@ def test_neighbours_flat_graph_does_not_depend_on_the_data_units(pixel_task):
     assert adjusted_rand_score(a.labels_, b.labels_) == 1.0
 
 
+@pytest.mark.parametrize("scale", [1e-170, 1e160])
+def test_neighbours_cosine_graph_finds_non_negative_blobs_at_extreme_scales(pixel_task, scale):
+    """Issue 30 R3 on the cosine path (no negative entry): the rows are brought near 1 by a power
+    of two before the graph, so squared norms neither under- nor overflow. (The Euclidean path
+    is test_numeric_robustness's.)"""
+    X, y, _ = pixel_task
+    X = (X - X.min()) * scale
+    assert tdcm.model.neighbour_metric(X) == "cosine"
+    model = TDCMCluster(3, random_state=0, **NEIGHBOURS).fit(X)
+    assert adjusted_rand_score(y, model.labels_) == 1.0
+    assert adjusted_rand_score(y, model.transfer(X)) == 1.0
+    assert adjusted_rand_score(y, model.predict(X)) == 1.0
+
+
 @pytest.mark.parametrize("bad", [(7, 7), (8, 8, 8, 8), (8, 0), (8.0, 8)])
 def test_neighbours_bad_image_shape_is_a_clear_error(pixel_task, bad):
     X, _, _ = pixel_task
