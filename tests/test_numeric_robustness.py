@@ -230,11 +230,12 @@ def test_every_estimator_finds_the_s1_blobs_at_any_global_scale(name):
 
 
 # Known at 2026-11-27 (docs/notes/reliability_2026-11-27.md): both build their neighbour graph from
-# the raw rows. SinkhornKMeans' autoencoder takes the cosine of raw rows, which an offset makes all
-# alike (ARI 0.002 at offsets [1e6, -3e7], 0.62 at [1e3, -2e3] in float32); TDCM's graph casts raw
-# rows to float32 first (representation.prepare_rows), whose step at 1e8 is 8 (ARI 0.38 at [1e8, 5]).
+# raw rows. SinkhornKMeans' graph autoencoder takes their cosine when every value is non-negative
+# (an offset makes all rows alike: ARI 0.002 at offsets [1e8, 5]), else their Euclidean distance in
+# float32 (ARI 0.63 at [1e6, -3e7], where float32 steps by 2); TDCM's graph casts raw rows to float32
+# too (representation.prepare_rows, whose step at 1e8 is 8: ARI 0.38 at [1e8, 5]).
 _RAW_ROW_GRAPHS = {
-    "SinkhornKMeans-AE": "the graph autoencoder's cosine neighbours of raw rows are not translation invariant",
+    "SinkhornKMeans-AE": "the graph autoencoder's neighbours of raw rows (cosine, or float32) are not translation invariant",
     "TDCMCluster": "the neighbour graph is searched on raw rows cast to float32 (representation.prepare_rows)",
 }
 
