@@ -150,9 +150,22 @@ def load_data_list(items, *, built_in, label_column="label", max_bytes=MAX_ARRAY
         An unknown name, a file that cannot be read, or two tasks of the same name
         (results and figures are keyed by it, so one would overwrite the other).
     """
-    loaded, origin = [], {name: "the built-in task" for name in built_in}
+    # Only the built-in tasks this list runs take their names: a user's digits.csv is
+    # refused beside "digits", not on its own.
+    loaded, origin = [], {item: "the built-in task" for item in items if isinstance(item, str) and item in built_in}
     for item in items:
-        if isinstance(item, TransferTask) or item in built_in:
+        if isinstance(item, str) and item in built_in:
+            if item in loaded:
+                raise ValueError(f"the built-in task {item!r} is listed twice; list it once")
+            loaded.append(item)
+            continue
+        if isinstance(item, TransferTask):
+            if item.name in origin:
+                raise ValueError(
+                    f"{origin[item.name]} and a task passed in are both named {item.name!r}: results and "
+                    "figures are keyed by the name, so rename one of them"
+                )
+            origin[item.name] = "a task passed in"
             loaded.append(item)
             continue
         if Path(item).suffix not in (".npz", ".csv"):

@@ -420,3 +420,29 @@ def test_a_data_list_refuses_an_unknown_name_listing_the_built_in_ones():
 
     with pytest.raises(ValueError, match=r"unknown task 'digts'; use digits, mnist or a .npz/.csv file"):
         load_data_list(["digts"], built_in=("digits", "mnist"))
+
+
+@pytest.mark.parametrize("built_in_listed", [False, True])
+def test_a_file_named_like_a_built_in_task_clashes_only_with_that_task_listed(tmp_path, built_in_listed):
+    # Issue 30 audit: digits.csv alone was refused as "both named 'digits'" with the built-in
+    # task that was not run.
+    from sktransfer_cluster.files import load_data_list
+
+    path = str(_npz(tmp_path, name="digits.npz", **GOOD))
+    if built_in_listed:
+        with pytest.raises(ValueError, match=r"the built-in task and .*digits.npz are both named 'digits'"):
+            load_data_list([path, "digits"], built_in=("digits",))
+    else:
+        [task] = load_data_list([path], built_in=("digits",))
+        assert task.name == "digits"
+
+
+def test_a_data_list_refuses_a_loaded_task_and_a_file_of_one_name(tmp_path):
+    from sktransfer_cluster.files import load_data_list
+
+    ready = load_transfer_file(_npz(tmp_path, name="t.npz", **GOOD))
+    (tmp_path / "b").mkdir()
+    with pytest.raises(ValueError, match=r"both named 't'"):
+        load_data_list([ready, str(_npz(tmp_path / "b", name="t.npz", **GOOD))], built_in=())
+    with pytest.raises(ValueError, match=r"listed twice"):
+        load_data_list(["digits", "digits"], built_in=("digits",))

@@ -10,6 +10,7 @@ domain column taken as labels) and the R2/R4 defects.
 
 import csv
 import io
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -207,3 +208,39 @@ def test_an_npz_task_loads_back_exactly(tmp_path, task, as_bytes):
         np.testing.assert_array_equal(getattr(loaded, f"X_{side}"), arrays[f"X_{side}"])
         want, got = _expected_codes(y), getattr(loaded, f"y_{side}")
         assert (got is None) if want is None else got.tolist() == want.tolist()
+
+
+# ---------------------------------------------------------------- names of the files in a data list
+_STEMS = ["t", "task", "digits"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    files=st.lists(st.tuples(st.integers(0, 2), st.sampled_from(_STEMS), st.sampled_from([".csv", ".npz"])),
+                   min_size=1, max_size=4, unique_by=lambda f: (f[0], f[1], f[2])),
+    with_built_in=st.booleans(),
+)
+def test_a_data_list_loads_files_of_distinct_names_and_refuses_a_shared_one_naming_both(tmp_path_factory, files,
+                                                                                          with_built_in):
+    """Duplicate stems (a/t.csv b/t.csv, t.csv t.npz, digits.csv beside the built-in digits) were
+    pooled into one task or overwrote each other's figures; distinct names load as they are."""
+    from sktransfer_cluster.files import load_data_list
+
+    root = tmp_path_factory.mktemp("stems")
+    items = ["digits"] if with_built_in else []
+    for folder, stem, suffix in files:
+        path = root / f"d{folder}" / f"{stem}{suffix}"
+        path.parent.mkdir(exist_ok=True)
+        if suffix == ".npz":
+            np.savez(path, X_source=np.zeros((2, 1)), X_target=np.ones((2, 1)))
+        else:
+            path.write_text("domain,x\nsource,0\ntarget,1\n")
+        items.append(str(path))
+    names = [Path(item).stem for item in items]
+    clash = next((name for i, name in enumerate(names) if name in names[:i]), None)  # the first repeat
+    if clash is None:
+        loaded = load_data_list(items, built_in=("digits",))
+        assert [item if isinstance(item, str) else item.name for item in loaded] == names
+    else:
+        with pytest.raises(ValueError, match=rf"both named '{clash}'.*rename one"):
+            load_data_list(items, built_in=("digits",))
