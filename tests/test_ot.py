@@ -708,7 +708,9 @@ def test_an_offset_up_to_1e20_leaves_the_plan_of_the_costs_unchanged(n, m, log_o
     method=st.sampled_from(["auto", "log", "sinkhorn_log"]),
     seed=st.integers(0, 2**16),
 )
-def test_converged_and_the_warning_tell_the_truth_about_the_plan(n, m, log_scale, sign, log_offset, log_reg, max_iter, method, seed):
+def test_converged_and_the_warning_tell_the_truth_about_the_plan(
+    n, m, log_scale, sign, log_offset, log_reg, max_iter, method, seed
+):
     """Cost magnitudes up to 1e20 (and 1e20 offsets), any reg: a plan said to be converged, and
     given without a warning, meets its marginals; any other comes with a ConvergenceWarning."""
     rng = np.random.default_rng(seed)
@@ -728,6 +730,9 @@ def test_converged_and_the_warning_tell_the_truth_about_the_plan(n, m, log_scale
         np.testing.assert_allclose(P.sum(0), b, rtol=0, atol=tol)
     else:
         assert log["marginal_error"] <= 2 + 1e-9
+
+
+_POT_SPELLING = {"numItermax": "max_iter", "stopThr": "tol"}
 
 
 def _valid(option, value):
@@ -756,19 +761,25 @@ ANY_VALUE = st.one_of(
 
 
 @settings(max_examples=300, deadline=None)
-@given(option=st.sampled_from(["reg", "reg_m", "max_iter", "tol", "check_every", "eps_scaling", "method"]), value=ANY_VALUE)
+@given(
+    option=st.sampled_from(["reg", "reg_m", "max_iter", "numItermax", "tol", "stopThr", "check_every", "eps_scaling",
+                            "method"]),
+    value=ANY_VALUE,
+)
 def test_every_option_is_checked_against_its_domain(option, value):
-    """T4 as a property: any value of any option either runs (finite plan, within max_iter) or
-    is a ValueError naming the option; never a hang, a ZeroDivisionError or a TypeError."""
+    """T4 as a property: any value of any option (POT's spellings too) either runs (finite plan,
+    within max_iter) or is a ValueError naming the option; never a hang, a ZeroDivisionError or a
+    TypeError."""
     a, b, M = _small_problem()
-    kwargs = {"reg": 0.1, "max_iter": 60}
+    kwargs = {"reg": 0.1} if option == "numItermax" else {"reg": 0.1, "max_iter": 60}
     kwargs[option] = value
     reg = kwargs.pop("reg")
-    if not _valid(option, value):
-        with pytest.raises(ValueError, match=option):
+    name = _POT_SPELLING.get(option, option)  # the error names the option by its own spelling
+    if not _valid(name, value):
+        with pytest.raises(ValueError, match=name):
             sinkhorn(a, b, M, reg, **kwargs)
         return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         P, log = sinkhorn(a, b, M, reg, log=True, **kwargs)
-    assert np.isfinite(P).all() and log["n_iter"] <= (kwargs["max_iter"] or 1000)
+    assert np.isfinite(P).all() and log["n_iter"] <= (kwargs.get("max_iter", kwargs.get("numItermax")) or 1000)
