@@ -229,14 +229,15 @@ def test_every_estimator_finds_the_s1_blobs_at_any_global_scale(name):
     check()
 
 
-# Known at 2026-11-27 (docs/notes/reliability_2026-11-27.md): both build their neighbour graph from
-# raw rows. SinkhornKMeans' graph autoencoder takes their cosine when every value is non-negative
-# (an offset makes all rows alike: ARI 0.002 at offsets [1e8, 5]), else their Euclidean distance in
-# float32 (ARI 0.63 at [1e6, -3e7], where float32 steps by 2); TDCM's graph casts raw rows to float32
-# too (representation.prepare_rows, whose step at 1e8 is 8: ARI 0.38 at [1e8, 5]).
+# Known at 2026-11-27 (docs/notes/reliability_2026-11-27.md). Both take the cosine of raw rows as
+# the neighbour graph's metric when every value is non-negative, and an offset makes all rows point
+# alike (TDCM: ARI 0.91 at offsets [1e3, 2e3], 0.38 at [1e8, 5]; SinkhornKMeans-AE: 0.89 and 0.002).
+# SinkhornKMeans-AE's Euclidean graph is searched on raw rows in float32 besides, where
+# |x|^2 + |y|^2 - 2 x.y cancels at an offset (ARI 0.09 at [1e5, -1e5], 0.63 at [1e6, -3e7]);
+# TDCM centres its rows first and is exact there.
 _RAW_ROW_GRAPHS = {
-    "SinkhornKMeans-AE": "the graph autoencoder's neighbours of raw rows (cosine, or float32) are not translation invariant",
-    "TDCMCluster": "the neighbour graph is searched on raw rows cast to float32 (representation.prepare_rows)",
+    "SinkhornKMeans-AE": "the graph's neighbours of raw rows (cosine, or float32 Euclidean) are not translation invariant",
+    "TDCMCluster": "the graph's cosine of raw non-negative rows is not translation invariant",
 }
 
 
