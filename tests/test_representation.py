@@ -206,18 +206,21 @@ def test_an_encoder_epoch_is_steps_per_epoch_adam_steps():
 def test_auto_metric_separates_two_clusters_on_one_ray_from_the_origin():
     rng = np.random.default_rng(0)
     X = np.r_[rng.normal([1.0, 1.0], 0.1, (40, 2)), rng.normal([5.0, 5.0], 0.1, (40, 2))]
-    X[0, 0] = -0.2  # one signed value: the origin is arbitrary
+    X[0, 0] = -0.2  # a signed value: the origin is arbitrary
     G = neighbour_graph(X, 10, metric="auto")
     assert G[:40, 40:].nnz == 0  # Euclidean: no edge between the clusters
     # The cosine sees only the direction from the origin, the same for both clusters.
     assert neighbour_graph(X, 10, metric="cosine")[:40, 40:].nnz > 0
 
 
-def test_auto_metric_is_cosine_only_when_every_value_is_non_negative():
+def test_auto_metric_is_cosine_only_for_non_negative_values_with_zeros():
     from sktransfer_cluster.representation import auto_metric
 
-    assert auto_metric(np.abs(blobs()[0])) == "cosine"
-    assert auto_metric(blobs()[0]) == "euclidean"
+    X = np.abs(blobs()[0])
+    X[0, 0] = 0.0
+    assert auto_metric(X) == "cosine"  # intensities / counts
+    assert auto_metric(blobs()[0]) == "euclidean"  # signed
+    assert auto_metric(X + 1e3) == "euclidean"  # positive at an offset: the origin means nothing
 
 
 def test_shrink_towards_mixes_each_weight_with_the_fresh_network_and_checks_shapes():

@@ -876,3 +876,12 @@ def test_graph_metric_is_euclidean_for_signed_rows_cosine_for_non_negative_and_k
     assert seen[-1] == "cosine"
     km.transfer(digit_images[0] - 0.5, fine_tune_epochs=1)  # the target's signs do not change the fitted choice
     assert seen[-1] == "cosine"
+
+
+def test_euclidean_graph_of_signed_rows_does_not_depend_on_their_offset(separated):
+    X, _ = separated
+    params = {**GAE, "pretrain_epochs": 1, "max_epochs": 0}
+    near = SinkhornKMeans(3, **params).fit(X)
+    far = SinkhornKMeans(3, **params).fit(X + 1e6)  # float32 raw rows would round the clusters away
+    edges = lambda G: G.tocsr().astype(bool)  # noqa: E731
+    assert (edges(near._neighbour_graph(X)) != edges(far._neighbour_graph(X + 1e6))).nnz == 0

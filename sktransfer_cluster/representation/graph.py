@@ -258,25 +258,33 @@ def neighbour_graph(
 
 
 def auto_metric(X):
-    """``"cosine"`` when every value of ``X`` is non-negative, else ``"euclidean"``.
+    """``"cosine"`` when ``X`` has no negative value and some zeros, else ``"euclidean"``.
 
     The cosine distance drops each row's norm and measures angles seen from the
     origin, so it needs an origin that means something: zero intensity or zero
-    count in images, spectra and histograms, where the norm is mostly overall
-    brightness or stroke weight. Signed rows (standardised tables, coordinates)
-    have an arbitrary origin: there the angle depends on where the origin lies,
-    and in few dimensions it discards most of a row's position (in two, clusters
-    on one ray from the origin become one). Read from the values, never from the
-    number of columns.
+    count, which images, spectra and histograms reach (background pixels, absent
+    words) and where the norm is mostly overall brightness or stroke weight.
+    Elsewhere the origin is arbitrary (standardised tables, coordinates, data at
+    an offset): the angle then depends on where the origin lies, and in few
+    dimensions it discards most of a row's position (in two, clusters on one ray
+    from the origin become one). Read from the values (in row chunks), never
+    from the number of columns; the same rule as CCN's graph.
 
     Examples
     --------
     >>> import numpy as np
-    >>> auto_metric(np.array([[0.0, 3.0], [1.0, 2.0]])), auto_metric(np.array([[-1.0, 3.0]]))
+    >>> auto_metric(np.array([[0.0, 3.0], [1.0, 2.0]])), auto_metric(np.array([[-1.0, 3.0], [0.0, 1.0]]))
     ('cosine', 'euclidean')
+    >>> auto_metric(np.array([[5.0, 3.0], [4.0, 2.0]]))  # positive, but no zero: an offset, not intensities
+    'euclidean'
     """
-    X = np.asarray(X)
-    return "cosine" if X.size == 0 or float(np.nanmin(X)) >= 0 else "euclidean"
+    step = max(1, 2**22 // max(1, X.shape[1]))  # row chunks: no copy of a memmap
+    negative = zero = False
+    for s in range(0, X.shape[0], step):
+        block = np.asarray(X[s : s + step])
+        negative = negative or bool((block < 0).any())
+        zero = zero or bool((block == 0).any())
+    return "cosine" if zero and not negative else "euclidean"
 
 
 def prepare_rows(X, *, metric="euclidean", image_shape=None, blur=0.0):

@@ -107,10 +107,13 @@ class SinkhornKMeans(
     parametric UMAP's cross-entropy on them plus the mean squared
     reconstruction error of their end points, so that neighbours stay close
     in the codes and the codes keep the rows; then OT k-means runs on the
-    codes. ``transfer`` continues this training on the target's own graph
-    from the source autoencoder (as many passes as the fit), then runs OT
-    k-means on the target's codes
-    from the source centres and from ``n_init`` k-means++ starts.
+    codes; the graph's distance is the cosine when the source's values are
+    non-negative with zeros among them (images, counts), else Euclidean. ``transfer``
+    continues this training on the target's own graph (as many passes as the
+    fit) from the source autoencoder shrunk towards a fresh one (a fifth of
+    its weights kept: started as it was, it ended below a fit on the target
+    alone), then runs OT k-means on the target's codes from the source
+    centres and from ``n_init`` k-means++ starts.
     ``neighbour_weight=0`` gives the paper's Algorithm 2: the autoencoder is
     pre-trained on reconstruction alone (convolutional with ``image_shape``),
     centres are initialised by OT k-means on its codes, and encoder, decoder
@@ -144,7 +147,8 @@ class SinkhornKMeans(
         an autoencoder trained on the k-NN graph and on reconstruction (see
         ``neighbour_weight``; 0 is the paper's Algorithm 2); ``"neighbours"``
         trains an encoder alone so that the rows' nearest neighbours (cosine
-        when the source's values are all non-negative, Euclidean otherwise;
+        when the source's values are non-negative with zeros among them,
+        Euclidean otherwise;
         weighted by shared neighbours) stay close in its output (UMAP's loss,
         as a network, so that ``predict`` and ``transfer`` map new rows). Then
         OT k-means runs on the codes with the size prior. Each fit on the graph
@@ -566,17 +570,23 @@ class SinkhornKMeans(
     def _neighbour_graph(self, X):
         """The k-NN graph of the raw rows ``X`` (ndarray) for the neighbour encoder.
 
-        Cosine distances when the source's values are all non-negative (images,
-        counts), Euclidean otherwise (:func:`~sktransfer_cluster.representation.auto_metric`):
-        on signed rows the cosine keeps only the direction from an arbitrary origin.
+        Cosine distances when the source's values are non-negative with zeros among
+        them (images, counts), Euclidean otherwise
+        (:func:`~sktransfer_cluster.representation.auto_metric`): elsewhere the cosine
+        keeps only the direction from an arbitrary origin.
         """
         from ...representation import neighbour_graph
 
         image = self.image_shape is not None
+        metric = getattr(self, "_graph_metric", "cosine")  # models pickled before the rule: cosine
+        if metric == "euclidean":
+            # The rows the encoder reads (centred, one global scale): the same neighbours as the
+            # raw rows, and float32 resolves them whatever the data's offset.
+            X = self._tensor(X).detach().to("cpu", torch.float32).numpy()
         return neighbour_graph(
             X,
             min(int(self.n_neighbors), X.shape[0] - 1),
-            metric=getattr(self, "_graph_metric", "cosine"),  # models pickled before the rule: cosine
+            metric=metric,
             image_shape=tuple(self.image_shape) if image else None,
             max_shift=_NEIGHBOUR_MAX_SHIFT if image else 0,
             blur=_NEIGHBOUR_BLUR if image else 0.0,
@@ -777,7 +787,10 @@ class SinkhornKMeans(
             autoencoder): passes over the target's own k-NN graph that refine
             the source network with the fit's loss (None: ``pretrain_epochs``
             for the autoencoder, 20 for ``"neighbours"``; 0 keeps the source
-            network). The paper's autoencoder (``neighbour_weight=0``):
+            network). The autoencoder's refinement starts from its source
+            weights shrunk towards a fresh initialisation
+            (:func:`~sktransfer_cluster.representation.shrink_towards`, 0.2
+            kept). The paper's autoencoder (``neighbour_weight=0``):
             joint reconstruction + OT epochs on the target before the final
             assignment (None: 0). Ignored without an embedding.
         n_restarts : int or None, default=None
