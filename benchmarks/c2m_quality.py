@@ -473,7 +473,8 @@ def _ranking_main(args):
 
     for kind, per_seed in out.items():
         md.append(
-            f"| {kind} | {med(col(per_seed, 'truth_first'))} | {med(col(per_seed, 'pairwise'))} | {med(col(per_seed, 'truth_above_cem'))} | "
+            f"| {kind} | {med(col(per_seed, 'truth_first'))} | {med(col(per_seed, 'pairwise'))} | "
+            f"{med(col(per_seed, 'truth_above_cem'))} | "
             f"{med(col(per_seed, 'truth_above_kmeans_true_k'))} | {med(col(per_seed, 'best_kmeans_k_right'))} | "
             f"{med(col(per_seed, 'best_kmeans_k_within_1'))} | {med(col(per_seed, 'best_kmeans_acc'))} |"
         )
@@ -500,7 +501,8 @@ def _ranking_main(args):
         else:
             md.append(
                 f"| {kind} | {med(col(per_seed, 'transfer_acc'))} | {med(col(per_seed, 'transfer_k_right'))} | "
-                f"{med(col(per_seed, 'transfer_k_within_1'))} | {med(col(per_seed, 'peer_acc'))} | {med(col(per_seed, 'peer_k_within_1'))} | "
+                f"{med(col(per_seed, 'transfer_k_within_1'))} | {med(col(per_seed, 'peer_acc'))} | "
+                f"{med(col(per_seed, 'peer_k_within_1'))} | "
                 f"{med(col(per_seed, 'kmeans_true_k_acc'))} | {np.median(col(per_seed, 'fit_cpu_s')):.0f} |"
             )
     write("c2m", args.name or "c2m_ranking", {"kinds": out, "total_seconds": total, "command": cmd},

@@ -685,3 +685,84 @@ def test_score_of_one_sample_is_a_clear_error_and_the_model_stays_usable():
     with pytest.raises(ValueError, match="at least 2 samples"):
         est.score(X[:1])
     assert np.isfinite(est.score(X[:2]))
+
+
+# ------------------------------------------------------ minimum spanning tree (issue 29)
+def _rings(seed=0, n=200):
+    from sklearn.datasets import make_circles
+
+    return make_circles(n, noise=0.05, factor=0.5, random_state=seed)
+
+
+def test_spanning_tree_edge_lengths_do_not_depend_on_the_set_scale_or_place():
+    X, _ = make_moons(120, noise=0.05, random_state=0)
+    a = graph.spanning_tree(torch.as_tensor(X))
+    b = graph.spanning_tree(torch.as_tensor(1e3 * X + 7.0))
+    assert a["u"].shape == (119,)
+    np.testing.assert_allclose(a["w"].numpy(), b["w"].numpy(), atol=1e-9)
+
+
+def test_tree_features_tell_the_true_moons_from_one_cluster_and_from_a_straight_cut():
+    """The truth keeps no long tree edge inside and cuts a long one; one cluster keeps the long
+    edge inside (and has no cut); a k-means cut through the moons cuts a short edge."""
+    from sklearn.cluster import KMeans
+
+    from sktransfer_cluster.cluster.c2m.critic import tree_label_features
+
+    X, y = make_moons(200, noise=0.05, random_state=1)
+    tree = graph.spanning_tree(torch.as_tensor(X))
+    km = KMeans(2, n_init=3, random_state=0).fit_predict(X)
+    f = tree_label_features(torch.as_tensor(np.stack([y, np.zeros_like(y), km])), tree)[:, 0, 2:]
+    (t_in, t_cut, t_split), (o_in, _, o_split), (_, k_cut, _) = f.tolist()
+    assert t_split == 1.0 and o_split == 0.0
+    assert t_cut > t_in  # single linkage's two clusters
+    assert o_in == pytest.approx(t_cut)  # the gap, now inside the one cluster
+    assert k_cut < t_cut
+
+
+def test_tree_features_are_exactly_invariant_to_renaming_clusters():
+    from sktransfer_cluster.cluster.c2m.critic import tree_label_features
+
+    X, y = make_blobs(90, centers=3, random_state=0)
+    tree = graph.spanning_tree(torch.as_tensor(X))
+    renamed = np.array([7, 0, 3])[y]
+    a = tree_label_features(torch.as_tensor(y), tree)
+    b = tree_label_features(torch.as_tensor(compact_labels(renamed)[0]), tree)
+    assert torch.equal(a, b)
+
+
+def test_tree_cut_columns_put_each_ring_on_its_own_side():
+    X, y = _rings()
+    cuts = graph.tree_cut_embedding(torch.as_tensor(X), 3)
+    assert cuts.shape == (200, 3)
+    assert set(np.unique(cuts[:, 0])) == {-1.0, 1.0}
+    assert clustering_accuracy(y, (cuts[:, 0] > 0).astype(int)) == 1.0
+
+
+def test_tree_candidates_include_the_single_linkage_clustering_of_two_rings():
+    X, y = _rings(seed=2)
+    est = C2MCluster(max_clusters=5, tree_candidates=True, spectral_features=None, representation=None)
+    Xs, _, _ = graph.standardize(torch.as_tensor(X))
+    H = graph.mlp_inputs(Xs, est._mlp_state(Xs))
+    assert H.shape[1] == 2 + 4  # the coordinates and max_clusters - 1 cut columns
+    cands = est._candidates(Xs, H, np.random.default_rng(0))
+    labels = graph.mlp_labels_population(cands, H, est.cem_hidden, est.max_clusters)
+    assert max(clustering_accuracy(y, lab) for lab in labels) == 1.0
+
+
+def test_a_tree_critic_learned_on_blobs_scores_true_moons_and_rings_above_kmeans_and_one_cluster():
+    """Trained on separable blob sets only, the metric with the tree features ranks two moons and
+    two rings above one cluster and above KMeans(k) for k = 2..4 (which cut through them)."""
+    from sklearn.cluster import KMeans
+    from sklearn.datasets import make_circles
+
+    X, y, g = make_c2m_sets("blobs", n_sets=4, n_points=400, separable=True, random_state=0)
+    est = C2MCluster(
+        tree_features=True, tree_candidates=True, candidate_fakes=True, critic_dims=(32, 32), max_epochs=2,
+        population=8, cem_iter=2, representation=None, device="cpu", random_state=0,
+    ).fit(X, y, groups=g)
+    for Xt, yt in (make_moons(200, noise=0.05, random_state=5), make_circles(200, noise=0.05, factor=0.5, random_state=5)):
+        truth = est.score(Xt, yt)
+        assert truth > est.score(Xt, np.zeros_like(yt))
+        for k in (2, 3, 4):
+            assert truth > est.score(Xt, KMeans(k, n_init=3, random_state=0).fit_predict(Xt)), k

@@ -9,7 +9,10 @@ from torch import nn
 
 from ...nn import knn_indices, mlp
 
-__all__ = ["clique_propagate", "cluster_margin_features", "neighbour_label_features", "CliqueGAE", "gram_pool", "ClusteringCritic"]
+__all__ = [
+    "clique_propagate", "cluster_margin_features", "neighbour_label_features", "tree_label_features", "CliqueGAE",
+    "gram_pool", "ClusteringCritic",
+]
 
 
 # ------------------------------------------------- clique-graph GAE and set critic (C2M)
@@ -143,6 +146,49 @@ def neighbour_label_features(labels, neighbours):
     run = torch.where(same, torch.full_like(ranks, k), ranks).min(-1).values.to(torch.float64) / k
     return torch.stack([2.0 * agree - 1.0, 2.0 * run - 1.0], -1)
 
+def tree_label_features(labels, tree, floor=-5.0):
+    """How a labelling cuts a set's minimum spanning tree, for P labellings at once.
+
+    Five features per point, from the tree edges of
+    :func:`~sktransfer_cluster.cluster.c2m.graph.spanning_tree` (log lengths
+    relative to the median edge, so free of the set's scale): the longest tree
+    edge inside the point's cluster (``floor`` for a single point), the
+    shortest tree edge leaving it, the same two over the whole labelling, and
+    1 when the labelling has more than one cluster (the cut lengths are 0
+    otherwise). A good clustering in single linkage's sense cuts long edges
+    only and keeps none inside; a blob cut in two cuts a short edge, two rings
+    taken as one keep the long edge between them -- whatever the clusters'
+    shapes. O(P n); exactly invariant to renaming the clusters.
+
+    Parameters
+    ----------
+    labels : torch.Tensor of shape (n,) or (P, n)
+    tree : dict with ``u``, ``v`` (E,) and ``w`` (E,)
+
+    Returns
+    -------
+    torch.Tensor of shape (P, n, 5), like ``tree["w"]``
+    """
+    labels = _population_labels(labels)
+    P, n = labels.shape
+    u, v, w = tree["u"], tree["v"], tree["w"]
+    idx, slots = _segment_index(labels)
+    offsets = slots * torch.arange(P, device=labels.device).unsqueeze(1)
+    su, sv = labels[:, u] + offsets, labels[:, v] + offsets  # (P, E) segment of each end
+    same = su == sv
+    wp = w.expand(P, -1)
+    inner = w.new_full((P * slots,), floor).scatter_reduce(0, su[same], wp[same], "amax")
+    cut = w.new_full((P * slots,), float("inf"))
+    cut = cut.scatter_reduce(0, su[~same], wp[~same], "amin").scatter_reduce(0, sv[~same], wp[~same], "amin")
+    inner_all = inner.reshape(P, slots).max(1).values
+    cut_all = cut.reshape(P, slots).min(1).values
+    split = torch.isfinite(cut_all)
+    cut = torch.where(torch.isfinite(cut), cut, torch.zeros_like(cut))
+    cut_all = torch.where(split, cut_all, torch.zeros_like(cut_all))
+    per_set = torch.stack([inner_all, cut_all, split.to(w.dtype)], -1).unsqueeze(1).expand(P, n, 3)
+    per_point = torch.stack([inner[idx], cut[idx]], -1).reshape(P, n, 2)
+    return torch.cat([per_point, per_set], -1)
+
 class CliqueGAE(nn.Module):
     """Graph convolutional encoder of a labelled set, on the clique graph of its clusters.
 
@@ -226,6 +272,10 @@ class ClusteringCritic(nn.Module):
     n_neighbors : int or None, default=None
         Also feed :func:`neighbour_label_features` over the ``n_neighbors``
         nearest neighbours of each point (``None``: not).
+    tree_features : bool, default=False
+        Also feed :func:`tree_label_features` (how the labelling cuts the set's
+        minimum spanning tree; ``tree=`` from
+        :func:`~sktransfer_cluster.cluster.c2m.graph.spanning_tree`).
     n_spectral : int, default=0
         Also feed this many columns of a per-set embedding of the points
         (``spectral=``, e.g. the set's spectral embedding), which depends on
@@ -251,6 +301,7 @@ class ClusteringCritic(nn.Module):
         n_neighbors=None,
         n_spectral=0,
         coordinates=True,
+        tree_features=False,
         negative_slope=0.2,
     ):
         super().__init__()
@@ -258,16 +309,19 @@ class ClusteringCritic(nn.Module):
         self.n_neighbors = None if n_neighbors is None else int(n_neighbors)
         self.n_spectral = int(n_spectral)
         self.coordinates = bool(coordinates)
+        self.tree_features = bool(tree_features)
         n_in = (int(n_features) if self.coordinates else 0) + (2 if self.margin_features else 0)
-        n_in += (0 if n_neighbors is None else 2) + self.n_spectral
+        n_in += (0 if n_neighbors is None else 2) + self.n_spectral + (5 if self.tree_features else 0)
         if n_in == 0:
-            raise ValueError("coordinates=False leaves the critic no node features: give it n_neighbors or n_spectral.")
+            raise ValueError(
+                "coordinates=False leaves the critic no node features: give it n_neighbors, n_spectral or tree_features."
+            )
         self.gae = CliqueGAE(n_in, gae_dims, skip=skip)
         m = int(gae_dims[-1])
         slope = float(negative_slope)
         self.head = mlp([m * (m + 1) // 2, *critic_dims, 1], activation=lambda: nn.LeakyReLU(slope))
 
-    def embed(self, X, labels, neighbours=None, spectral=None):
+    def embed(self, X, labels, neighbours=None, spectral=None, tree=None):
         labels = _population_labels(labels)
         P, n = labels.shape
         parts = [X.expand(P, n, X.shape[-1])] if self.coordinates else []
@@ -281,8 +335,12 @@ class ClusteringCritic(nn.Module):
             if neighbours is None:
                 neighbours = knn_indices(X, self.n_neighbors)
             parts.append(neighbour_label_features(labels, neighbours).to(X.dtype))
+        if self.tree_features:
+            if tree is None:
+                raise ValueError("this critic reads the set's spanning tree: pass tree=spanning_tree(X).")
+            parts.append(tree_label_features(labels, tree).to(X.dtype))
         H = torch.cat(parts, -1) if len(parts) > 1 else parts[0]
         return gram_pool(self.gae(H, labels))
 
-    def forward(self, X, labels, neighbours=None, spectral=None):
-        return self.head(self.embed(X, labels, neighbours, spectral)).squeeze(-1)
+    def forward(self, X, labels, neighbours=None, spectral=None, tree=None):
+        return self.head(self.embed(X, labels, neighbours, spectral, tree)).squeeze(-1)

@@ -10,6 +10,9 @@ over the weights of a small MLP with the cross-entropy method
 (:mod:`sktransfer_cluster.cluster.c2m.cem`); the number of clusters is not given.
 With ``representation="auto"`` and a source that is one data set (no ``groups``), the metric
 and the search read the codes of the shared neighbour-graph encoder, refined on each target.
+With ``tree_features`` and ``tree_candidates`` the metric reads how a labelling cuts the set's
+minimum spanning tree and the search scores single-linkage clusterings: a metric learned on
+blobs then finds two moons and two rings (opt-in; it merges touching blobs).
 
 The encoder and critic are in :mod:`sktransfer_cluster.cluster.c2m.critic`; the clustering MLP,
 its spectral inputs, the corrupted labellings and the critic's loss in
@@ -31,6 +34,7 @@ from sklearn.utils.validation import check_consistent_length, column_or_1d
 from ...base import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_widths, compact_labels
 from .graph import (
     cem_clustering,
+    centroid_mlp_weights,
     corrupt_labels,
     kmeans_candidates,
     mlp_inputs,
@@ -39,6 +43,7 @@ from .graph import (
     population_logits,
     smooth_labels,
     source_sets,
+    spanning_tree,
     spectral_embedding,
     spectral_reference,
     standardize,
@@ -81,8 +86,10 @@ PAPER_PARAMS = {
     "candidate_fakes": False,
     "augment": False,
     "spectral_candidates": False,
+    "tree_candidates": False,
     "critic_spectral": None,
     "critic_coordinates": True,
+    "tree_features": False,
     "smooth_truth": False,
     "representation": None,
 }
@@ -169,6 +176,15 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         set, which follow its k-NN graph (moons, rings). The training
         proposals then read the spectral inputs too (CEM and candidates), so
         the critic learns against such labellings.
+    tree_candidates : bool, default=False
+        Feed the clustering MLP, beside its other inputs, which side of each of
+        the ``max_clusters - 1`` longest cuts of the set's minimum spanning tree
+        every point lies on (:func:`~sktransfer_cluster.cluster.c2m.graph.tree_cut_embedding`;
+        cuts that would leave fewer than ``n // 20`` points on a side are
+        skipped), and, with ``kmeans_candidates``, score the labellings its
+        first k - 1 cuts leave (k = 2 .. ``max_clusters``): single-linkage
+        clusterings, which follow gaps whatever the clusters' shapes (rings,
+        moons). In training too, so the critic learns against them.
     gae_dims : tuple of int, default=(32, 16)
         Widths of the graph encoder (the paper's for 2-D sets).
     critic_dims : tuple of int, default=(128, 128)
@@ -207,6 +223,14 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         only the features that depend on the set's k-NN graph
         (``n_neighbors``, ``critic_spectral``), so the metric cannot tie a good
         clustering to where and how spread the points lie.
+    tree_features : bool, default=False
+        Give the metric's encoder how the labelling cuts the set's minimum
+        spanning tree (:func:`~sktransfer_cluster.cluster.c2m.critic.tree_label_features`:
+        the longest tree edge inside each cluster and the shortest leaving it,
+        relative to the median edge; the tree is computed once per set): a
+        scale-free account of gaps, so a metric learned on blobs can rank two
+        rings or two moons above one cluster and above a cut through a dense
+        part, whatever the clusters' shapes.
     smooth_truth : bool, default=True
         The real labelling of each critic step is the true one with every
         point relabelled by the majority of itself and its ``n_neighbors``
@@ -375,6 +399,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         "candidate_fakes": ["boolean"],
         "augment": ["boolean"],
         "spectral_candidates": ["boolean"],
+        "tree_candidates": ["boolean"],
         "gae_dims": [tuple, list],
         "critic_dims": [tuple, list],
         "gae_skip": ["boolean"],
@@ -384,6 +409,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         "spectral_neighbors": [Interval(Integral, 1, None, closed="left")],
         "critic_spectral": [Interval(Integral, 1, None, closed="left"), None],
         "critic_coordinates": ["boolean"],
+        "tree_features": ["boolean"],
         "smooth_truth": ["boolean"],
         "n_negatives": [Interval(Integral, 0, None, closed="left")],
         "lipschitz": [StrOptions({"gp", "clip"})],
@@ -416,6 +442,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         candidate_fakes=False,
         augment=False,
         spectral_candidates=False,
+        tree_candidates=False,
         gae_dims=(32, 16),
         critic_dims=(128, 128),
         gae_skip=True,
@@ -425,6 +452,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         spectral_neighbors=10,
         critic_spectral=None,
         critic_coordinates=True,
+        tree_features=False,
         smooth_truth=True,
         n_negatives=4,
         lipschitz="gp",
@@ -457,6 +485,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.candidate_fakes = candidate_fakes
         self.augment = augment
         self.spectral_candidates = spectral_candidates
+        self.tree_candidates = tree_candidates
         self.gae_dims = gae_dims
         self.critic_dims = critic_dims
         self.gae_skip = gae_skip
@@ -466,6 +495,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.spectral_neighbors = spectral_neighbors
         self.critic_spectral = critic_spectral
         self.critic_coordinates = critic_coordinates
+        self.tree_features = tree_features
         self.smooth_truth = smooth_truth
         self.n_negatives = n_negatives
         self.lipschitz = lipschitz
@@ -509,6 +539,8 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         if critic.n_spectral:
             emb = spectral_embedding(Xs, critic.n_spectral, self.spectral_neighbors)
             out["spectral"] = torch.as_tensor(emb, dtype=Xs.dtype, device=Xs.device)
+        if critic.tree_features:
+            out["tree"] = spanning_tree(Xs, self.spectral_neighbors)
         return out
 
     def _candidates(self, Xs, H, rng):
@@ -519,10 +551,39 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             return None
         out = kmeans_candidates(Xs, H.shape[1], self.cem_hidden, self.max_clusters, rng)
         d = Xs.shape[1]
-        if self.spectral_candidates and H.shape[1] > d:
-            spec = kmeans_candidates(H[:, d:], H.shape[1], self.cem_hidden, self.max_clusters, rng, offset=d, k_min=2)
+        n_cuts = self._n_cuts()
+        n_spec = H.shape[1] - d - n_cuts
+        if self.spectral_candidates and n_spec > 0:
+            spec = kmeans_candidates(
+                H[:, d : d + n_spec], H.shape[1], self.cem_hidden, self.max_clusters, rng, offset=d, k_min=2
+            )
             out = torch.cat([out, spec])
+        if n_cuts and H.shape[1] > d + n_spec:
+            cuts = H[:, d + n_spec :]
+            # Single linkage with k clusters: the pieces left by the k - 1 longest cuts, each piece
+            # one row of signs in the first k - 1 columns, so nearest-centre weights give it exactly.
+            tree = []
+            for k in range(2, min(self.max_clusters, n_cuts + 1) + 1):
+                cols = cuts[:, : k - 1]
+                if not bool(cols.abs().any()):
+                    break
+                centres = torch.unique(cols, dim=0)
+                tree.append(centroid_mlp_weights(centres, H.shape[1], self.cem_hidden, self.max_clusters, cols,
+                                                 offset=d + n_spec))
+            if tree:
+                out = torch.cat([out, torch.stack(tree)])
         return out
+
+    def _n_cuts(self):
+        """Tree-cut columns of the clustering MLP's inputs (``tree_candidates``)."""
+        return max(1, self.max_clusters - 1) if self.tree_candidates else 0
+
+    def _mlp_state(self, Xs, spectral=True):
+        """What :func:`mlp_inputs` needs for the set ``Xs`` (None: the coordinates alone)."""
+        n_spec = (self.spectral_features or 0) if spectral else 0
+        if not n_spec and not self.tree_candidates:
+            return None
+        return spectral_reference(Xs, n_spec, self.spectral_neighbors, n_cuts=self._n_cuts())
 
     def _cem(self, critic, Xs, rng, torch_gen, critic_kwargs, H=None, candidates="compute"):
         """Best clustering-MLP weights for the standardised set ``Xs`` (a ``CEMResult``); the
@@ -551,9 +612,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             Xc = Xs[torch.as_tensor(sub, device=Xs.device)]
         else:
             Xc = Xs
-        state = None
-        if self.spectral_features is not None:
-            state = spectral_reference(Xc, self.spectral_features, self.spectral_neighbors)
+        state = self._mlp_state(Xc)
         graph = self._neighbour_kwargs(self.critic_, Xc)
         with self._progress(1, "clustering (CEM)") as bar:
             res = self._cem(self.critic_, Xc, rng, torch_gen, graph, mlp_inputs(Xc, state))
@@ -597,11 +656,9 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             Xs = Xs + float(torch.rand((), generator=torch_gen, dtype=Xs.dtype)) * _AUGMENT_NOISE * noise
         graph = self._neighbour_kwargs(critic, Xs)  # shared by CEM and the critic step
         critic.eval()
-        H = Xs
-        if self.spectral_candidates and self.spectral_features is not None:
-            # The proposals read the spectral inputs as in clustering, so the critic learns against
-            # the labellings such MLPs and the spectral candidates give.
-            H = mlp_inputs(Xs, spectral_reference(Xs, self.spectral_features, self.spectral_neighbors))
+        # The proposals read the spectral inputs (with spectral_candidates) and the tree cuts (with
+        # tree_candidates) as in clustering, so the critic learns against the labellings they give.
+        H = mlp_inputs(Xs, self._mlp_state(Xs, spectral=self.spectral_candidates))
         candidates = self._candidates(Xs, H, rng)
         try:
             res = self._cem(critic, Xs, rng, torch_gen, graph, H, candidates=candidates)
@@ -648,6 +705,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             n_neighbors=self.n_neighbors,
             n_spectral=self.critic_spectral or 0,
             coordinates=self.critic_coordinates,
+            tree_features=self.tree_features,
         )
         critic = init_module(critic, torch_gen).to(device=self.device_, dtype=self._dtype())
         self.critic_ = critic

@@ -43,6 +43,8 @@ __all__ = [
     "standardize",
     "times_power_of_two",
     "spectral_embedding",
+    "spanning_tree",
+    "tree_cut_embedding",
     "spectral_reference",
     "mlp_inputs",
     "corrupt_labels",
@@ -307,15 +309,111 @@ def spectral_embedding(X, n_components, n_neighbors):
     return out
 
 
-def spectral_reference(Xref, n_components, n_neighbors):
+# spanning_tree: above this many points the tree is built on the k-NN graph, not on all pairs.
+_DENSE_TREE_MAX = 4096
+
+
+def spanning_tree(X, n_neighbors=10):
+    """Euclidean minimum spanning tree of a set, as edges with scale-free log lengths.
+
+    The tree of all pairwise distances up to ``_DENSE_TREE_MAX`` points (O(n^2)
+    memory); beyond, the spanning forest of the symmetrised ``n_neighbors``-NN
+    graph (pieces the graph leaves apart then have no edge between them). Each
+    length is divided by the median tree edge, so the result does not depend
+    on the set's scale: a gap between two dense parts is a long edge whatever
+    the units (single linkage's view of a set).
+
+    Returns
+    -------
+    dict with ``u``, ``v`` (int64 tensors of shape (E,)) and ``w`` (log of the
+    relative lengths, floored at -5, like ``X``), on ``X``'s device.
+    """
+    from scipy.sparse.csgraph import minimum_spanning_tree
+    from scipy.spatial.distance import cdist
+
+    Xn = X.detach().cpu().numpy()
+    n = Xn.shape[0]
+    if n <= _DENSE_TREE_MAX:
+        D = cdist(Xn, Xn)
+    else:
+        nb = knn_indices(X, n_neighbors).cpu().numpy()
+        rows = np.repeat(np.arange(n), nb.shape[1])
+        dist = np.linalg.norm(Xn[rows] - Xn[nb.ravel()], axis=1)
+        D = sp.csr_matrix((dist, (rows, nb.ravel())), shape=(n, n))
+        D = D.maximum(D.T)
+    # Exact duplicates have distance 0, which csgraph reads as "no edge": a tiny positive length.
+    if sp.issparse(D):
+        D.data = np.maximum(D.data, 1e-300)
+    else:
+        D = np.maximum(D, 1e-300)
+        np.fill_diagonal(D, 0.0)
+    T = minimum_spanning_tree(D).tocoo()
+    w = T.data
+    scale = float(np.median(w)) if w.shape[0] else 1.0
+    lw = np.log(np.maximum(w / max(scale, 1e-300), np.exp(-5.0))) if w.shape[0] else w
+    as_t = lambda a, dt: torch.as_tensor(np.asarray(a), dtype=dt, device=X.device)  # noqa: E731
+    return {"u": as_t(T.row, torch.long), "v": as_t(T.col, torch.long), "w": as_t(lw, X.dtype)}
+
+
+def tree_cut_embedding(X, n_cuts, min_size=None):
+    """Which side of each of the longest cuts of a set's minimum spanning tree a point lies on.
+
+    The tree of :func:`spanning_tree`; its edges are taken longest first, keeping those whose
+    removal leaves at least ``min_size`` points on both sides (default ``max(2, n // 20)``:
+    a lone outlier is not a cluster, as in robust single linkage), until ``n_cuts``. Column j
+    is +1 on one side of edge j and -1 on the other, so the points of one single-linkage
+    cluster share a row, and k-means on the columns returns unions of those clusters: rings
+    and moons separated by a gap, whatever their shape. Fewer columns are padded with zeros.
+
+    Returns
+    -------
+    ndarray of shape (n, n_cuts)
+    """
+    from scipy.sparse.csgraph import breadth_first_order
+
+    n = X.shape[0]
+    out = np.zeros((n, n_cuts))
+    if n < 4 or n_cuts < 1:
+        return out
+    min_size = max(2, n // 20) if min_size is None else int(min_size)
+    tree = spanning_tree(X)
+    u, v, w = (tree[key].cpu().numpy() for key in ("u", "v", "w"))
+    A = sp.csr_matrix((np.ones(u.shape[0]), (u, v)), shape=(n, n))
+    order, parent = breadth_first_order(A, 0, directed=False, return_predecessors=True)
+    size = np.ones(n, dtype=np.int64)
+    for node in order[::-1][:-1]:  # children before parents; the root has no parent
+        size[parent[node]] += size[node]
+    # The child end of each edge: its subtree is the side cut off by removing the edge.
+    child = np.where(parent[v] == u, v, u)
+    ok = np.minimum(size[child], n - size[child]) >= min_size
+    chosen = [e for e in np.argsort(-w, kind="stable") if ok[e]][:n_cuts]
+    if not chosen:
+        return out
+    # Subtree membership of each chosen child: walk every node up to the root once.
+    depth_order = order  # parents before children
+    for j, e in enumerate(chosen):
+        inside = np.zeros(n, dtype=bool)
+        inside[child[e]] = True
+        for node in depth_order:
+            if node != child[e] and parent[node] >= 0 and inside[parent[node]]:
+                inside[node] = True
+        out[:, j] = np.where(inside, 1.0, -1.0)
+    return out
+
+
+def spectral_reference(Xref, n_components, n_neighbors, n_cuts=0):
     """What :func:`mlp_inputs` needs to give any row spectral features of the set ``Xref``.
 
     Returns a dict: the reference set ``ref``, its :func:`spectral_embedding`
-    ``emb`` (a tensor like ``Xref``) and the neighbour count ``k``.
+    ``emb`` (a tensor like ``Xref``; ``n_components`` 0: none) and the neighbour count
+    ``k``; with ``n_cuts``, also ``cuts``, the :func:`tree_cut_embedding` of ``Xref``.
     """
-    emb = spectral_embedding(Xref, n_components, n_neighbors)
-    emb = torch.as_tensor(emb, dtype=Xref.dtype, device=Xref.device)
-    return {"ref": Xref, "emb": emb, "k": int(n_neighbors)}
+    emb = spectral_embedding(Xref, n_components, n_neighbors) if n_components else np.zeros((Xref.shape[0], 0))
+    out = {"ref": Xref, "emb": torch.as_tensor(emb, dtype=Xref.dtype, device=Xref.device), "k": int(n_neighbors)}
+    if n_cuts:
+        cuts = tree_cut_embedding(Xref, n_cuts)
+        out["cuts"] = torch.as_tensor(cuts, dtype=Xref.dtype, device=Xref.device)
+    return out
 
 
 def mlp_inputs(Xs, reference):
@@ -329,8 +427,14 @@ def mlp_inputs(Xs, reference):
     if reference is None:
         return Xs
     ref, emb, k = reference["ref"], reference["emb"], reference["k"]
-    feats = chunked(lambda rows: emb[knn_indices(ref, k, query=rows)].mean(1), Xs)
-    return torch.cat([Xs, feats], 1)
+    parts = [Xs]
+    if emb.shape[1]:
+        parts.append(chunked(lambda rows: emb[knn_indices(ref, k, query=rows)].mean(1), Xs))
+    if "cuts" in reference:
+        # The nearest reference point's sides: a row of the reference set keeps its own, exactly.
+        cuts = reference["cuts"]
+        parts.append(chunked(lambda rows: cuts[knn_indices(ref, 1, query=rows)[:, 0]], Xs))
+    return torch.cat(parts, 1)
 
 
 def corrupt_labels(X, y, rng, n):
