@@ -7,13 +7,14 @@ that ``--help`` and ``--version`` answer without importing torch. The work is in
 
 import argparse
 import math
+import re
 import sys
 from pathlib import Path
 
 from . import __version__
 from .errors import UsageError
 from .outputs import foreign_files
-from .registry import REGISTRY, method_names
+from .registry import REGISTRY, method_names, unknown_k_error
 
 _COMPARE_HELP = """\
 Fit every estimator on the source of each task, transfer it to the target, and
@@ -144,10 +145,20 @@ def check_inputs(args):
         )
     from .files import load_data_list  # numpy and scikit-learn only
 
+    if args.device not in ("auto", "cpu", "mps", "cuda") and not re.fullmatch(r"cuda:\d+", args.device):
+        # Availability is torch's to say (compare checks it); a misspelling is refused here.
+        raise UsageError(f"--device {args.device!r} is not a device; use auto, cpu, cuda, cuda:N or mps")
     label_column = None if args.label_column.lower() == "none" else args.label_column
     try:
-        return load_data_list(
+        items = load_data_list(
             args.data, built_in=_BUILT_IN, label_column=label_column, max_bytes=int(args.max_array_mb * 2**20)
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+    if args.n_clusters is None:  # built-in tasks (names here) all carry target labels
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else list(REGISTRY)
+        for task in items:
+            refusal = None if isinstance(task, str) or task.y_target is not None else unknown_k_error(task.name, methods)
+            if refusal:
+                raise UsageError(refusal)
+    return items

@@ -38,7 +38,7 @@ from .base import limit_threads, resolve_device
 from .base.runtime import COMPUTE_THREADS
 from .errors import UsageError
 from .outputs import foreign_files
-from .registry import REGISTRY
+from .registry import REGISTRY, unknown_k_error
 from .datasets import (
     TransferTask,
     load_digits_transfer,
@@ -289,23 +289,29 @@ def _run_baseline(name, task, k, seed):
     if k is None:
         return Row(task.name, method, "skipped: needs K", None, None, None, 0.0, 0.0, [])
     t0, c0 = time.perf_counter(), time.process_time()
-    if name == "KMeans":
-        labels = KMeans(k, n_init=10, random_state=seed).fit_predict(task.X_target)
-    elif name == "GaussianMixture":
-        labels = GaussianMixture(k, covariance_type="diag", random_state=seed).fit(task.X_target).predict(task.X_target)
-    else:
-        try:
-            labels = umap_gmm(task.X_target, k, random_state=seed)
-        except ImportError:
-            return Row(task.name, method, "skipped: umap-learn is not installed (pip install umap-learn)",
-                       None, None, None, 0.0, 0.0, [])
-        except ValueError as exc:  # e.g. a mixture component collapsed on the embedding
-            reason = str(exc).split(" because ")[0].split(". ")[0]
-            return Row(task.name, method, f"skipped: it failed ({reason})", None, None, None, 0.0, 0.0, [])
+    # As for the methods: warnings become notes under the table, never raw Python warnings.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if name == "KMeans":
+            labels = KMeans(k, n_init=10, random_state=seed).fit_predict(task.X_target)
+        elif name == "GaussianMixture":
+            labels = GaussianMixture(k, covariance_type="diag", random_state=seed).fit(task.X_target).predict(task.X_target)
+        else:
+            try:
+                labels = umap_gmm(task.X_target, k, random_state=seed)
+            except ImportError:
+                return Row(task.name, method, "skipped: umap-learn is not installed (pip install umap-learn)",
+                           None, None, None, 0.0, 0.0, [])
+            except ValueError as exc:  # e.g. a mixture component collapsed on the embedding
+                reason = str(exc).split(" because ")[0].split(". ")[0]
+                return Row(task.name, method, f"skipped: it failed ({reason})", None, None, None, 0.0, 0.0, [])
     t1, c1 = time.perf_counter(), time.process_time()
+    notes = list(dict.fromkeys(f"{w.category.__name__}: {w.message}" for w in caught))
     given = "true" if task.y_target is not None and k == task.n_clusters_target else "given"
+    found = len(np.unique(labels))
+    k_text = f"{given} {k}" if found == k else f"{given} {k}, {found} used"
     scores = _scores(task.y_target, labels)
-    return Row(task.name, method, f"{given} {k}", *scores, t1 - t0, 0.0, labels.tolist(), cpu_s=c1 - c0)
+    return Row(task.name, method, k_text, *scores, t1 - t0, 0.0, labels.tolist(), notes, cpu_s=c1 - c0)
 
 
 def _default_threads():
@@ -395,13 +401,9 @@ def compare(
     tasks = _load_tasks(data, seed, mode, label_column, max_array_mb)
     for task in tasks:
         if _n_clusters(task, n_clusters) is None and getattr(task, "max_clusters", None) is None:
-            fixed = [m for m in methods if REGISTRY[m].bounded_k is None]
-            if fixed:
-                raise UsageError(
-                    f"{task.name} has no target labels, so K is unknown: pass --n-clusters K "
-                    f"({', '.join(fixed)} need it; only {', '.join(m.name for m in REGISTRY.values() if m.bounded_k)} "
-                    "estimate K)"
-                )
+            refusal = unknown_k_error(task.name, methods)
+            if refusal:
+                raise UsageError(refusal)
     scale = _BUDGET[mode]
     jobs = [(t, m) for t in tasks for m in [*methods, *BASELINES]]
     rows = []
@@ -591,9 +593,22 @@ def write_outputs(rows, tasks, out, metadata=None):
             figures = []
         else:
             figures = _figures(rows, tasks, staging)
-        if out.exists():  # only our own outputs (checked above): the new run replaces them all
-            shutil.rmtree(out)
-        staging.rename(out)
+        # The new run replaces the old one (only our own outputs, checked above). The old folder
+        # is renamed aside first, so that there is no moment with neither, and comes back if
+        # the swap fails.
+        old = None
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            old.rmdir()
+            out.rename(old)
+        try:
+            staging.rename(out)
+        except BaseException:
+            if old is not None:
+                old.rename(out)
+            raise
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -5,6 +5,10 @@ Every generator takes ``random_state`` and is deterministic for a fixed value.
 A user's own ``.npz``/``.csv`` task is read by
 :func:`sktransfer_cluster.files.load_transfer_file`; that module imports
 :class:`TransferTask` from here, and this module never imports it back.
+
+scikit-learn is imported inside the functions that use it: the CLI checks a user's files
+(through :mod:`~sktransfer_cluster.files`, which needs :class:`TransferTask`) before anything
+heavy is imported, so that a bad file is reported in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -14,10 +18,6 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.datasets import load_digits, make_blobs, make_circles, make_moons
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.svm import LinearSVC
-from sklearn.utils import check_array, check_random_state
 
 __all__ = [
     "TransferTask",
@@ -82,6 +82,8 @@ def load_digits_transfer(source_classes=(0, 1, 2, 3, 4), target_classes=(5, 6, 7
     >>> task.X_source.shape, task.X_target.shape
     ((901, 64), (896, 64))
     """
+    from sklearn.datasets import load_digits
+
     X, y = load_digits(return_X_y=True)
     X = X / 16.0 if scale else X.astype(np.float64)
     src = np.isin(y, source_classes)
@@ -180,6 +182,8 @@ def make_artifact_mnist(values=(0.1, 0.5, 0.9), random_state=None):
 
 def _plant_artifact(X, values, random_state):
     """Overwrite pixel 0 of every image (in place) with a value drawn from ``values``."""
+    from sklearn.utils import check_random_state
+
     y_art = check_random_state(random_state).randint(0, len(values), size=X.shape[0])
     X[:, 0] = np.asarray(values, dtype=np.float64)[y_art]
     return X, y_art
@@ -223,6 +227,8 @@ def dihedral_classes(X, y, image_shape):
     >>> X_aug.shape, len(set(y_aug))
     ((7208, 64), 40)
     """
+    from sklearn.utils import check_array
+
     X = check_array(X, dtype=np.float64)
     y = np.asarray(y)
     shape = tuple(int(v) for v in image_shape)
@@ -287,6 +293,8 @@ def make_tdcm_transfer(
     -------
     TransferTask
     """
+    from sklearn.utils import check_random_state
+
     rs = check_random_state(random_state)
     centers = rs.uniform(*center_box, size=(n_clusters, n_features))
     factors = []
@@ -309,6 +317,8 @@ def make_tdcm_transfer(
 
 
 def _one_c2m_set(kind, n_points, n_clusters, rs):
+    from sklearn.datasets import make_blobs, make_circles, make_moons
+
     seed = int(rs.randint(0, 2**31 - 1))
     if kind == "blobs":
         X, y = make_blobs(n_samples=n_points, centers=n_clusters, cluster_std=1.0, random_state=seed)
@@ -328,6 +338,9 @@ def _one_c2m_set(kind, n_points, n_clusters, rs):
 
 def _linearly_separable(X, y):
     """True when a linear classifier labels every point of ``(X, y)`` correctly."""
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.svm import LinearSVC
+
     with warnings.catch_warnings():
         # Non-separable pools need not converge; they are rejected anyway.
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -376,6 +389,8 @@ def make_c2m_sets(
     """
     if pool_size < n_points:
         raise ValueError(f"pool_size={pool_size} must be >= n_points={n_points}.")
+    from sklearn.utils import check_random_state
+
     rs = check_random_state(random_state)
     Xs, ys, gs = [], [], []
     for s in range(n_sets):
@@ -402,6 +417,8 @@ def make_gaussian_ring(n_samples=2000, sigma=0.014, random_state=None):
     X : ndarray of shape (n_samples, 2)
     y : ndarray of shape (n_samples,)
     """
+    from sklearn.utils import check_random_state
+
     rs = check_random_state(random_state)
     r = np.sqrt(2.0)
     centers = np.array(
@@ -427,5 +444,7 @@ def make_artifact_digits(values=(0.1, 0.5, 0.9), random_state=None):
         Index into ``values`` of each image's planted value.
     y_digit : ndarray of shape (1797,)
     """
+    from sklearn.datasets import load_digits
+
     X, y_digit = load_digits(return_X_y=True)
     return (*_plant_artifact(X / 16.0, values, random_state), y_digit)

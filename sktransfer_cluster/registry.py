@@ -133,6 +133,23 @@ def method_names():
     return tuple(_REGISTRY)
 
 
+def unknown_k_error(task_name, methods):
+    """The refusal for a task without target labels when no K is given, or None.
+
+    Only the methods with :attr:`Method.bounded_k` estimate K; when any of ``methods`` cannot,
+    the run cannot proceed. Written once for the CLI's torch-free checks and :func:`compare`.
+    """
+    fixed = [m for m in methods if _REGISTRY[m].bounded_k is None]
+    if not fixed:
+        return None
+    estimating = ", ".join(m.name for m in _REGISTRY.values() if m.bounded_k)
+    verb = "needs" if len(fixed) == 1 else "need"
+    return (
+        f"{task_name} has no target labels, so K is unknown: pass --n-clusters K "
+        f"({', '.join(fixed)} {verb} it; only {estimating} estimate K)"
+    )
+
+
 def estimator_modules():
     """``{class name: module}`` of the package's own estimators (for lazy public names)."""
     return {

@@ -528,6 +528,40 @@ def test_a_failure_while_writing_leaves_out_as_it_was(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")] == []  # no staging left
 
 
+def test_a_failed_swap_brings_the_previous_results_back(tmp_path, monkeypatch):
+    # Issue 30 T5: the old folder is renamed aside, never deleted before the new one is in place.
+    out = tmp_path / "out"
+    path = _blobs_npz(tmp_path, name="task.npz")
+    assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans", "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    rename = type(out).rename
+
+    def failing_swap(self, target):
+        if self.name.startswith(".out.") and ".old." not in self.name and str(target) == str(out):
+            raise OSError("rename failed")
+        return rename(self, target)
+
+    monkeypatch.setattr(type(out), "rename", failing_swap)
+    with pytest.raises(OSError, match="rename failed"):
+        cli.write_outputs([], [], out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")] == []
+
+
+def test_a_misspelt_device_is_refused_before_torch_is_imported():
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "from sktransfer_cluster.cli import main\n"
+        "rc = main(['compare', '--device', 'gpu', '--methods', 'SinkhornKMeans'])\n"
+        "print(rc, 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "'gpu' is not a device" in out.stderr
+    assert out.stdout.split() == ["2", "False"]
+
+
 def test_a_warning_inside_compare_is_one_line_and_a_note_under_the_table(tmp_path, capsys):
     # Two distinct target rows: SinkhornKMeans asked for 2 clusters on a source of 2, then 3 on the target.
     rng = np.random.default_rng(0)
@@ -612,7 +646,6 @@ def test_compare_runs_on_one_thread_unless_told(tmp_path, only_methods):
     assert json.loads((out / "results.json").read_text())["metadata"]["threads"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason="cli.check_inputs does not yet check K; compare.compare does, after torch")
 def test_a_file_without_labels_is_refused_before_torch_is_imported(tmp_path):
     # Issue 30: every input check before torch. This one took 7-8 s (torch) to say K is unknown.
     import subprocess
@@ -629,7 +662,6 @@ def test_a_file_without_labels_is_refused_before_torch_is_imported(tmp_path):
     assert out.stdout.split() == ["2", "False"]
 
 
-@pytest.mark.xfail(strict=True, reason="compare._run_baseline does not capture its estimators' warnings")
 def test_no_warning_leaves_compare_as_a_raw_python_warning(tmp_path):
     # Issue 30: a ConvergenceWarning printed with the package's path and a source line. The
     # methods' are captured; KMeans' and GaussianMixture's on two distinct target rows were not,
