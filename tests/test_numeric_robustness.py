@@ -229,14 +229,12 @@ def test_every_estimator_finds_the_s1_blobs_at_any_global_scale(name):
     check()
 
 
-# Known at 2026-11-27 (docs/notes/reliability_2026-11-27.md). Both take the cosine of raw rows as
-# the neighbour graph's metric when every value is non-negative, and an offset makes all rows point
-# alike (TDCM: ARI 0.91 at offsets [1e3, 2e3], 0.38 at [1e8, 5]; SinkhornKMeans-AE: 0.89 and 0.002).
-# SinkhornKMeans-AE's Euclidean graph is searched on raw rows in float32 besides, where
-# |x|^2 + |y|^2 - 2 x.y cancels at an offset (ARI 0.09 at [1e5, -1e5], 0.63 at [1e6, -3e7]);
-# TDCM centres its rows first and is exact there.
+# Known at 2026-11-27 (docs/notes/reliability_2026-11-27.md, N1): TDCM takes the cosine of raw rows
+# as its neighbour graph's metric when every value is non-negative, and an offset makes all rows
+# point alike (ARI 0.91 at offsets [1e3, 2e3], 0.38 at [1e8, 5]; its Euclidean path is exact).
+# SinkhornKMeans-AE failed here too until ff35761 (cosine only for non-negative rows holding zeros,
+# the Euclidean graph on the normalised rows).
 _RAW_ROW_GRAPHS = {
-    "SinkhornKMeans-AE": "the graph's neighbours of raw rows (cosine, or float32 Euclidean) are not translation invariant",
     "TDCMCluster": "the graph's cosine of raw non-negative rows is not translation invariant",
 }
 
