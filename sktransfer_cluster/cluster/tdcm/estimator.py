@@ -441,8 +441,8 @@ class TDCMCluster(
     def _neighbours(self):
         return self.representation == "neighbours"
 
-    def _train_neighbour_encoder(self, codes, X, epochs, torch_gen, phase):
-        """Train the MLP ``codes`` in place on the fuzzy k-NN graph of the rows ``X`` (on the CPU).
+    def _graph_rows(self, X):
+        """The rows the neighbour encoder sees (float32) and the fuzzy k-NN graph of ``X``.
 
         Non-negative rows (pixels, counts): the cosine graph of the raw rows times a power of
         two (exact: the same angles, and norms that neither over- nor underflow). Rows with a
@@ -452,7 +452,10 @@ class TDCMCluster(
         inputs = self._tensor(X).cpu().float().numpy()  # the source's input affine, as predict sees it
         metric = model.neighbour_metric(X)
         rows = model.unit_peak(np.asarray(X, dtype=np.float64)) if metric == "cosine" else inputs
-        graph = model.neighbour_encoder_graph(rows, self.image_shape, metric)
+        return inputs, model.neighbour_encoder_graph(rows, self.image_shape, metric)
+
+    def _train_neighbour_encoder(self, codes, inputs, graph, epochs, torch_gen, phase):
+        """Train the MLP ``codes`` in place on ``graph`` over the rows ``inputs`` (on the CPU)."""
         steps = model.neighbour_steps_per_epoch(graph, 4096)
         was = next(codes.parameters()).device
         codes.to("cpu")
@@ -492,7 +495,7 @@ class TDCMCluster(
         b = self.embedding_dim_
         hidden = tuple(self.hidden_dims) or model.NEIGHBOUR_HIDDEN
         codes = make_encoder(X.shape[1], b, hidden, generator=torch_gen)
-        self._train_neighbour_encoder(codes, X, self._neighbour_epochs, torch_gen, "neighbours")
+        self._train_neighbour_encoder(codes, *self._graph_rows(X), self._neighbour_epochs, torch_gen, "neighbours")
         encoder = torch.nn.Sequential(codes, model.ScalarNorm(b)).to(device=self.device_, dtype=self._dtype()).eval()
         records = list(self.history_)
         best = None
@@ -519,7 +522,8 @@ class TDCMCluster(
         self.labels_ = self._adapt(X, Z)
 
     def _transfer_neighbours(self, X, torch_gen, fine_tune_epochs):
-        self._train_neighbour_encoder(self.encoder_[0], X, self._refine_epochs, torch_gen, "transfer-neighbours")
+        self._train_neighbour_encoder(self.encoder_[0], *self._graph_rows(X), self._refine_epochs, torch_gen,
+                                      "transfer-neighbours")
         H = self._codes(X)
         self._set_code_norm(H)
         if fine_tune_epochs > 0:
