@@ -128,19 +128,22 @@ def n_clusters(task):
     return len(np.unique(task.yt if task.transfer else task.ys))
 
 
-def tdcm(task, seed, smoke, **params):
+def tdcm(task, seed, smoke, epochs=None, **params):
+    """The estimator; ``epochs`` = (neighbour, refine) epochs of the neighbour encoder, None: the defaults."""
     if smoke:
         params.update(max_epochs=2)
+        epochs = (2, 1)
     est = TDCMCluster(n_clusters(task), random_state=seed, device="cpu", **params)
-    if smoke and params.get("representation", "neighbours") == "neighbours":
-        est._neighbour_epochs, est._refine_epochs = 2, 1
+    if epochs is not None and params.get("representation", "neighbours") == "neighbours":
+        # Private class constants, set on the instance (not constructor parameters).
+        est._neighbour_epochs, est._refine_epochs = epochs
     return est
 
 
-def run_tdcm(task, seed, smoke, on_target=False, **params):
+def run_tdcm(task, seed, smoke, on_target=False, epochs=None, **params):
     """ACC on the scored set and CPU seconds: fit (+ transfer), or fit on the target alone."""
     task = task.at(seed)
-    est = tdcm(task, seed, smoke, **params)
+    est = tdcm(task, seed, smoke, epochs, **params)
     c0 = time.process_time()
     if not task.transfer:
         labels, y = est.fit_predict(task.Xs), task.ys
@@ -168,8 +171,12 @@ def run_baseline(task, seed, which):
     return clustering_accuracy(y, labels), time.process_time() - c0
 
 
-def methods(task, with_input, with_image=True):
-    """(row name, callable(seed, smoke) -> (acc, cpu)) for one task."""
+def methods(task, with_input, with_image=True, refine_epochs=()):
+    """(row name, callable(seed, smoke) -> (acc, cpu)) for one task.
+
+    ``refine_epochs``: for a transfer task, a row per value N: the defaults with the target
+    refinement of the neighbour encoder run N epochs, and the target alone with N neighbour epochs.
+    """
     on = " on the target alone" if task.transfer else ""
     rows = [
         (f"KMeans(n_init=10){on}", lambda s, sm: run_baseline(task, s, "kmeans")),
@@ -186,6 +193,14 @@ def methods(task, with_input, with_image=True):
         rows.append((name + how, lambda s, sm, kw=kw: run_tdcm(task, s, sm, **kw)))
         if task.transfer:
             rows.append((name + ", fitted on the target alone", lambda s, sm, kw=kw: run_tdcm(task, s, sm, on_target=True, **kw)))
+    if task.transfer:
+        default = TDCMCluster()
+        for n in refine_epochs:
+            both = (n, n)
+            rows.append((f"TDCMCluster(), refinement {n} epochs, fit source + transfer",
+                         lambda s, sm, n=n: run_tdcm(task, s, sm, epochs=(default._neighbour_epochs, n))))
+            rows.append((f"TDCMCluster(), {n} neighbour epochs, fitted on the target alone",
+                         lambda s, sm, both=both: run_tdcm(task, s, sm, on_target=True, epochs=both)))
     return rows
 
 
@@ -201,6 +216,8 @@ def main():
     parser.add_argument("--no-image", action="store_true", help="skip the rows that pass image_shape")
     parser.add_argument("--tag", default="", help="results go to neighbours_<part>_<tag>.{md,json}")
     parser.add_argument("--no-peer", action="store_true", help="skip the UMAP + GMM rows (umap-learn missing)")
+    parser.add_argument("--refine-epochs", type=int, nargs="*", default=[],
+                        help="transfer tasks: also the defaults refined N epochs on the target (and N on the target alone)")
     _common.add_smoke_argument(parser)
     args = _common.setup(parser.parse_args())
     smoke = args.smoke
@@ -212,7 +229,7 @@ def main():
         for part in args.parts:
             rows = []
             for task in tasks(part, smoke):
-                for name, fn in methods(task, not args.no_input, not args.no_image):
+                for name, fn in methods(task, not args.no_input, not args.no_image, args.refine_epochs):
                     if args.no_peer and name.startswith("peer"):
                         continue
                     accs, cpus = [], []
