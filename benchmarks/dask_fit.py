@@ -49,7 +49,7 @@ class ChunkCounter(WorkerPlugin):
         self.threshold = threshold
 
     def setup(self, worker):
-        self.worker, self.big, self.peak, self.peak_bytes, self.at_peak = worker, {}, 0, 0, []
+        self.worker, self.big, self.peak, self.peak_bytes, self.at_peak, self.at_peak_bytes = worker, {}, 0, 0, [], []
 
     def transition(self, key, start, finish, **kwargs):
         from dask.sizeof import sizeof
@@ -64,19 +64,21 @@ class ChunkCounter(WorkerPlugin):
                 if len(self.big) > self.peak:
                     # Which layers the values held at the peak belong to (e.g. the generated chunk, a rechunk).
                     self.peak, self.at_peak = len(self.big), sorted(key_split(k) for k in self.big)
-                self.peak_bytes = max(self.peak_bytes, sum(self.big.values()))
+                if sum(self.big.values()) > self.peak_bytes:
+                    self.peak_bytes = sum(self.big.values())
+                    self.at_peak_bytes = sorted((key_split(k), round(v / 2**20, 1)) for k, v in self.big.items())
         elif start == "memory":
             self.big.pop(key, None)
 
 
 def _reset_counter(dask_worker):
     plugin = dask_worker.plugins[ChunkCounter.name]
-    plugin.peak, plugin.peak_bytes, plugin.at_peak = len(plugin.big), sum(plugin.big.values()), []
+    plugin.peak, plugin.peak_bytes, plugin.at_peak, plugin.at_peak_bytes = len(plugin.big), sum(plugin.big.values()), [], []
 
 
 def _read_counter(dask_worker):
     plugin = dask_worker.plugins[ChunkCounter.name]
-    return plugin.peak, plugin.peak_bytes, plugin.at_peak
+    return plugin.peak, plugin.peak_bytes, plugin.at_peak, plugin.at_peak_bytes
 
 
 def _generated(block_id=None, sizes=(), d=16, k=10, std=4.0):
@@ -164,6 +166,7 @@ def main():
                              "max_chunks_held": max(h[0] for h in held.values()),
                              "max_mib_held": max(h[1] for h in held.values()) / 2**20,
                              "held_at_peak": max(held.values())[2],
+                             "held_at_peak_bytes": max(held.values(), key=lambda h: h[1])[3],
                              "load_after": os.getloadavg()[0]})
                 print(rows[-1], flush=True)
     md = [(f"{args.n:,} x {args.d} float32 blobs (K = {args.k}, std {args.std}) in chunks of {args.chunk:,} "

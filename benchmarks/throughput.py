@@ -159,7 +159,8 @@ def predict_part(args, rates, methods):
 class MatmulRecorder(TorchDispatchMode):
     """Records the matrix products run under it: ``(kind, (m, k, n) or (b, m, k, n), dtype)``.
 
-    ``cdist(x1 (m, k), x2 (n, k))`` is recorded as the ``mm`` it amounts to (the matmul rate is
+    ``cdist(x1 (m, k), x2 (n, k))`` (``_cdist_forward`` or, for large inputs, ``_euclidean_dist``)
+    is recorded as the ``mm`` it amounts to (the matmul rate is
     its roofline too: the squared distances are a product plus row norms)."""
 
     def __init__(self):
@@ -177,7 +178,7 @@ class MatmulRecorder(TorchDispatchMode):
         elif func is aten.bmm.default:
             b, m, k = args[0].shape
             self.calls.append(("bmm", (b, m, k, args[1].shape[2]), args[0].dtype))
-        elif func is aten._cdist_forward.default:
+        elif func in (aten._cdist_forward.default, aten._euclidean_dist.default):
             *_, m, k = args[0].shape
             self.calls.append(("mm", (m, k, args[1].shape[-2]), args[0].dtype))
         return func(*args, **(kwargs or {}))
