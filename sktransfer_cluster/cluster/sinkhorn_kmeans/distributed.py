@@ -156,12 +156,20 @@ def _block_labels(block, centers, shift, scale, dtype):
         Z = _normalised(block, shift, scale, dtype)
         C = torch.as_tensor(centers, dtype=dtype)
         mins, labels = squared_distances(Z, C).min(1)
-        return np.stack([labels.double().numpy(), mins.double().numpy()], axis=1)
+        return labels.to(torch.int32).numpy(), float(mins.sum())
 
 
 def dask_labels(X, centers, *, shift, scale, dtype=torch.float64):
-    """Nearest-centre labels (a numpy array) and the inertia of the rows of the dask array ``X``."""
-    X = X.rechunk({1: -1})
-    out = X.map_blocks(_block_labels, np.asarray(centers), shift, scale, dtype, dtype=np.float64,
-                       chunks=(X.chunks[0], (2,))).compute()
-    return out[:, 0].astype(np.int64), float(out[:, 1].sum())
+    """Nearest-centre labels (a numpy array) and the inertia of the rows of the dask array ``X``.
+
+    One task per chunk returns its labels (int32) and its inertia; the client gathers the
+    pieces and joins them, so no worker ever assembles an array of all the rows' labels.
+    """
+    import dask
+
+    centers = np.asarray(centers)
+    parts = dask.compute(*[
+        dask.delayed(_block_labels, pure=False)(blk, centers, shift, scale, dtype) for blk in row_blocks(X)
+    ])
+    labels = np.concatenate([p[0] for p in parts]) if parts else np.empty(0, dtype=np.int32)
+    return labels.astype(np.int64), float(sum(p[1] for p in parts))
