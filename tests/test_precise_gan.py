@@ -642,10 +642,26 @@ def test_transfer_refines_the_source_encoder_on_the_target(wide_blobs):
     before = [p.detach().clone() for p in model.encoder_.parameters()]
     model.transfer(X + 0.5)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.encoder_.parameters()))
-    frozen = PreciseFeatureGAN(3, **{**WIDE, "representation_epochs": 1}).fit(X)  # refines 1 // 2 = 0 passes
+    frozen = PreciseFeatureGAN(3, **{**WIDE, "representation": "neighbours", "representation_epochs": 0}).fit(X)
     before = [p.detach().clone() for p in frozen.encoder_.parameters()]
     frozen.transfer(X + 0.5)
     assert all(torch.equal(a, b) for a, b in zip(before, frozen.encoder_.parameters()))
+
+
+def test_transfer_refines_the_encoder_as_many_epochs_as_fit_trains_it(wide_blobs, monkeypatch):
+    # The target gets as many passes as a fit on the target alone would give it, from the
+    # source's weights (half as many left the MNIST transfer below the target-alone fit).
+    seen = []
+    original = PreciseFeatureGAN._train_representation
+
+    def record(self, X, Xt, n_epochs, torch_gen, phase):
+        seen.append((phase, n_epochs))
+        return original(self, X, Xt, n_epochs, torch_gen, phase)
+
+    monkeypatch.setattr(PreciseFeatureGAN, "_train_representation", record)
+    model = PreciseFeatureGAN(3, **{**WIDE, "representation_epochs": 3}).fit(wide_blobs[0])
+    model.transfer(wide_blobs[0] + 0.5)
+    assert seen == [("representation", 3), ("refine", 3)]
 
 
 def test_neighbour_representation_refuses_the_conv_architecture(wide_blobs):
