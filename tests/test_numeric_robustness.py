@@ -229,21 +229,10 @@ def test_every_estimator_finds_the_s1_blobs_at_any_global_scale(name):
     check()
 
 
-# Known at 2026-11-27 (docs/notes/reliability_2026-11-27.md, N1): TDCM takes the cosine of raw rows
-# as its neighbour graph's metric when every value is non-negative, and an offset makes all rows
-# point alike (ARI 0.91 at offsets [1e3, 2e3], 0.38 at [1e8, 5]; its Euclidean path is exact).
-# SinkhornKMeans-AE failed here too until ff35761 (cosine only for non-negative rows holding zeros,
-# the Euclidean graph on the normalised rows).
-_RAW_ROW_GRAPHS = {
-    "TDCMCluster": "the graph's cosine of raw non-negative rows is not translation invariant",
-}
-
-
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=pytest.mark.xfail(reason=_RAW_ROW_GRAPHS[n], strict=True)) if n in _RAW_ROW_GRAPHS else n
-     for n in _s1_models()],
-)
+# Issue 30 N1 (docs/notes/reliability_2026-11-27.md): SinkhornKMeans-AE and TDCM took the cosine
+# of raw rows whenever every value was non-negative, and an offset makes all rows point alike;
+# both now take it only for non-negative rows that reach zero (representation.auto_metric).
+@pytest.mark.parametrize("name", _s1_models())
 def test_every_estimator_finds_the_s1_blobs_under_per_feature_offsets(name):
     @settings(max_examples=_EXAMPLES.get(name, 3) - 1, **_NO_SHRINK)
     @given(change=_per_feature_offsets())

@@ -761,14 +761,24 @@ def test_neighbours_graph_uses_the_image_shape_only_when_it_is_passed(pixel_task
 
 
 def test_the_graph_distance_follows_the_values_never_the_width():
+    from sktransfer_cluster.representation import auto_metric
+
     rng = np.random.default_rng(0)
-    pixels = rng.random((50, 784))
-    assert tdcm.model.neighbour_metric(pixels) == "cosine"
-    assert tdcm.model.neighbour_metric(pixels - 0.5) == "euclidean"  # 784 columns alone switch nothing
-    assert tdcm.model.neighbour_metric(rng.random((50, 2))) == "cosine"
+    pixels = np.maximum(rng.random((50, 784)) - 0.3, 0.0)  # intensities: background at zero
+    assert auto_metric(pixels) == "cosine"
+    assert auto_metric(pixels - 0.5) == "euclidean"  # 784 columns alone switch nothing
+    assert auto_metric(pixels + 3.0) == "euclidean"  # positive, but an offset: no zero intensity
     one = pixels.copy()
     one[-1, -1] = -1e-9  # one negative entry: an arbitrary origin
-    assert tdcm.model.neighbour_metric(one) == "euclidean"
+    assert auto_metric(one) == "euclidean"
+
+
+def test_neighbours_graph_finds_positive_blobs_under_a_per_feature_offset():
+    """Issue 30 N1: a large positive offset made every row point the same way, and the cosine
+    graph lost the blobs (ARI 0.38 at [1e8, 5]); offset rows get the Euclidean graph."""
+    X, y = make_blobs(300, centers=3, cluster_std=0.5, random_state=0)
+    model = TDCMCluster(3, random_state=0, **NEIGHBOURS).fit(X + np.array([1e8, 5.0]))
+    assert adjusted_rand_score(y, model.labels_) == 1.0
 
 
 def test_the_default_representation_is_the_neighbour_encoder():
@@ -809,7 +819,7 @@ def test_neighbours_cosine_graph_finds_non_negative_blobs_at_extreme_scales(pixe
     is test_numeric_robustness's.)"""
     X, y, _ = pixel_task
     X = (X - X.min()) * scale
-    assert tdcm.model.neighbour_metric(X) == "cosine"
+    assert X.min() == 0  # non-negative intensities reaching zero: the cosine path
     model = TDCMCluster(3, random_state=0, **NEIGHBOURS).fit(X)
     assert adjusted_rand_score(y, model.labels_) == 1.0
     assert adjusted_rand_score(y, model.transfer(X)) == 1.0

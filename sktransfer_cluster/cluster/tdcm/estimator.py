@@ -444,13 +444,17 @@ class TDCMCluster(
     def _graph_rows(self, X):
         """The rows the neighbour encoder sees (float32) and the fuzzy k-NN graph of ``X``.
 
-        Non-negative rows (pixels, counts): the cosine graph of the raw rows times a power of
-        two (exact: the same angles, and norms that neither over- nor underflow). Rows with a
-        negative entry have no meaningful origin: the Euclidean graph of the rows the encoder
-        sees (centred, divided by one scale: the same neighbours whatever the offset and units).
+        Non-negative rows that reach zero (pixels, counts; :func:`representation.auto_metric
+        <sktransfer_cluster.representation.auto_metric>`): the cosine graph of the raw rows
+        times a power of two (exact: the same angles, and norms that neither over- nor
+        underflow). Other rows have no meaningful origin (a negative entry, or an offset):
+        the Euclidean graph of the rows the encoder sees (centred, divided by one scale: the
+        same neighbours whatever the offset and units).
         """
+        from ...representation import auto_metric
+
         inputs = self._tensor(X).cpu().float().numpy()  # the source's input affine, as predict sees it
-        metric = model.neighbour_metric(X)
+        metric = auto_metric(X)
         rows = model.unit_peak(np.asarray(X, dtype=np.float64)) if metric == "cosine" else inputs
         return inputs, model.neighbour_encoder_graph(rows, self.image_shape, metric)
 

@@ -52,7 +52,6 @@ __all__ = [
     "NEIGHBOUR_GRAPH",
     "NEIGHBOUR_HIDDEN",
     "neighbour_encoder_graph",
-    "neighbour_metric",
     "neighbour_steps_per_epoch",
 ]
 
@@ -538,25 +537,11 @@ def orthogonality_penalty(W):
 #: The neighbour graph of ``representation="neighbours"``: that of
 #: :class:`~sktransfer_cluster.representation.NeighbourEmbedding` at its defaults (15
 #: neighbours, shared-neighbour weights; with ``image_shape``, a 1-pixel blur and distances
-#: minimised over 1-pixel shifts), with the distance of :func:`neighbour_metric`.
+#: minimised over 1-pixel shifts), with the distance of :func:`~sktransfer_cluster.representation.auto_metric`.
 NEIGHBOUR_GRAPH = {"n_neighbors": 15, "shared_neighbours": True, "max_shift": 1, "blur": 1.0}
 
 #: Hidden widths of the neighbour encoder when ``hidden_dims=()`` (NeighbourEmbedding's default).
 NEIGHBOUR_HIDDEN = (256, 256)
-
-
-def neighbour_metric(X):
-    """``"cosine"`` when no entry of ``X`` is negative, else ``"euclidean"`` (the graph's distance).
-
-    Cosine distance measures angles about the origin, which means something when the origin
-    does: intensities and counts cannot go below it. Rows with a negative entry (Gaussian
-    blobs, standardised tables) have an arbitrary origin, about which a cosine graph would
-    join rows along the same ray (``docs/notes/tdcm.md``, 2026-11-27 second session). Streamed
-    over row chunks; looks at the values only, never at the number of columns.
-    """
-    step = max(1, _ADAPT_ENTRIES // max(1, X.shape[1]))
-    negative = any(bool((X[s : s + step] < 0).any()) for s in range(0, X.shape[0], step))
-    return "euclidean" if negative else "cosine"
 
 
 def neighbour_encoder_graph(X, image_shape=None, metric="cosine"):
@@ -577,5 +562,6 @@ def neighbour_encoder_graph(X, image_shape=None, metric="cosine"):
 
 def neighbour_steps_per_epoch(graph, batch_size):
     """Adam steps in one epoch of :func:`~sktransfer_cluster.representation.train_neighbour_encoder` on ``graph``."""
-    n_edges = int((scipy.sparse.coo_matrix(graph).data > 0).sum())
-    return max(1, int(round(n_edges / max(1, min(int(batch_size), n_edges)))))
+    from ...representation import steps_per_epoch
+
+    return steps_per_epoch(int((scipy.sparse.coo_matrix(graph).data > 0).sum()), batch_size)
