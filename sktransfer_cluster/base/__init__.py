@@ -37,7 +37,20 @@ from .arrays import (
     within_cluster_sum_of_squares,
 )
 from .contract import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, WithinClusterScoreMixin
-from .runtime import exact_dtype, make_generators, move_torch, own_torch_rng, resolve_device, torch_threads, warn, working_dtype, limit_threads
+from .runtime import (
+    COMPUTE_THREADS,
+    compute_threads,
+    exact_dtype,
+    limit_threads,
+    make_generators,
+    move_torch,
+    on_compute_threads,
+    own_torch_rng,
+    resolve_device,
+    torch_threads,
+    warn,
+    working_dtype,
+)
 from .training import LineProgress, TrainingCallback, TrainingRun, minibatches
 
 __all__ = [
@@ -57,6 +70,9 @@ __all__ = [
     "warn",
     "working_dtype",
     "limit_threads",
+    "COMPUTE_THREADS",
+    "compute_threads",
+    "on_compute_threads",
     "CHUNK_BYTES",
     "chunk_rows",
     "chunked",
