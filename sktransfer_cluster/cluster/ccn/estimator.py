@@ -460,13 +460,13 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
     def _train_encoder(self, encoder, X, Xn, epochs, torch_gen, phase):
         """Train the neighbour encoder in place on the graph of ``X`` (inputs ``Xn``, normalised), on the CPU."""
-        from ...representation import train_neighbour_encoder
+        from ...representation import steps_per_epoch, train_neighbour_encoder
 
         graph = self._graph(X)
         n_edges = int((graph.data > 0).sum())
         if n_edges == 0:  # every row identical: nothing to pull together
             return encoder.eval()
-        steps = max(1, round(n_edges / min(_EDGES_PER_STEP, n_edges)))
+        steps = steps_per_epoch(n_edges, _EDGES_PER_STEP)
         encoder = encoder.to("cpu", torch.float32)
         with self._training(phase, epochs, state=[encoder]) as run:
             step = run.step_callback(steps)
