@@ -575,7 +575,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     def _train_representation(self, X, Xt, n_epochs, torch_gen, phase):
         """Train ``encoder_`` in place on the k-NN graph of the raw rows ``X``, its inputs the
         standardised rows ``Xt``: ``n_epochs`` passes over the graph's edges, on the CPU."""
-        from ...representation import neighbour_graph, train_neighbour_encoder
+        from ...representation import neighbour_graph, steps_per_epoch, train_neighbour_encoder
 
         if n_epochs == 0 or X.shape[0] < 3:
             return
@@ -586,12 +586,12 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             max_shift=_MAX_SHIFT if image else 0, blur=_BLUR if image else 0.0, shared_neighbours=True,
         )
         n_edges = int((graph.data > 0).sum())
-        steps_per_epoch = max(1, round(n_edges / min(_EDGES_PER_STEP, max(n_edges, 1))))
+        steps = steps_per_epoch(n_edges, _EDGES_PER_STEP)
         encoder = self.encoder_.to(device="cpu", dtype=torch.float32)
         set_requires_grad(encoder, True)
         inputs = Xt.detach().to("cpu", torch.float32).numpy()
         with self._training(phase, n_epochs, state=[encoder], unit="epoch", keeps_model=False) as run:
-            step = run.step_callback(steps_per_epoch)
+            step = run.step_callback(steps)
 
             train_neighbour_encoder(encoder, inputs, graph, n_epochs=n_epochs, batch_size=_EDGES_PER_STEP,
                                     learning_rate=_ENCODER_LR, generator=torch_gen, callback=step)
