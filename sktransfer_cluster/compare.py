@@ -274,7 +274,10 @@ def umap_gmm(X, n_clusters, random_state=0):
     ImportError
         Without umap-learn (``pip install umap-learn``, in the bench extra).
     """
-    from umap import UMAP  # numba compiles on the first call: imported only here
+    with warnings.catch_warnings():
+        # umap-learn warns on import that its optional TensorFlow is absent: not about this fit.
+        warnings.simplefilter("ignore", ImportWarning)
+        from umap import UMAP  # numba compiles on the first call: imported only here
 
     n = X.shape[0]
     embedding = UMAP(

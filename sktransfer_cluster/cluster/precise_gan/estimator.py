@@ -853,12 +853,12 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         G = self.generator_
         set_requires_grad(G, True)
         opt = torch.optim.Adam(G.parameters(), lr=_PLACE_LR)
-        with torch.enable_grad():
-            for _ in range(_PLACE_STEPS):
-                opt.zero_grad()
-                loss = (G(latent).reshape(P.shape) - P).pow(2).sum(1).mean()
-                loss.backward()
-                opt.step()
+        with torch.enable_grad(), self._training(
+            "generator placement", _PLACE_STEPS, state=[G], select="last", unit="step", keeps_model=False
+        ) as run:
+            for step in run.epochs():
+                loss = run.step(opt, (G(latent).reshape(P.shape) - P).pow(2).sum(1).mean(), weight=None)
+                run.end_epoch(loss, log=step == _PLACE_STEPS - 1)
 
     @torch.no_grad()
     def _nearest_point_linear(self, P, Xt):
