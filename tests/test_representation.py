@@ -248,3 +248,24 @@ def test_union_graph_keeps_each_set_apart_and_gives_each_its_share_of_the_edges(
     assert np.isclose(G[:60, :60].sum(), 0.3) and np.isclose(G[60:, 60:].sum(), 0.7)
     rows, sub = keep_rows(Xb, Gb, 30)
     assert rows.shape == (30, 8) and sub.shape == (30, 30)
+
+
+def test_the_codes_do_not_depend_on_the_process_thread_count():
+    """umap-learn's numba raised OpenMP's threads to the cores in the same process, and the
+    codes (C2M's representation) changed with it; training and encoding run on one thread."""
+    import torch
+    from sklearn.datasets import make_blobs
+
+    from sktransfer_cluster.representation import NeighbourEmbedding
+
+    X, _ = make_blobs(300, n_features=8, centers=3, random_state=0)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = NeighbourEmbedding(n_components=2, hidden_dims=(32,), n_epochs=3, random_state=0).fit_transform(X)
+        torch.set_num_threads(2)
+        two = NeighbourEmbedding(n_components=2, hidden_dims=(32,), n_epochs=3, random_state=0).fit_transform(X)
+        assert torch.get_num_threads() == 2  # the caller's count comes back
+    finally:
+        torch.set_num_threads(before)
+    np.testing.assert_array_equal(one, two)

@@ -19,6 +19,7 @@ import scipy.sparse as sp
 import torch
 from torch import nn
 
+from ..base.runtime import on_compute_threads
 from .graph import shifted_images
 
 __all__ = ["make_encoder", "umap_curve", "train_neighbour_encoder", "encode", "steps_per_epoch", "shrink_towards"]
@@ -178,6 +179,10 @@ class _Adam:
             p.addcdiv_(m / c1, (v / c2).sqrt_().add_(self.eps), value=-self.lr)
 
 
+# On the package's thread policy (one thread), whatever the process's count: another library
+# (numba, as umap-learn loads it) may have raised OpenMP's threads, and the reductions' order,
+# hence the codes, would then depend on what ran before in the process.
+@on_compute_threads
 def train_neighbour_encoder(
     encoder,
     X,
@@ -324,6 +329,7 @@ def train_neighbour_encoder(
     return losses
 
 
+@on_compute_threads
 @torch.no_grad()
 def encode(encoder, X, batch_rows=4096):
     """``encoder`` applied to ``X`` in blocks of rows, as a float64 ndarray."""
