@@ -300,6 +300,7 @@ def _run_baseline(name, task, k, seed):
         elif name == "GaussianMixture":
             labels = GaussianMixture(k, covariance_type="diag", random_state=seed).fit(task.X_target).predict(task.X_target)
         else:
+            threads = torch.get_num_threads()
             try:
                 labels = umap_gmm(task.X_target, k, random_state=seed)
             except ImportError:
@@ -308,6 +309,10 @@ def _run_baseline(name, task, k, seed):
             except ValueError as exc:  # e.g. a mixture component collapsed on the embedding
                 reason = str(exc).split(" because ")[0].split(". ")[0]
                 return Row(task.name, method, f"skipped: it failed ({reason})", None, None, None, 0.0, 0.0, [])
+            finally:
+                # umap-learn's numba raises OpenMP's threads (torch's too) to the cores on its first
+                # parallel call; the rest of the run keeps the count it was given.
+                torch.set_num_threads(threads)
     t1, c1 = time.perf_counter(), time.process_time()
     notes = list(dict.fromkeys(f"{w.category.__name__}: {w.message}" for w in caught))
     given = "true" if task.y_target is not None and k == task.n_clusters_target else "given"

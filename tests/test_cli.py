@@ -679,3 +679,22 @@ def test_no_warning_leaves_compare_as_a_raw_python_warning(tmp_path):
     assert [str(w.message) for w in escaped] == []
     kmeans = next(r for r in rows if r.method == "KMeans (on target)")
     assert kmeans.k == "true 3, 2 used" and any("ConvergenceWarning" in note for note in kmeans.warnings)
+
+
+def test_the_umap_baseline_leaves_the_runs_thread_count_as_it_was():
+    # umap-learn's numba raised OpenMP's (and torch's) threads to the cores for the rest of the run.
+    pytest.importorskip("umap", reason="umap-learn is in the test extra; without it the row is skipped")
+    import torch
+
+    from sktransfer_cluster.compare import _run_baseline
+    from sktransfer_cluster.datasets import load_digits_transfer
+
+    task = load_digits_transfer()
+    task.name = "digits"
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        row = _run_baseline("UMAP+GMM", task, 5, 0)
+        assert torch.get_num_threads() == 1 and row.acc > 0.8
+    finally:
+        torch.set_num_threads(before)
