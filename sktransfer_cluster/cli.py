@@ -143,7 +143,7 @@ def check_inputs(args):
             f"--out {args.out} holds files that compare did not write ({', '.join(foreign_files(args.out)[:5])}); "
             "pass a new or empty folder (a rerun into compare's own output folder replaces it)"
         )
-    from .files import load_data_list  # numpy and scikit-learn only
+    from .files import load_data_list  # numpy only: no torch, no scikit-learn
 
     if args.device not in ("auto", "cpu", "mps", "cuda") and not re.fullmatch(r"cuda:\d+", args.device):
         # Availability is torch's to say (compare checks it); a misspelling is refused here.
