@@ -380,7 +380,9 @@ def test_results_md_records_seed_mode_threads_and_versions(tmp_path):
     assert json.loads((out / "results.json").read_text())["metadata"]["threads"] == 1
 
 
-def test_threads_option_is_applied_during_the_run_and_restored(tmp_path, only_methods):
+@pytest.fixture
+def threads_seen_by_fit(only_methods):
+    """Register a method "spy" (SinkhornKMeans) that records torch's thread count at each fit."""
     import torch
 
     seen = []
@@ -391,9 +393,15 @@ def test_threads_option_is_applied_during_the_run_and_restored(tmp_path, only_me
             return super().fit(X, y)
 
     only_methods(Method("spy", Spy, {"n_init": 1}))
+    return seen
+
+
+def test_threads_option_is_applied_during_the_run_and_restored(tmp_path, threads_seen_by_fit):
+    import torch
+
     before = torch.get_num_threads()
     cli.compare([str(_blobs_npz(tmp_path))], ["spy"], progress=False, log=False, threads=1)
-    assert seen == [1] and torch.get_num_threads() == before
+    assert threads_seen_by_fit == [1] and torch.get_num_threads() == before
 
 
 def test_version_prints_the_package_version(capsys):
@@ -623,18 +631,10 @@ def test_the_no_k_hint_names_only_the_methods_that_estimate_k(tmp_path, capsys):
     assert not any(name in hint for name in REGISTRY if name not in estimate)
 
 
-def test_compare_runs_on_one_thread_unless_told(tmp_path, only_methods):
+def test_compare_runs_on_one_thread_unless_told(tmp_path, threads_seen_by_fit):
     # Issue 30: the default was the physical cores (10 min 25 s on a busy machine, 4 min 6 s at one).
     import torch
 
-    seen = []
-
-    class Spy(SinkhornKMeans):
-        def fit(self, X, y=None):
-            seen.append(torch.get_num_threads())
-            return super().fit(X, y)
-
-    only_methods(Method("spy", Spy, {"n_init": 1}))
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -642,7 +642,7 @@ def test_compare_runs_on_one_thread_unless_told(tmp_path, only_methods):
         assert main(["compare", "--quick", "--data", str(_blobs_npz(tmp_path)), "--methods", "spy", "--out", str(out)]) == 0
     finally:
         torch.set_num_threads(before)
-    assert seen == [1]
+    assert threads_seen_by_fit == [1]
     assert json.loads((out / "results.json").read_text())["metadata"]["threads"] == 1
 
 
