@@ -128,13 +128,19 @@ def predict_flops_per_row(method, est, X):
     return flops
 
 
-def predict_part(args, rates, methods):
+def _predict_data_and_kmeans(args):
+    """The predict rows, the fit rows and KMeans.predict's best time on them (the peer of both parts)."""
     n_pred = int(args.predict_n)
     X, y = _common.blobs(n_pred, D, K)
     n_fit = 300 if args.smoke else 2000
     Xs, ys = X[:n_fit], y[:n_fit]
     km = _common.peer("KMeans", K).fit(Xs)
     t_km, _ = best_time(lambda: km.predict(X), 3)
+    return n_pred, X, Xs, ys, t_km
+
+
+def predict_part(args, rates, methods):
+    n_pred, X, Xs, ys, t_km = _predict_data_and_kmeans(args)
     rows = [{"method": "KMeans", "dtype": "float32", "predict_s": t_km, "ratio": 1.0,
              "flops_per_row": 2 * D * K, "gflops": 2 * D * K * n_pred / t_km / 1e9}]
     print(f"KMeans.predict {t_km:.3f} s", flush=True)
@@ -222,12 +228,7 @@ def _count(calls):
 
 
 def roofline_part(args, methods):
-    n_pred = int(args.predict_n)
-    X, y = _common.blobs(n_pred, D, K)
-    n_fit = 300 if args.smoke else 2000
-    Xs, ys = X[:n_fit], y[:n_fit]
-    km = _common.peer("KMeans", K).fit(Xs)
-    t_km, _ = best_time(lambda: km.predict(X), 3)
+    n_pred, X, Xs, ys, t_km = _predict_data_and_kmeans(args)
     rows = [{"method": "KMeans", "predict_s": t_km, "flops_per_row": 2 * D * K,
              "gflops": 2 * D * K * n_pred / t_km / 1e9}]
     print(f"KMeans.predict {t_km:.3f} s", flush=True)

@@ -483,20 +483,27 @@ def test_max_array_mb_must_be_a_positive_finite_number(value, capsys):
     ]
 
 
-def test_a_bad_file_is_reported_before_torch_is_imported(tmp_path):
+def _main_in_a_fresh_process(argv):
+    """``cli.main(argv)`` in a new interpreter: (exit status, whether torch was imported, stderr)."""
     import subprocess
 
-    bad = tmp_path / "bad.csv"
-    bad.write_text("domain,x\nsource,1\ntagret,2\n")
     code = (
         "import sys\n"
         "from sktransfer_cluster.cli import main\n"
-        f"rc = main(['compare', '--data', {str(bad)!r}])\n"
+        f"rc = main({list(argv)!r})\n"
         "print(rc, 'torch' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["2", "False"]
-    assert "tagret" in out.stderr
+    rc, torch_imported = out.stdout.split()
+    return int(rc), torch_imported == "True", out.stderr
+
+
+def test_a_bad_file_is_reported_before_torch_is_imported(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("domain,x\nsource,1\ntagret,2\n")
+    rc, torch_imported, err = _main_in_a_fresh_process(["compare", "--data", str(bad)])
+    assert (rc, torch_imported) == (2, False)
+    assert "tagret" in err
 
 
 def test_a_rerun_into_the_same_out_leaves_no_stale_output(tmp_path):
@@ -557,17 +564,9 @@ def test_a_failed_swap_brings_the_previous_results_back(tmp_path, monkeypatch):
 
 
 def test_a_misspelt_device_is_refused_before_torch_is_imported():
-    import subprocess
-
-    code = (
-        "import sys\n"
-        "from sktransfer_cluster.cli import main\n"
-        "rc = main(['compare', '--device', 'gpu', '--methods', 'SinkhornKMeans'])\n"
-        "print(rc, 'torch' in sys.modules)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "'gpu' is not a device" in out.stderr
-    assert out.stdout.split() == ["2", "False"]
+    rc, torch_imported, err = _main_in_a_fresh_process(["compare", "--device", "gpu", "--methods", "SinkhornKMeans"])
+    assert "'gpu' is not a device" in err
+    assert (rc, torch_imported) == (2, False)
 
 
 def test_a_warning_inside_compare_is_one_line_and_a_note_under_the_table(tmp_path, capsys):
@@ -648,18 +647,10 @@ def test_compare_runs_on_one_thread_unless_told(tmp_path, threads_seen_by_fit):
 
 def test_a_file_without_labels_is_refused_before_torch_is_imported(tmp_path):
     # Issue 30: every input check before torch. This one took 7-8 s (torch) to say K is unknown.
-    import subprocess
-
     path = _blobs_npz(tmp_path, labels=False)
-    code = (
-        "import sys\n"
-        "from sktransfer_cluster.cli import main\n"
-        f"rc = main(['compare', '--data', {str(path)!r}, '--methods', 'SinkhornKMeans'])\n"
-        "print(rc, 'torch' in sys.modules)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "K is unknown" in out.stderr
-    assert out.stdout.split() == ["2", "False"]
+    rc, torch_imported, err = _main_in_a_fresh_process(["compare", "--data", str(path), "--methods", "SinkhornKMeans"])
+    assert "K is unknown" in err
+    assert (rc, torch_imported) == (2, False)
 
 
 def test_no_warning_leaves_compare_as_a_raw_python_warning(tmp_path):
