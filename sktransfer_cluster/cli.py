@@ -80,7 +80,7 @@ def build_parser():
     cmp_.add_argument("--n-clusters", type=_positive_int, default=None, help="K for every task (default: the number of target classes)")
     cmp_.add_argument("--label-column", default="label", help="label column of .csv files; 'none' if they have none (default: label)")
     cmp_.add_argument("--device", default="cpu", help="auto, cpu, cuda, cuda:N or mps (default: cpu)")
-    cmp_.add_argument("--threads", type=_positive_int, default=None, help="torch and BLAS threads (default: 1, fastest on a shared machine)")
+    cmp_.add_argument("--threads", type=_positive_int, default=None, help="torch and BLAS threads (default: 1)")
     cmp_.add_argument("--seed", type=int, default=0)
     cmp_.add_argument("--max-array-mb", type=float, default=1024, help="refuse a file whose loaded arrays (rows x columns x 8 bytes) exceed this (default: 1024)")
     cmp_.add_argument("--out", default=None, help="directory for results.json, results.md and figures")
@@ -130,8 +130,9 @@ def check_inputs(args):
         a file that cannot be read, two files of the same name (their results and figures
         would overwrite each other), or an ``--out`` that is a file.
     """
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else list(REGISTRY)
     if args.methods:
-        unknown = [m.strip() for m in args.methods.split(",") if m.strip() and m.strip() not in REGISTRY]
+        unknown = [m for m in methods if m not in REGISTRY]
         if unknown:
             raise UsageError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(REGISTRY)}")
     if not (math.isfinite(args.max_array_mb) and args.max_array_mb > 0):
@@ -156,7 +157,6 @@ def check_inputs(args):
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     if args.n_clusters is None:  # built-in tasks (names here) all carry target labels
-        methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else list(REGISTRY)
         for task in items:
             refusal = None if isinstance(task, str) or task.y_target is not None else unknown_k_error(task.name, methods)
             if refusal:
