@@ -2,6 +2,19 @@
 
     python benchmarks/memmap_fit.py [--n 2000000] [--d 16] [--k 10] [--std 4.0] [--seeds 0 1 2]
         [--no-full] [--no-peer] [--name NAME] [--smoke]
+    python benchmarks/memmap_fit.py --neural [--n 1000000] [--d 784] [--k 10] [--std 0.3]
+        [--epochs 50] [--landmarks M] [--seeds 0] [--no-peer] [--name NAME] [--smoke]
+
+``--neural`` (the streamed neural fit): ``SinkhornKMeans(embedding="autoencoder")`` at its
+defaults but ``pretrain_epochs=--epochs`` on ``--n`` x ``--d`` non-negative blob rows (``--k``
+sparse centres: each feature is 0 with probability 0.7, else uniform in [0, 1]; plus normal
+noise of standard deviation ``--std``, clipped at 0, so rows hold zeros and the graph is
+cosine, as for images), against ``MiniBatchKMeans(K, batch_size=8192)`` at its other
+defaults over the same memmap, each in a fresh process; CPU s, peak RSS growth, ARI. Past
+``representation.LANDMARK_ROWS`` rows the fit trains on the graph of that many landmark rows
+and computes codes chunk by chunk; the peak does not depend on ``--epochs`` (every epoch
+runs the same steps on the same landmarks), the CPU time does. Goal (issue 31): peak RSS
+growth <= 1 GiB at 10^6 x 784.
 
 Canonical run: ``python benchmarks/memmap_fit.py`` (results/scaling/variants/memmap_fit).
 
@@ -54,6 +67,27 @@ def write_blobs(path, n, d, k, std, seed=0):
     del X, y
 
 
+def write_nonnegative_blobs(path, n, d, k, std, seed=0):
+    """``--neural`` data: sparse non-negative centres plus clipped noise (rows with zeros)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(0, 1, size=(k, d)) * (rng.random((k, d)) < 0.3)
+    X = np.lib.format.open_memmap(path / "X.npy", mode="w+", dtype=np.float32, shape=(n, d))
+    y = np.lib.format.open_memmap(path / "y.npy", mode="w+", dtype=np.int64, shape=(n,))
+    step = max(1, 2**22 // d)
+    for start in range(0, n, step):
+        stop = min(start + step, n)
+        lab = rng.integers(0, k, size=stop - start)
+        block = rng.standard_normal(size=(stop - start, d), dtype=np.float32)
+        block *= std
+        block += centres[lab]
+        np.maximum(block, 0, out=block)
+        X[start:stop] = block
+        y[start:stop] = lab
+        X.flush()
+    y.flush()
+    del X, y
+
+
 def cell(job):
     """One measurement in this (fresh) process."""
     import torch
@@ -66,7 +100,16 @@ def cell(job):
     folder, method, seed, k = Path(job["folder"]), job["method"], job["seed"], job["k"]
     X = np.load(folder / "X.npy", mmap_mode="r")
     y = np.load(folder / "y.npy")
-    if method == "SinkhornKMeans-full":
+    if job.get("landmarks"):
+        from sktransfer_cluster.representation import landmarks
+
+        landmarks.LANDMARK_ROWS = int(job["landmarks"])
+    if method == "SinkhornKMeans-AE":
+        est = SinkhornKMeans(k, embedding="autoencoder", pretrain_epochs=job["epochs"], random_state=seed,
+                             device="cpu")
+    elif method == "MiniBatchKMeans-defaults":
+        est = MiniBatchKMeans(k, batch_size=8192, random_state=seed)
+    elif method == "SinkhornKMeans-full":
         X = np.array(X)  # in memory, before the measurement
         est = SinkhornKMeans(k, algorithm="full", random_state=seed, device="cpu")
     elif method == "SinkhornKMeans-minibatch":
@@ -78,7 +121,7 @@ def cell(job):
     est, cpu, wall, peak = _common.measured(lambda: est.fit(X))
     labels = est.labels_
     np.save(folder / f"labels_{method}_{seed}.npy", labels)
-    passes = int(est.n_iter_) if method != "MiniBatchKMeans" else float(est.n_steps_ * 8192 / X.shape[0])
+    passes = int(est.n_iter_) if not method.startswith("MiniBatchKMeans") else float(est.n_steps_ * 8192 / X.shape[0])
     return {"method": method, "seed": seed, "cpu_s": cpu, "wall_s": wall, "peak_extra_mib": peak / 2**20,
             "ari": float(adjusted_rand_score(y, labels)), "passes": passes}
 
@@ -125,6 +168,37 @@ def markdown(rows, args, agreement):
     return "\n".join(md)
 
 
+def neural_markdown(rows, args):
+    from sktransfer_cluster.representation import LANDMARK_ROWS
+
+    LANDMARK_ROWS = args.landmarks or LANDMARK_ROWS
+    md = [(f"{args.n:,} x {args.d} float32 non-negative blob rows (K = {args.k}, noise std {args.std}), a "
+           f"`.npy` memmap of {args.n * args.d * 4 / 2**20:,.0f} MiB; one fresh process per cell, 1 thread; "
+           f"SinkhornKMeans-AE with pretrain_epochs={args.epochs}, landmarks min(n, {LANDMARK_ROWS:,})."), "",
+          "| method | seed | CPU s | peak RSS growth MiB | ARI |", "|---|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {r['method']} | {r['seed']} | {r['cpu_s']:.1f} | {r['peak_extra_mib']:.0f} | {r['ari']:.4f} |")
+    return "\n".join(md)
+
+
+def main_neural(args):
+    if args.smoke:
+        args.n, args.d, args.seeds, args.epochs, args.landmarks = 3000, 64, [0], 1, 1000
+    args.n = int(args.n)
+    if args.name == _common.CANONICAL["scaling"]:
+        args.name = "memmap_fit_neural"
+    rows = []
+    with tempfile.TemporaryDirectory(dir=os.environ.get("SKTC_MEMMAP_DIR")) as tmp:
+        write_nonnegative_blobs(Path(tmp), args.n, args.d, args.k, args.std)
+        for seed in args.seeds:
+            job = {"folder": tmp, "seed": seed, "k": args.k, "epochs": args.epochs, "landmarks": args.landmarks}
+            rows.append(run_cell({**job, "method": "SinkhornKMeans-AE"}))
+            if not args.no_peer:
+                rows.append(run_cell({**job, "method": "MiniBatchKMeans-defaults"}))
+    _common.write("scaling", args.name, {"rows": rows, "n": args.n, "d": args.d, "k": args.k, "std": args.std,
+                                         "epochs": args.epochs}, neural_markdown(rows, args))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=float, default=2e6)
@@ -134,11 +208,23 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--no-full", action="store_true", help="skip the in-memory fit")
     parser.add_argument("--no-peer", action="store_true", help="skip MiniBatchKMeans")
+    parser.add_argument("--neural", action="store_true", help="the streamed autoencoder fit (see above)")
+    parser.add_argument("--epochs", type=int, default=50, help="--neural: pretrain_epochs")
+    parser.add_argument("--landmarks", type=int, default=None,
+                        help="--neural: representation.LANDMARK_ROWS for the fit (default: the package's)")
     parser.add_argument("--cell", default=None, help=argparse.SUPPRESS)
     _common.add_name_argument(parser, "scaling")
-    args = _common.setup(parser.parse_args())
+    argv = sys.argv[1:]
+    if "--neural" in argv:  # the neural data's own defaults, unless given
+        for flag, value in (("--n", "1e6"), ("--d", "784"), ("--std", "0.3"), ("--seeds", "0")):
+            if flag not in argv:
+                argv += [flag, value]
+    args = _common.setup(parser.parse_args(argv))
     if args.cell:
         print(_MARK + json.dumps(cell(json.loads(args.cell))), flush=True)
+        return
+    if args.neural:
+        main_neural(args)
         return
     if args.smoke:
         args.n, args.seeds = 20000, [0]

@@ -2,6 +2,15 @@
 
 from .encoder import encode, make_encoder, shrink_towards, steps_per_epoch, train_neighbour_encoder, umap_curve
 from .transformer import NeighbourEmbedding
+from .landmarks import (
+    LANDMARK_ROWS,
+    encode_chunks,
+    landmark_indices,
+    normalise_rows,
+    read_landmarks,
+    row_reader,
+    uses_landmarks,
+)
 from .graph import (
     auto_metric,
     fuzzy_graph,
@@ -15,15 +24,21 @@ from .graph import (
 )
 
 __all__ = [
+    "LANDMARK_ROWS",
     "NeighbourEmbedding",
     "auto_metric",
     "encode",
+    "encode_chunks",
     "fuzzy_graph",
     "keep_rows",
+    "landmark_indices",
     "knn",
     "make_encoder",
     "neighbour_graph",
+    "normalise_rows",
     "prepare_rows",
+    "read_landmarks",
+    "row_reader",
     "shared_neighbour_weights",
     "shifted_images",
     "shrink_towards",
@@ -31,4 +46,5 @@ __all__ = [
     "train_neighbour_encoder",
     "umap_curve",
     "union_graph",
+    "uses_landmarks",
 ]

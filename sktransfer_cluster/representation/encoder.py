@@ -220,8 +220,10 @@ def train_neighbour_encoder(
     ----------
     encoder : torch.nn.Module
         Maps ``(n, n_features)`` float32 tensors to ``(n, n_components)``.
-    X : array-like of shape (n_samples, n_features)
-        Not modified.
+    X : array-like of shape (n_samples, n_features), or callable
+        Not modified. A callable ``X(nodes)`` returns the float32 rows (a tensor)
+        at ``nodes``, a sorted int64 tensor of distinct indices: each step reads
+        only its batch's rows (e.g. :func:`~.landmarks.row_reader` over a memmap).
     graph : scipy.sparse matrix of shape (n_samples, n_samples)
         Symmetric non-negative weights (:func:`~.graph.neighbour_graph`).
     n_epochs : int, default=30
@@ -267,7 +269,10 @@ def train_neighbour_encoder(
     losses : list of float
         Mean loss of each epoch.
     """
-    Xt = torch.as_tensor(np.asarray(X, dtype=np.float32))
+    if callable(X):
+        read = X
+    else:
+        read = torch.as_tensor(np.asarray(X, dtype=np.float32)).__getitem__
     G = sp.coo_matrix(graph)
     keep = G.data > 0
     heads = torch.as_tensor(G.row[keep], dtype=torch.int64)
@@ -293,7 +298,7 @@ def train_neighbour_encoder(
         e = torch.multinomial(weights, bs, replacement=True, generator=generator)
         ends = torch.cat([heads[e], tails[e]])
         nodes, inverse = torch.unique(ends, return_inverse=True)
-        xb = Xt[nodes]
+        xb = read(nodes)
         if augment:
             xb = _random_shifts(xb, image_shape, int(augment_shift), generator)
         Z = encoder(xb)

@@ -14,6 +14,7 @@ import scipy.sparse as sp
 import torch
 
 from ..base.runtime import compute_threads
+from ..base.streaming import iter_row_chunks
 
 __all__ = [
     "knn",
@@ -280,10 +281,14 @@ def auto_metric(X):
     """
     step = max(1, 2**22 // max(1, X.shape[1]))  # row chunks: no copy of a memmap
     negative = zero = False
-    for s in range(0, X.shape[0], step):
-        block = np.asarray(X[s : s + step])
+    if not isinstance(X, np.ndarray):
+        X = np.asarray(X)
+    # iter_row_chunks hands a memmap's pages back chunk by chunk; one negative value decides.
+    for _, _, block in iter_row_chunks(X, step, dtype=X.dtype):
         negative = negative or bool((block < 0).any())
         zero = zero or bool((block == 0).any())
+        if negative:
+            break
     return "cosine" if zero and not negative else "euclidean"
 
 

@@ -567,19 +567,20 @@ class SinkhornKMeans(
         return self.labels_
 
     # -------------------------------------------------------------- protocol
-    def _neighbour_graph(self, X):
+    def _neighbour_graph(self, X, normalised=False):
         """The k-NN graph of the raw rows ``X`` (ndarray) for the neighbour encoder.
 
         Cosine distances when the source's values are non-negative with zeros among
         them (images, counts), Euclidean otherwise
         (:func:`~sktransfer_cluster.representation.auto_metric`): elsewhere the cosine
-        keeps only the direction from an arbitrary origin.
+        keeps only the direction from an arbitrary origin. ``normalised``: ``X`` holds
+        the rows the network reads already (float32), not the raw rows.
         """
         from ...representation import neighbour_graph
 
         image = self.image_shape is not None
         metric = getattr(self, "_graph_metric", "cosine")  # models pickled before the rule: cosine
-        if metric == "euclidean":
+        if metric == "euclidean" and not normalised:
             # The rows the encoder reads (centred, one global scale): the same neighbours as the
             # raw rows, and float32 resolves them whatever the data's offset.
             X = self._tensor(X).detach().to("cpu", torch.float32).numpy()
@@ -672,18 +673,70 @@ class SinkhornKMeans(
             )
         self._finish(*self._joint_graph_phase(X, Xt, Z, centers, reg, n_iter, torch_gen, "train", graph, "fit"))
 
-    def _joint_graph_phase(self, X, Xt, Z, centers, reg, n_iter, torch_gen, phase, graph, what):
+    def _fit_graph_on_landmarks(self, X, rng, torch_gen):
+        """The graph fit (``"neighbours"`` or the graph autoencoder) past ``LANDMARK_ROWS`` rows.
+
+        No copy of X: the network trains on the graph of landmark rows drawn by
+        index, every row's code is computed chunk by chunk, the OT k-means start is
+        chosen on the landmarks' codes (``n_init`` k-means++ starts, the cheapest
+        OT-Lloyd run kept) and OT-Lloyd then runs on all codes from it
+        (``docs/notes/representation.md``).
+        """
+        from ...representation import encode_chunks, landmark_indices, make_encoder, normalise_rows, read_landmarks
+
+        shift, scale = self._input_affine
+        index = landmark_indices(X.shape[0], rng)
+        if self.embedding == "neighbours":
+            dims = self._hidden_dims()
+            self.encoder_ = make_encoder(X.shape[1], dims[-1], dims[:-1], generator=torch_gen).eval()
+            phase = "neighbours"
+        else:
+            ae = self._make_autoencoder(X.shape[1], torch_gen).eval()
+            self.autoencoder_ = ae.to(device=self.device_, dtype=self._dtype())
+            phase = "pretrain"
+        # The graph of the raw landmark rows (cosine) or of the rows the network reads (Euclidean,
+        # as _neighbour_graph); the network's inputs are then normalised in place, as _tensor does.
+        euclidean = getattr(self, "_graph_metric", "cosine") == "euclidean"
+        rows = read_landmarks(X, index, *((shift, scale) if euclidean else (None, 1.0)))
+        graph = self._neighbour_graph(rows, normalised=euclidean)
+        if not euclidean:
+            normalise_rows(rows, shift, scale, out=rows)
+        inputs = torch.from_numpy(rows)
+        self._train_neighbours(None, inputs, self.pretrain_epochs, torch_gen, phase, graph=graph)
+        if self.encoder_ is not None:
+            self.encoder_ = self.encoder_.to(device=self.device_, dtype=self._dtype())
+
+        def codes():
+            return encode_chunks(self._encoder(), X, shift, scale).to(self.device_, self._dtype())
+
+        with torch.no_grad():
+            Z = codes()
+            ZL = Z[torch.as_tensor(index, device=Z.device)]
+            _, start, _, _ = self._lloyd(ZL, self._kmeanspp(ZL, self.n_init, rng),
+                                         "the OT k-means start on the landmarks' codes")
+            del ZL
+            _, centers, reg, n_iter = self._lloyd(
+                Z, start.unsqueeze(0), "the final plan of fit (OT k-means on the codes)"
+            )
+        if self.autoencoder_ is not None:
+            self._finish(*self._joint_graph_phase(None, inputs, Z, centers, reg, n_iter, torch_gen, "train", graph,
+                                                  "fit", codes=codes))
+        else:
+            self._finish(Z, centers, reg, n_iter)
+
+    def _joint_graph_phase(self, X, Xt, Z, centers, reg, n_iter, torch_gen, phase, graph, what, codes=None):
         """``max_epochs`` passes of graph + reconstruction + OT loss from ``centers``, then OT-Lloyd on the codes.
 
         Returns ``(Z, centers, reg, n_iter)`` for :meth:`_finish`; unchanged
-        when ``max_epochs`` is 0 or an interrupt was kept.
+        when ``max_epochs`` is 0 or an interrupt was kept. ``codes``: a callable
+        giving the codes of every row (None: the encoder applied to ``Xt``).
         """
         epochs = self._max_epochs()
         if epochs == 0 or self._training_stopped_now():
             return Z, centers, reg, n_iter
         centers = self._train_neighbours(X, Xt, epochs, torch_gen, phase, centers=centers, graph=graph)
         with torch.no_grad():
-            Z = self.autoencoder_.encoder(Xt)
+            Z = self.autoencoder_.encoder(Xt) if codes is None else codes()
             _, centers, reg, n_lloyd = self._lloyd(
                 Z, centers.unsqueeze(0), f"the final plan of {what} (OT k-means on the codes)"
             )
@@ -737,12 +790,15 @@ class SinkhornKMeans(
         if self._streams(X):
             self._fit_minibatch(X, rng)
             return
-        Xt = self._tensor(X)
         if self._uses_graph():
-            from ...representation import auto_metric
+            from ...representation import auto_metric, uses_landmarks
 
             # Chosen on the source's values and kept for transfer's target graph.
             self._graph_metric = auto_metric(X)
+            if uses_landmarks(X.shape[0]):
+                self._fit_graph_on_landmarks(X, rng, torch_gen)
+                return
+        Xt = self._tensor(X)
         if self.embedding == "neighbours":
             self._fit_neighbours(X, Xt, rng, torch_gen)
             return

@@ -1,0 +1,183 @@
+"""Graph representations of inputs too large to copy: landmark rows, row readers, streamed codes.
+
+A neighbour encoder fitted on every row of X needs X in memory and the exact k-NN
+graph of all rows (``O(n^2 d)``). Past :data:`LANDMARK_ROWS` rows a fit instead
+
+1. draws ``m = min(n, LANDMARK_ROWS)`` landmark rows uniformly by index
+   (:func:`landmark_indices`) and reads only them (:func:`read_landmarks`, through
+   :class:`~sktransfer_cluster.base.streaming.RowReader`: bounded float64 pieces, a
+   memmap's pages released as it goes);
+2. builds the neighbour graph of the landmarks
+   (:func:`~.graph.neighbour_graph`) and trains the encoder on it
+   (:func:`~.encoder.train_neighbour_encoder`, which also takes a row reader,
+   :func:`row_reader`, in place of an array);
+3. maps every row through the trained encoder chunk by chunk
+   (:func:`encode_chunks`): only the codes, ``n x n_components``, are held.
+
+Nothing holds more than the landmarks and one chunk of X. Rows are normalised
+exactly as the estimators' ``_tensor`` does it (``(x - shift) / scale`` in float64,
+then float32), so a landmark's input is bitwise the row the in-memory path would
+have used.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..base.arrays import chunk_rows
+from ..base.runtime import on_compute_threads
+from ..base.streaming import RELEASE_ROWS, RowReader, iter_row_chunks
+
+__all__ = ["LANDMARK_ROWS", "encode_chunks", "landmark_indices", "normalise_rows", "read_landmarks", "row_reader",
+           "uses_landmarks"]
+
+#: Landmark rows of a graph fit: a data set with more rows is represented by this many rows
+#: drawn uniformly. The cost it bounds, whatever n: the exact graph search, ``m^2 d``
+#: multiply-adds (2 x 10^12 at d = 784), the landmarks in memory (``m d`` float32: 150 MiB at
+#: d = 784, held twice while the graph is built), and the training (about ``1.6 m k``
+#: edges per pass, k neighbours). Every data set of up to 50,000 rows keeps its fit on all
+#: rows exactly as before landmarks existed.
+LANDMARK_ROWS = 50_000
+
+
+def uses_landmarks(n_samples, max_rows=None):
+    """Whether a graph fit on ``n_samples`` rows runs on landmarks (more rows than ``max_rows``).
+
+    ``max_rows``: None reads :data:`LANDMARK_ROWS` at call time.
+
+    Examples
+    --------
+    >>> uses_landmarks(50_000), uses_landmarks(50_001), uses_landmarks(10, max_rows=5)
+    (False, True, True)
+    """
+    return int(n_samples) > int(LANDMARK_ROWS if max_rows is None else max_rows)
+
+
+def landmark_indices(n_samples, rng, max_rows=None):
+    """Sorted indices of ``min(n_samples, max_rows)`` rows drawn uniformly without replacement.
+
+    Every index (``arange``) when there are no more rows than ``max_rows``; then
+    ``rng`` is not used.
+
+    Parameters
+    ----------
+    n_samples : int
+    rng : numpy.random.Generator
+    max_rows : int, optional
+        None: :data:`LANDMARK_ROWS`.
+
+    Returns
+    -------
+    ndarray of int64, sorted
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> idx = landmark_indices(1000, np.random.default_rng(0), max_rows=10)
+    >>> idx.shape, bool(np.all(np.diff(idx) > 0))
+    ((10,), True)
+    """
+    n = int(n_samples)
+    m = min(n, int(LANDMARK_ROWS if max_rows is None else max_rows))
+    if m >= n:
+        return np.arange(n, dtype=np.int64)
+    return np.sort(rng.choice(n, m, replace=False)).astype(np.int64)
+
+
+def normalise_rows(rows, shift=None, scale=1.0, out=None):
+    """``((rows - shift) / scale)`` computed in float64, stored as float32 (``out`` may be ``rows``).
+
+    The estimators' input normalisation, to the bit: a float32 row goes to float64
+    exactly, the affine map runs in float64, and one rounding makes it float32.
+    ``shift=None``: the rows as float32, unchanged.
+    """
+    out = np.empty(rows.shape, dtype=np.float32) if out is None else out
+    step = chunk_rows(rows.shape[1])
+    for start in range(0, rows.shape[0], step):
+        block = np.asarray(rows[start : start + step], dtype=np.float64)
+        if shift is not None:
+            block = (block - shift) / scale
+        out[start : start + step] = block
+    return out
+
+
+def read_landmarks(X, index, shift=None, scale=1.0):
+    """The rows of ``X`` at sorted ``index`` as one float32 array, normalised when ``shift`` is given.
+
+    Read through :class:`~sktransfer_cluster.base.streaming.RowReader` in pieces of
+    :data:`~sktransfer_cluster.base.streaming.RELEASE_ROWS` rows: beyond the result,
+    memory holds one float64 piece, and a memmap's file pages are handed back as
+    they are read.
+
+    Parameters
+    ----------
+    X : ndarray or np.memmap of shape (n_samples, n_features)
+    index : ndarray of int, sorted
+    shift : ndarray of shape (n_features,), optional
+    scale : float, default=1.0
+
+    Returns
+    -------
+    ndarray of float32, shape (len(index), n_features)
+    """
+    index = np.asarray(index, dtype=np.int64)
+    reader = RowReader(X)
+    out = np.empty((index.shape[0], X.shape[1]), dtype=np.float32)
+    for start in range(0, index.shape[0], RELEASE_ROWS):
+        part = index[start : start + RELEASE_ROWS]
+        normalise_rows(reader(part), shift, scale, out=out[start : start + part.shape[0]])
+    return out
+
+
+def row_reader(X, shift=None, scale=1.0):
+    """``read(nodes)``: the rows of ``X`` at ``nodes`` (sorted, distinct) as a normalised float32 tensor.
+
+    The input :func:`~.encoder.train_neighbour_encoder` takes in place of an array,
+    so that a network trains on rows it reads from a memmap batch by batch
+    (:func:`read_landmarks` per call).
+    """
+
+    def read(nodes):
+        index = nodes.cpu().numpy() if torch.is_tensor(nodes) else np.asarray(nodes)
+        return torch.from_numpy(read_landmarks(X, index, shift, scale))
+
+    return read
+
+
+@on_compute_threads
+@torch.no_grad()
+def encode_chunks(encoder, X, shift=None, scale=1.0, chunk_size=None):
+    """``encoder`` applied to every row of ``X``, read and normalised chunk by chunk.
+
+    Each chunk is a float64 copy of ``chunk_size`` rows (default: 4 MiB of them,
+    :func:`~sktransfer_cluster.base.arrays.chunk_rows`), normalised as
+    :func:`normalise_rows`, and a memmap's pages are released once it is read;
+    only the codes are kept. The encoder runs in eval mode, on its own device and dtype.
+
+    Parameters
+    ----------
+    encoder : torch.nn.Module
+    X : ndarray or np.memmap of shape (n_samples, n_features)
+    shift : ndarray of shape (n_features,), optional
+    scale : float, default=1.0
+    chunk_size : int, optional
+
+    Returns
+    -------
+    torch.Tensor of shape (n_samples, n_components)
+        On the encoder's device, in its dtype.
+    """
+    param = next(encoder.parameters())
+    was = encoder.training
+    encoder.eval()
+    out = None
+    try:
+        for start, stop, rows in iter_row_chunks(X, chunk_size):
+            Z = encoder(torch.from_numpy(normalise_rows(rows, shift, scale)).to(param.device, param.dtype))
+            if out is None:
+                out = torch.empty((X.shape[0], Z.shape[1]), dtype=Z.dtype, device=Z.device)
+            out[start:stop] = Z
+    finally:
+        encoder.train(was)
+    return out
