@@ -420,8 +420,8 @@ def _ranking_main(args):
         params = _common.smoke_params("C2MCluster", max_clusters=10, random_state=seed, **args.params)
         if args.kinds:
             c0 = time.process_time()
-            X, y, g = make_c2m_sets("blobs", n_sets=n_pools, n_points=1500, separable=True,
-                                    random_state=seed)
+            X, y, g = make_c2m_sets("blobs", n_sets=n_pools, n_points=1500,
+                                    separable=args.pools == "separable", random_state=seed)
             est = C2MCluster(**params).fit(X, y, groups=g)
             fit_s = time.process_time() - c0
         for kind in args.kinds:
@@ -472,7 +472,7 @@ def _ranking_main(args):
         "# C2MCluster: does the critic rank the true labelling first? (issue 29)",
         "",
         f"Command: `{cmd}`; total {total / 60:.1f} min wall, 1 torch thread. The critic of "
-        f"`C2MCluster(max_clusters=B, random_state=seed, **PARAMS)`, trained on {n_pools} separable blob "
+        f"`C2MCluster(max_clusters=B, random_state=seed, **PARAMS)`, trained on {n_pools} {args.pools} blob "
         "pools (synthetic kinds, B = 10) or on the whole MNIST 0-4 source (B = 20), scores, on each "
         f"held-out set ({n_sets} per kind and seed; MNIST: random `set_size`-point subsets of the 5-9 "
         "target), the true labelling and the candidates: KMeans(k) for k = 1..B (k = 1: one cluster) "
@@ -599,6 +599,9 @@ def main(argv=None):
     ap.add_argument("--kinds", nargs="*", default=["blobs", "moons", "circles"],
                     help="with --ranking: synthetic kinds of held-out sets (none: skip the synthetic part)")
     ap.add_argument("--mnist", action="store_true", help="with --defaults-transfer / --ranking: also MNIST 0-4 -> 5-9")
+    ap.add_argument("--pools", choices=["separable", "overlapping"], default="separable",
+                    help="with --ranking: the training blob pools, linearly separable (the paper's) or as "
+                    "make_blobs draws them (touching blobs)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="with --defaults-transfer")
     _common.add_smoke_argument(ap)
     args = _common.setup(ap.parse_args(argv))

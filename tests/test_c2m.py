@@ -766,3 +766,30 @@ def test_a_tree_critic_learned_on_blobs_scores_true_moons_and_rings_above_kmeans
         assert truth > est.score(Xt, np.zeros_like(yt))
         for k in (2, 3, 4):
             assert truth > est.score(Xt, KMeans(k, n_init=3, random_state=0).fit_predict(Xt)), k
+
+
+@pytest.mark.parametrize("d", [2, 64])
+def test_nearest_reference_finds_the_same_neighbours_as_knn_indices(d):
+    rng = np.random.default_rng(d)
+    ref = torch.as_tensor(rng.normal(size=(200, d)))
+    query = torch.cat([ref[::3], torch.as_tensor(rng.normal(size=(700, d)))])  # reference rows find themselves
+    for k in (1, 10, 500):
+        assert torch.equal(graph.nearest_reference(ref, k, query), knn_indices(ref, k, query=query))
+
+
+def test_mlp_inputs_search_once_and_equal_the_two_separate_searches():
+    """The spectral features (k nearest) and the tree cuts (the nearest, the first of them) come
+    from one search per chunk, with exactly the values of a k-NN search and a 1-NN search."""
+    X, y = make_moons(300, noise=0.05, random_state=0)
+    est = C2MCluster(max_clusters=5, spectral_features=2, tree_candidates=True, representation=None)
+    Xs, _, _ = graph.standardize(torch.as_tensor(X))
+    ref = est._mlp_state(Xs[:200])
+    calls = []
+    real = graph.nearest_reference
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(graph, "nearest_reference", lambda *a: calls.append(a[1]) or real(*a))
+        H = graph.mlp_inputs(Xs, ref)
+    assert calls == [ref["k"]]
+    expected = torch.cat([Xs, ref["emb"][knn_indices(ref["ref"], ref["k"], query=Xs)].mean(1),
+                          ref["cuts"][knn_indices(ref["ref"], 1, query=Xs)[:, 0]]], 1)
+    assert torch.equal(H, expected)

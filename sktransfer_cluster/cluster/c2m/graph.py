@@ -26,7 +26,7 @@ from scipy.sparse.linalg import lobpcg
 from sklearn.cluster import KMeans
 from sklearn.utils.validation import check_consistent_length, column_or_1d
 
-from ...base import chunked, compact_labels
+from ...base import chunked, compact_labels, on_compute_threads
 from .cem import cross_entropy_method
 from ...losses import gradient_penalty
 from ...nn import knn_indices
@@ -46,6 +46,7 @@ __all__ = [
     "spanning_tree",
     "tree_cut_embedding",
     "spectral_reference",
+    "nearest_reference",
     "mlp_inputs",
     "corrupt_labels",
     "smooth_labels",
@@ -416,25 +417,71 @@ def spectral_reference(Xref, n_components, n_neighbors, n_cuts=0):
     return out
 
 
+# nearest_reference: up to this many reference rows, a blocked exact search; beyond, nn.knn_indices.
+_SMALL_REFERENCE = 4096
+# nearest_reference: distances per block (row block x reference rows), a block that stays in cache.
+_BLOCK_ELEMENTS = 2**17
+
+
+@on_compute_threads
+def nearest_reference(ref, k, query):
+    """Indices of the ``k`` nearest rows of ``ref`` (n, d) to each row of ``query`` (m, d), nearest first.
+
+    The neighbours of :func:`~sktransfer_cluster.nn.knn_indices` with ``query`` (``k``
+    capped at n; a query row that is a reference row finds itself first), faster for the
+    small reference sets of C2M (at most ``_SMALL_REFERENCE`` rows: the CEM subset): one
+    product ``|r|^2 - 2 q.r`` per block of query rows (the query's own ``|q|^2`` and the
+    square root change no ranking) whose distances stay in cache for ``topk``, instead of
+    ``cdist`` over blocks of millions of distances, which spent most of C2M's predict
+    (issue 31). Larger reference sets go to ``knn_indices`` (its KD-tree in few dimensions).
+
+    Returns
+    -------
+    torch.Tensor of int64 of shape (m, min(k, n)), on ``ref``'s device
+    """
+    n = ref.shape[0]
+    k = min(int(k), n)
+    if n > _SMALL_REFERENCE or k < 1:
+        return knn_indices(ref, k, query=query)
+    norms = (ref * ref).sum(1)
+    rows = max(1, _BLOCK_ELEMENTS // n)
+    out = torch.empty((query.shape[0], k), dtype=torch.long, device=ref.device)
+    for s in range(0, query.shape[0], rows):
+        dist = torch.addmm(norms, query[s : s + rows], ref.T, alpha=-2.0)
+        out[s : s + rows] = dist.topk(k, dim=1, largest=False).indices
+    return out
+
+
 def mlp_inputs(Xs, reference):
     """Inputs of the clustering MLP for the rows ``Xs``.
 
     The coordinates alone when ``reference`` is None; otherwise, beside them,
     the mean spectral embedding of each row's ``k`` nearest reference points
     (itself included when it is one), so that a row gets the same features
-    whichever other rows come with it. Rows are processed in chunks.
+    whichever other rows come with it, and, with tree cuts, the nearest
+    reference point's sides. One neighbour search per chunk of rows
+    (:func:`nearest_reference`) serves both: the nearest point is the first of
+    the ``k`` nearest.
     """
     if reference is None:
         return Xs
     ref, emb, k = reference["ref"], reference["emb"], reference["k"]
-    parts = [Xs]
-    if emb.shape[1]:
-        parts.append(chunked(lambda rows: emb[knn_indices(ref, k, query=rows)].mean(1), Xs))
-    if "cuts" in reference:
-        # The nearest reference point's sides: a row of the reference set keeps its own, exactly.
-        cuts = reference["cuts"]
-        parts.append(chunked(lambda rows: cuts[knn_indices(ref, 1, query=rows)[:, 0]], Xs))
-    return torch.cat(parts, 1)
+    cuts = reference.get("cuts")
+    n_spec = emb.shape[1]
+    if not n_spec and cuts is None:
+        return Xs
+
+    def features(rows):
+        nb = nearest_reference(ref, k if n_spec else 1, rows)
+        parts = [rows]
+        if n_spec:
+            parts.append(emb[nb].mean(1))
+        if cuts is not None:
+            # The nearest reference point's sides: a row of the reference set keeps its own, exactly.
+            parts.append(cuts[nb[:, 0]])
+        return torch.cat(parts, 1)
+
+    return chunked(features, Xs)
 
 
 def corrupt_labels(X, y, rng, n):
