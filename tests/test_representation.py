@@ -269,3 +269,61 @@ def test_the_codes_do_not_depend_on_the_process_thread_count():
     finally:
         torch.set_num_threads(before)
     np.testing.assert_array_equal(one, two)
+
+
+# ------------------------------------------------------------------ landmarks: fits past memory (issue 31)
+def test_landmark_indices_are_every_row_up_to_the_count_and_a_sorted_draw_beyond():
+    from sktransfer_cluster.representation import landmark_indices, uses_landmarks
+
+    rng = np.random.default_rng(0)
+    np.testing.assert_array_equal(landmark_indices(50, rng, max_rows=50), np.arange(50))
+    idx = landmark_indices(1000, rng, max_rows=50)
+    assert idx.shape == (50,) and np.all(np.diff(idx) > 0) and idx.max() < 1000
+    assert not uses_landmarks(50, max_rows=50) and uses_landmarks(51, max_rows=50)
+
+
+@pytest.fixture
+def memmap_rows(tmp_path):
+    X = np.random.default_rng(0).normal(3.0, 2.0, size=(900, 12)).astype(np.float32)
+    np.save(tmp_path / "X.npy", X)
+    return X, np.load(tmp_path / "X.npy", mmap_mode="r")
+
+
+def test_read_landmarks_normalises_as_the_estimators_do_to_the_bit(memmap_rows):
+    from sktransfer_cluster.representation import read_landmarks
+
+    X, on_disk = memmap_rows
+    shift, scale = X.astype(np.float64).mean(0), 1.7
+    idx = np.array([0, 5, 6, 899])
+    ref = ((torch.as_tensor(X[idx], dtype=torch.float64) - torch.from_numpy(shift)) / scale).float().numpy()
+    np.testing.assert_array_equal(read_landmarks(on_disk, idx, shift, scale), ref)
+    np.testing.assert_array_equal(read_landmarks(on_disk, idx), X[idx])
+
+
+def test_encode_chunks_of_a_memmap_equals_the_encoder_on_each_chunk_in_memory(memmap_rows):
+    from sktransfer_cluster.representation import encode_chunks, normalise_rows
+
+    X, on_disk = memmap_rows
+    shift = X.astype(np.float64).mean(0)
+    enc = make_encoder(12, 3, (16,), generator=torch.Generator().manual_seed(0))
+    Z = encode_chunks(enc, on_disk, shift, 2.0, chunk_size=256)
+    rows = torch.from_numpy(normalise_rows(X, shift, 2.0))
+    with torch.no_grad():
+        ref = torch.cat([enc(rows[s : s + 256]) for s in range(0, 900, 256)])
+    torch.testing.assert_close(Z, ref, rtol=0, atol=0)
+
+
+def test_training_from_a_row_reader_equals_training_from_the_array(memmap_rows):
+    from sktransfer_cluster.representation import normalise_rows, row_reader
+
+    X, on_disk = memmap_rows
+    G = neighbour_graph(X, 5)
+    shift = X.astype(np.float64).mean(0)
+    runs = []
+    for inputs in (normalise_rows(X, shift, 2.0), row_reader(on_disk, shift, 2.0)):
+        enc = make_encoder(12, 2, (16,), generator=torch.Generator().manual_seed(0))
+        runs.append(train_neighbour_encoder(enc, inputs, G, n_epochs=2, batch_size=256,
+                                            generator=torch.Generator().manual_seed(1)))
+        runs.append(encode(enc, normalise_rows(X, shift, 2.0)))
+    assert runs[0] == runs[2]
+    np.testing.assert_array_equal(runs[1], runs[3])

@@ -399,3 +399,100 @@ def test_the_input_affine_of_a_dask_array_is_the_in_memory_one_from_one_task_per
         X[500, 2] = np.nan
         with pytest.raises(ValueError, match="NaN"):
             dd.dask_input_affine(da.from_array(X, chunks=(300, -1)))
+
+
+# ------------------------------------------------------------------ graph fits past the landmark count (issue 31)
+def _nonnegative_blobs(n, d, k=3, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(0, 1, (k, d)) * (rng.random((k, d)) < 0.4)
+    y = rng.integers(0, k, n)
+    return np.clip(centres[y] + 0.2 * rng.normal(size=(n, d)), 0, None).astype(np.float32), y
+
+
+class RowsTouched(np.ndarray):
+    """A view of an array that records the rows every indexing of it asks for.
+
+    A slice that is only cut into smaller slices (a view handed on in pieces, as the
+    consistency check's blocks of 2^20 rows are) reads nothing: its entry is zeroed
+    when it is indexed in turn.
+    """
+
+    log = []
+
+    def __getitem__(self, index):
+        entry = getattr(self, "_entry", None)
+        if entry is not None:
+            RowsTouched.log[entry] = 0
+        out = super().__getitem__(index)
+        first = index[0] if isinstance(index, tuple) else index
+        if isinstance(first, slice) or np.ndim(first) > 0:
+            RowsTouched.log.append(out.shape[0])
+            if isinstance(out, RowsTouched):
+                out._entry = len(RowsTouched.log) - 1
+        return out
+
+
+def test_a_graph_fit_past_the_landmark_count_reads_landmarks_and_chunks_never_the_whole_array(tmp_path, monkeypatch):
+    from sktransfer_cluster import SinkhornKMeans
+    from sktransfer_cluster.base.arrays import chunk_rows
+    from sktransfer_cluster.representation import landmarks
+
+    X, _ = _nonnegative_blobs(6000, 200)
+    np.save(tmp_path / "X.npy", X)
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 500)
+    tensors = []
+    validate, tensor = SinkhornKMeans._validate_input, SinkhornKMeans._tensor
+
+    def counted_input(self, X, **kwargs):
+        return validate(self, X, **kwargs).view(RowsTouched)
+
+    def counted_tensor(self, X):
+        tensors.append(X.shape[0])
+        return tensor(self, X)
+
+    monkeypatch.setattr(SinkhornKMeans, "_validate_input", counted_input)
+    monkeypatch.setattr(SinkhornKMeans, "_tensor", counted_tensor)
+    RowsTouched.log = []
+    km = SinkhornKMeans(3, embedding="autoencoder", pretrain_epochs=1, random_state=0, device="cpu")
+    km.fit(np.load(tmp_path / "X.npy", mmap_mode="r"))
+    chunk = chunk_rows(200)
+    assert chunk < 6000 and RowsTouched.log and tensors
+    # Landmarks are read in pieces, every pass in chunks: at most one chunk (or the landmarks) at a time.
+    assert max(RowsTouched.log + tensors) <= max(500, chunk)
+    assert km.labels_.shape == (6000,)
+
+
+def test_the_landmark_fit_on_a_memmap_equals_it_on_the_array_in_memory(tmp_path, monkeypatch):
+    from sktransfer_cluster import SinkhornKMeans
+    from sktransfer_cluster.representation import landmarks
+
+    X, y = _nonnegative_blobs(1500, 30)
+    np.save(tmp_path / "X.npy", X)
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 400)
+    fits = [SinkhornKMeans(3, embedding="autoencoder", pretrain_epochs=2, random_state=0, device="cpu").fit(data)
+            for data in (np.load(tmp_path / "X.npy", mmap_mode="r"), X)]
+    np.testing.assert_array_equal(fits[0].cluster_centers_, fits[1].cluster_centers_)
+    np.testing.assert_array_equal(fits[0].labels_, fits[1].labels_)
+
+
+@pytest.mark.parametrize("embedding", ["autoencoder", "neighbours"])
+def test_the_landmark_path_starts_only_past_the_landmark_count(monkeypatch, embedding):
+    import sktransfer_cluster.representation as representation
+    from sktransfer_cluster import SinkhornKMeans
+    from sktransfer_cluster.representation import landmarks
+
+    X, y = _nonnegative_blobs(600, 30)
+    reads = []
+    original = representation.read_landmarks
+    monkeypatch.setattr(representation, "read_landmarks", lambda X, index, *a: reads.append(len(index)) or
+                        original(X, index, *a))
+    params = dict(embedding=embedding, pretrain_epochs=2, random_state=0, device="cpu")
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 600)
+    SinkhornKMeans(3, **params).fit(X)
+    assert reads == []  # every row, in memory, as before landmarks existed
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 599)
+    km = SinkhornKMeans(3, **params).fit(X)
+    assert reads == [599]
+    from sklearn.metrics import adjusted_rand_score
+
+    assert adjusted_rand_score(y, km.labels_) == 1.0  # separated blobs, every row labelled by its code

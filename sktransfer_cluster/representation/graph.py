@@ -13,6 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from ..base.arrays import chunk_rows
 from ..base.runtime import compute_threads
 from ..base.streaming import iter_row_chunks
 
@@ -279,10 +280,10 @@ def auto_metric(X):
     >>> auto_metric(np.array([[5.0, 3.0], [4.0, 2.0]]))  # positive, but no zero: an offset, not intensities
     'euclidean'
     """
-    step = max(1, 2**22 // max(1, X.shape[1]))  # row chunks: no copy of a memmap
     negative = zero = False
     if not isinstance(X, np.ndarray):
         X = np.asarray(X)
+    step = chunk_rows(X.shape[1])  # row chunks of 4 MiB: no copy of a memmap
     # iter_row_chunks hands a memmap's pages back chunk by chunk; one negative value decides.
     for _, _, block in iter_row_chunks(X, step, dtype=X.dtype):
         negative = negative or bool((block < 0).any())
