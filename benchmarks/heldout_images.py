@@ -26,12 +26,15 @@ min_dist=0.0, random_state=seed)`` then ``GaussianMixture(K, n_init=3, random_st
 and ``KMeans(K, n_init=10)``, both fitted on the target alone, beside every method of
 ``sktransfer_cluster.registry.REGISTRY`` at its defaults (``REGISTRY[name].build(K,
 random_state=seed)``; ``--image-shape`` also passes the images' shape to the estimators
-that take one). Cells are medians [min, max] over the seeds; CPU s is the process time of
+that take one). On the transfer tasks (``cross``, ``same``, ``shift``) each method that can be
+fitted without labels also gets a row "<method> (target alone)": the same estimator
+``fit_predict`` on the target only, what transfer must beat to add anything (issue 28);
+``--no-target-alone`` leaves them out. Cells are medians [min, max] over the seeds; CPU s is the process time of
 fit + transfer (or fit_predict), with ``--threads`` threads (default 1).
 
     python benchmarks/heldout_images.py [--data mfeat-pix animal-mnist] [--tasks all cross same shift]
         [--methods UMAP+GMM KMeans TDCMCluster ...] [--seeds 0 1 2] [--per-class 500]
-        [--image-shape] [--threads 1] [--name NAME] [--smoke]
+        [--image-shape] [--no-target-alone] [--threads 1] [--name NAME] [--smoke]
     python benchmarks/heldout_images.py --combine NAME [NAME ...]
 
 Without ``--methods`` every peer and every registered method runs; the canonical file
@@ -57,6 +60,7 @@ from sktransfer_cluster.base import limit_threads
 from sktransfer_cluster.registry import REGISTRY
 
 PEERS = ("UMAP+GMM", "KMeans")
+ALONE = " (target alone)"
 TASKS = ("all", "cross", "same", "shift")
 SEEDS = [0, 1, 2]
 #: The shift of the ``shift`` task (``_common.domain_shift``).
@@ -123,17 +127,20 @@ def _skip_reason(name, task):
     return None
 
 
-def run_row(name, task, seed, args):
-    """One row: ``name`` (a peer or a registry method) on ``task`` for ``seed``."""
+def run_row(name, task, seed, args, alone=False):
+    """One row: ``name`` (a peer or a registry method) on ``task`` for ``seed``; ``alone``: the
+    method ``fit_predict`` on the target only."""
+    import torch
     from sklearn.cluster import KMeans
 
     from sktransfer_cluster.compare import umap_gmm
 
-    row = {"data": task.data, "task": task.name, "method": name, "seed": seed, "k": task.k}
+    row = {"data": task.data, "task": task.name, "method": name + (ALONE if alone else ""), "seed": seed, "k": task.k}
     skip = _skip_reason(name, task)
     if skip:
         return {**row, "skipped": skip}
     est = None
+    threads = torch.get_num_threads()
     try:
         with _common.Timer() as t:
             if name == "UMAP+GMM":
@@ -144,7 +151,7 @@ def run_row(name, task, seed, args):
                 est = REGISTRY[name].build(task.k, smallest=args.smoke, random_state=seed)
                 if args.image_shape and "image_shape" in est.get_params(deep=False):
                     est.set_params(image_shape=task.image_shape)
-                if task.protocol == "cluster":
+                if task.protocol == "cluster" or alone:
                     labels = est.fit_predict(task.X_target)
                 else:
                     _common.fit_source(est, task.X_source, task.y_source)
@@ -153,6 +160,10 @@ def run_row(name, task, seed, args):
         return {**row, "skipped": f"{exc}".splitlines()[0]}
     except (ValueError, RuntimeError, FloatingPointError, np.linalg.LinAlgError) as exc:
         return {**row, "failed": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
+    finally:
+        # umap-learn's numba raises OpenMP's (and torch's) threads to the cores on its first
+        # parallel call; the later rows keep the run's count.
+        torch.set_num_threads(threads)
     found = getattr(est, "n_clusters_", None) if est is not None else None
     return {
         **row,
@@ -166,6 +177,8 @@ def run_row(name, task, seed, args):
 def summarise(rows):
     out = []
     order = {name: i for i, name in enumerate([*TASKS, *PEERS, *REGISTRY])}
+    # Each method's target-alone row right after its transfer row.
+    order.update({name + ALONE: i + 0.5 for i, name in enumerate(REGISTRY, start=len(TASKS) + len(PEERS))})
     keys = sorted(dict.fromkeys((r["data"], r["task"], r["method"]) for r in rows),
                   key=lambda key: (key[0], order.get(key[1], 99), order.get(key[2], 99)))
     for data, task, method in keys:
@@ -207,9 +220,14 @@ def markdown(summary, titles, commands, args):
         "`REGISTRY[name].build(K, random_state=seed)`"
         + (" with `image_shape` set where the estimator takes it" if args.image_shape else "")
         + "; UMAP+GMM: `UMAP(n_components=10, n_neighbors=15, min_dist=0.0)` + `GaussianMixture(K, n_init=3)`; "
-        "KMeans: `n_init=10`; both fitted on the target alone. K found: the estimator's `n_clusters_` "
-        "(the peers: distinct labels).",
+        "KMeans: `n_init=10`; both fitted on the target alone. \"(target alone)\": the method `fit_predict` "
+        "on the target only. K found: the estimator's `n_clusters_` (the peers: distinct labels).",
     ]
+    codes = [c for c in getattr(args, "code", None) or [] if c]
+    if codes:
+        codes = [c for i, c in enumerate(codes) if c not in codes[:i]]
+        lines += ["", "Package code: " + "; ".join(
+            f"commit {c.get('commit')}" + (" with uncommitted changes" if c.get("dirty") else "") for c in codes) + "."]
     if len(commands) > 1:
         lines += ["", "Commands of the combined runs:", ""] + [f"- `{c}`" for c in commands]
     for data in dict.fromkeys(e["data"] for e in summary):
@@ -252,6 +270,7 @@ def combine(names, args):
     payload = {"rows": rows, "summary": summary, "titles": titles, "combined": names,
                "commands": [run["command"] for run in runs], "code": [run.get("code") for run in runs]}
     args.image_shape = any(run.get("image_shape") for run in runs)
+    args.code = payload["code"]
     args.threads = runs[0]["threads"]
     _common.write("heldout", None, payload, markdown(summary, titles, payload["commands"], args))
 
@@ -265,6 +284,8 @@ def main(argv=None):
     parser.add_argument("--per-class", type=int, default=500, help="Animal-MNIST images per class (default 500)")
     parser.add_argument("--image-shape", action="store_true",
                         help="pass the images' shape to the estimators that take image_shape")
+    parser.add_argument("--no-target-alone", dest="target_alone", action="store_false",
+                        help="skip the rows of each method fitted on the target alone (transfer tasks)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--combine", nargs="+", metavar="NAME",
                         help="write the canonical table from these variant runs (results/heldout/variants/NAME.json); "
@@ -275,7 +296,8 @@ def main(argv=None):
         return combine(args.combine, args)
     if args.smoke:
         args.seeds = [0]
-    full = set(args.methods) == {*PEERS, *REGISTRY} and args.seeds == SEEDS and args.tasks == list(TASKS)
+    full = (set(args.methods) == {*PEERS, *REGISTRY} and args.seeds == SEEDS and args.tasks == list(TASKS)
+            and args.target_alone)
     if args.name == _common.CANONICAL["heldout"] and not args.smoke and not full:
         parser.error("a subset of methods, tasks or seeds is a variant study: give it a --name")
     rows, titles = [], {}
@@ -285,14 +307,20 @@ def main(argv=None):
             for seed in args.seeds:
                 tasks = make_tasks(data, X, y, shape, seed, args.smoke)
                 for task in args.tasks:
-                    for name in args.methods:
+                    jobs = [(name, False) for name in args.methods]
+                    if tasks[task].protocol == "transfer" and args.target_alone:
+                        jobs += [(name, True) for name in args.methods
+                                 if name not in PEERS and not _common.requires_y(REGISTRY[name].estimator_class())]
+                    for name, alone in jobs:
                         t0 = time.perf_counter()
-                        rows.append(run_row(name, tasks[task], seed, args))
+                        rows.append(run_row(name, tasks[task], seed, args, alone=alone))
                         print(json.dumps(rows[-1]), f"({time.perf_counter() - t0:.1f} s)", flush=True)
     summary = summarise(rows)
+    args.code = [_code_state()]
     payload = {"rows": rows, "summary": summary, "titles": titles, "data": args.data, "tasks": args.tasks,
                "methods": args.methods, "seeds": args.seeds, "threads": args.threads, "shift": SHIFT,
-               "image_shape": args.image_shape, "per_class": args.per_class, "code": _code_state()}
+               "image_shape": args.image_shape, "per_class": args.per_class, "code": args.code[0],
+               "target_alone": args.target_alone}
     _common.write("heldout", args.name, payload, markdown(summary, titles, [_common.command_line()], args))
 
 

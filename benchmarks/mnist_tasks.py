@@ -1,5 +1,6 @@
 """The MNIST arena: the package's methods at their defaults on four real-image tasks,
-beside KMeans, GaussianMixture and SpectralClustering fitted on the target in the same run.
+beside UMAP+GMM (UMAP+HDBSCAN where K is not given), KMeans, GaussianMixture and
+SpectralClustering fitted on the target in the same run.
 
 The tasks are those of ``sktransfer-cluster compare --data mnist`` (``compare.TASKS["mnist"]``):
 the 5,000 real MNIST images (500 per digit, 28 x 28, scaled to [0, 1]) shipped inside the
@@ -23,16 +24,33 @@ registry gives it ``max_clusters=max(10, 2K)``, as compare does; runs before 202
 it ``max_clusters=K``.) ``--quick`` multiplies only the training budgets by 0.2
 (``compare.scale_budgets``).
 
+On the transfer tasks each method that can be fitted without labels also gets a row
+"<method> (target alone)": the same estimator, built the same way, ``fit_predict`` on the
+target only -- what transfer must beat to add anything (issue 28); ``--no-target-alone``
+leaves these rows out. The peers (issues 28, 29), fitted on the target alone:
+
+* ``UMAP+GMM`` where K is given: ``compare.umap_gmm`` (``UMAP(n_components=10,
+  n_neighbors=15, min_dist=0.0, random_state=seed)`` then ``GaussianMixture(K, n_init=3)``);
+* ``UMAP+HDBSCAN`` where K is not given: the same UMAP, then scikit-learn's
+  ``HDBSCAN(min_cluster_size=n // 20, min_samples=10)``; its noise (-1) counts as one more
+  cluster in ACC, not in K found;
+* ``KMeans`` (``n_init=10``), ``GaussianMixture`` (diagonal) and ``SpectralClustering``
+  (nearest neighbours), with K = 20 where K is not given (K found: their dominant clusters).
+
+Without umap-learn the UMAP rows say so in one line. Each results file records the package's
+commit (and whether it had uncommitted changes).
+
     python benchmarks/mnist_tasks.py [--tasks mnist5k cross cross_k20 artifact]
-        [--methods SinkhornKMeans TDCMCluster ...] [--no-peers] [--seeds 0 1 2]
-        [--threads 1] [--quick | --smoke] [--name NAME]
+        [--methods SinkhornKMeans TDCMCluster ...] [--peers UMAP+GMM KMeans ... | --no-peers]
+        [--no-target-alone] [--seeds 0 1 2] [--threads 1] [--quick | --smoke] [--name NAME]
     python benchmarks/mnist_tasks.py --combine NAME [NAME ...]
 
 Canonical run: ``python benchmarks/mnist_tasks.py`` (all tasks, all methods, seeds 0 1 2)
 writes benchmarks/results/mnist/mnist_tasks.{json,md}; a subset needs a ``--name`` (written
 to benchmarks/results/mnist/variants/), and ``--quick`` always writes there as
 ``<name>_quick``. ``--combine`` builds the canonical table from variant runs (one per
-method, say, run side by side); each run's command is kept in the table. Medians and
+method or seed, say); each run's command is kept in the table. A variant run (``--name``)
+may have fewer than 3 seeds, so that a long run can go seed by seed. Medians and
 spreads (min / max) are over the seeds. ``--smoke``: seed 0, each task cut to 150 rows per
 side of its first 3 classes, the registry's smallest budgets, under a temporary folder.
 """
@@ -43,6 +61,7 @@ import argparse
 import collections
 import functools
 import json
+import subprocess
 import time
 
 import _common
@@ -53,7 +72,11 @@ from sktransfer_cluster.compare import scale_budgets
 from sktransfer_cluster.metrics import n_dominant_clusters
 from sktransfer_cluster.registry import REGISTRY
 
-PEERS = ("KMeans", "GaussianMixture", "SpectralClustering")
+PEERS = ("UMAP+GMM", "UMAP+HDBSCAN", "KMeans", "GaussianMixture", "SpectralClustering")
+# The UMAP peers: UMAP+GMM takes K (the tasks that give it), UMAP+HDBSCAN does not (the task that
+# does not give K).
+_K_GIVEN_ONLY, _K_UNKNOWN_ONLY = ("UMAP+GMM",), ("UMAP+HDBSCAN",)
+ALONE = " (target alone)"
 # CLI name -> compare's task name (the CLI names are those of the results files).
 TASKS = {"mnist5k": "mnist-5k", "cross": "mnist-cross", "cross_k20": "mnist-cross-kmax20",
          "artifact": "artifact-mnist"}
@@ -82,11 +105,26 @@ def _skip_reason(method, task):
     return None
 
 
-def _run_estimator(name, task_name, seed, quick, smoke):
+def _code_state():
+    """The commit and any uncommitted change to the package, for the results file."""
+    def git(*a):
+        try:
+            return subprocess.run(["git", *a], cwd=_common.HERE, capture_output=True, text=True,
+                                  check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return None
+
+    return {"commit": git("rev-parse", "HEAD"), "dirty": git("status", "--porcelain", "--", "../sktransfer_cluster")}
+
+
+def _run_estimator(name, task_name, seed, quick, smoke, alone=False):
+    """One method's row; ``alone``: the same estimator ``fit_predict`` on the target only."""
     task = _arena(seed, smoke)[task_name]
     method = REGISTRY[name]
-    row = {"task": task_name, "method": name, "seed": seed, "k": _k(task)}
+    row = {"task": task_name, "method": name + (ALONE if alone else ""), "seed": seed, "k": _k(task)}
     skip = _skip_reason(method, task)
+    if alone and _common.requires_y(method.estimator_class()):
+        skip = "needs source labels to fit"
     if skip:
         return {**row, "skipped": skip}
     # As compare builds it: K given, or bounded on the task that does not give it.
@@ -95,7 +133,7 @@ def _run_estimator(name, task_name, seed, quick, smoke):
     budget = scale_budgets(est, QUICK_SCALE) if quick and not smoke else {}  # the budgets, nothing else
     with _common.Timer() as total:
         t0 = time.perf_counter()
-        if task.protocol == "cluster":
+        if task.protocol == "cluster" or alone:
             labels = est.fit_predict(task.X_target)
             fit_s, transfer_s = time.perf_counter() - t0, 0.0
         else:
@@ -117,21 +155,63 @@ def _run_estimator(name, task_name, seed, quick, smoke):
     }
 
 
+def _umap_hdbscan(X, seed):
+    """UMAP(10) (as ``compare.umap_gmm``) + scikit-learn's ``HDBSCAN(min_cluster_size=n // 20,
+    min_samples=10)``: issue 29's peer where K is not given. Returns (labels, clusters found)."""
+    import warnings
+
+    import numpy as np
+    from sklearn.cluster import HDBSCAN
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ImportWarning)  # umap-learn: TensorFlow absent
+        from umap import UMAP
+
+    n = X.shape[0]
+    Z = UMAP(n_components=max(1, min(10, n - 2)), n_neighbors=max(2, min(15, n - 1)), min_dist=0.0,
+             random_state=seed, n_jobs=1).fit_transform(X)
+    labels = HDBSCAN(min_cluster_size=max(2, n // 20), min_samples=min(10, n - 1), copy=True).fit_predict(Z)
+    return labels, int(np.unique(labels[labels >= 0]).size)
+
+
+def _peer_applies(name, task):
+    """UMAP+GMM only where K is given, UMAP+HDBSCAN only where it is not."""
+    return not (name in _K_GIVEN_ONLY and task.max_clusters) and not (name in _K_UNKNOWN_ONLY and not task.max_clusters)
+
+
 def _run_peer(name, task_name, seed, smoke):
+    import torch
+
+    from sktransfer_cluster.compare import umap_gmm
+
     task = _arena(seed, smoke)[task_name]
     K = _k(task)
-    est = _common.peer(name, K, seed)
-    with _common.Timer() as t:
-        labels = est.fit(task.X_target).predict(task.X_target) if name == "GaussianMixture" else \
-            est.fit_predict(task.X_target)
-    return {
-        "task": task_name,
-        "method": name,
-        "seed": seed,
-        "k": K,
-        **_common.scores(task.y_target, labels),
+    row = {"task": task_name, "method": name, "seed": seed, "k": K}
+    found = None
+    threads = torch.get_num_threads()
+    try:
+        with _common.Timer() as t:
+            if name == "UMAP+GMM":
+                labels = umap_gmm(task.X_target, K, random_state=seed)
+            elif name == "UMAP+HDBSCAN":
+                labels, found = _umap_hdbscan(task.X_target, seed)
+            else:
+                est = _common.peer(name, K, seed)
+                labels = est.fit(task.X_target).predict(task.X_target) if name == "GaussianMixture" else \
+                    est.fit_predict(task.X_target)
+    except ImportError as exc:  # umap-learn absent
+        return {**row, "skipped": f"{exc}".splitlines()[0]}
+    finally:
+        # umap-learn's numba raises OpenMP's (and torch's) threads to the cores on its first
+        # parallel call; the later rows keep the run's count.
+        torch.set_num_threads(threads)
+    if found is None and task.max_clusters:
         # With an upper bound the peers' K estimate is their number of dominant clusters.
-        "k_found": n_dominant_clusters(labels, n_clusters=K) if task.max_clusters else None,
+        found = n_dominant_clusters(labels, n_clusters=K)
+    return {
+        **row,
+        **_common.scores(task.y_target, labels),
+        "k_found": found,
         "fit_s": 0.0,
         "transfer_s": t.wall,
         "seconds": t.wall,
@@ -191,13 +271,22 @@ def _markdown(summary, args, built="registry"):
         + (_BUILT[built] if built in _BUILT else " / ".join(_BUILT.values()) + " (runs of both kinds combined)")
         + (" at the registry's smallest budgets on tiny data (`--smoke`)" if getattr(args, "smoke", False)
            else f", epoch counts x{QUICK_SCALE} (`--quick`)" if args.quick else "")
-        + ". Peers are fitted on the target in the same run (KMeans `n_init=10`, "
+        + ". Peers are fitted on the target in the same run (UMAP+GMM: `UMAP(n_components=10, "
+        "n_neighbors=15, min_dist=0.0, random_state=seed)` + `GaussianMixture(K, n_init=3)`; "
+        "UMAP+HDBSCAN, K not given: the same UMAP + `HDBSCAN(min_cluster_size=n // 20, min_samples=10)`, "
+        "noise counted as one more cluster in ACC, not in K found; KMeans `n_init=10`, "
         "GaussianMixture `covariance_type='diag'`, SpectralClustering "
-        "`affinity='nearest_neighbors'`). Seconds: wall time of fit + transfer (or fit_predict); "
+        "`affinity='nearest_neighbors'`). \"(target alone)\": the same estimator `fit_predict` on the "
+        "target only. Seconds: wall time of fit + transfer (or fit_predict); "
         "CPU s: its process time (- in runs recorded before it was kept).",
     ]
+    if getattr(args, "code", None):
+        lines += ["", "Package code: " + "; ".join(
+            f"commit {c.get('commit')}" + (" with uncommitted changes" if c.get("dirty") else "")
+            for c in args.code) + "."]
     for task in dict.fromkeys(s["task"] for s in summary):
-        lines += ["", f"## {_TITLES[task]}", "", "| method | K | ACC | NMI | ARI | K found | seconds | CPU s |", "|---|---|---|---|---|---|---|---|"]
+        lines += ["", f"## {_TITLES[task]}", "", "| method | K | ACC | NMI | ARI | K found | seconds | CPU s |",
+                  "|---|---|---|---|---|---|---|---|"]
         for s in (s for s in summary if s["task"] == task):
             name = f"{s['method']} (on target)" if s["method"] in PEERS else s["method"]
             if s["n_seeds"] != len(args.seeds):
@@ -217,7 +306,7 @@ def _markdown(summary, args, built="registry"):
 
 def _combine(names, args):
     """The canonical table from variant runs: their rows, each run's command kept."""
-    rows, commands, threads, built = [], [], set(), set()
+    rows, commands, threads, built, codes = [], [], set(), set(), []
     for name in names:
         stem = _common.result_stem("mnist", name)
         run = json.loads(stem.with_suffix(".json").read_text())
@@ -227,6 +316,7 @@ def _combine(names, args):
         rows += run["rows"]
         commands.append(run["command"])
         threads.add(run["threads"])
+        codes += [c for c in run.get("code") or [] if c not in codes]
     # The header names the seed set most rows used; a row with another count says so.
     per_row = collections.Counter(
         tuple(sorted({r["seed"] for r in rows if (r["task"], r["method"]) == key}))
@@ -234,12 +324,13 @@ def _combine(names, args):
     )
     args.seeds = list(per_row.most_common(1)[0][0])
     args.quick = False
+    args.code = codes
     summary = _summary(rows)
     runs = "\n".join(f"- `{c}`" for c in commands)
     md = (_markdown(summary, args, built.pop() if len(built) == 1 else "both")
           + f"\nCommand: `{_common.command_line()}`, combining the runs\n\n{runs}\n")
     payload = {"rows": rows, "summary": summary, "combined": names, "commands": commands,
-               "seeds": args.seeds, "threads": sorted(threads), "quick": False}
+               "seeds": args.seeds, "threads": sorted(threads), "quick": False, "code": codes}
     _common.write("mnist", None, payload, md)
 
 
@@ -248,8 +339,11 @@ def main(argv=None):
     parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
     parser.add_argument("--methods", nargs="*", choices=list(REGISTRY), default=list(REGISTRY),
                         help="registry methods to run (none: the peers only)")
-    parser.add_argument("--no-peers", dest="peers", action="store_false",
-                        help="skip KMeans, GaussianMixture and SpectralClustering")
+    parser.add_argument("--peers", nargs="*", choices=PEERS, default=list(PEERS),
+                        help="peers fitted on the target (default all; UMAP+GMM where K is given, UMAP+HDBSCAN where not)")
+    parser.add_argument("--no-peers", dest="peers", action="store_const", const=[], help="no peers")
+    parser.add_argument("--no-target-alone", dest="target_alone", action="store_false",
+                        help="skip the rows of each method fitted on the target alone (transfer tasks)")
     parser.add_argument("--seeds", type=int, nargs="+", default=SEEDS)
     parser.add_argument("--threads", type=int, default=1, help="torch and BLAS/OpenMP threads (default 1)")
     parser.add_argument("--quick", action="store_true", help=f"epoch counts x{QUICK_SCALE}; written to variants/")
@@ -261,27 +355,36 @@ def main(argv=None):
         args.seeds = [0]
     if args.combine:
         return _combine(args.combine, args)
-    if len(args.seeds) < 3 and not args.quick:
-        parser.error("medians and spreads need at least 3 seeds (or --quick for a smoke run)")
+    variant = args.name != _common.CANONICAL["mnist"]
+    if len(args.seeds) < 3 and not (args.quick or variant):
+        parser.error("medians and spreads need at least 3 seeds (or --quick, or a --name for a run to --combine)")
     full = (args.tasks == list(TASKS) and args.methods == list(REGISTRY) and args.seeds == SEEDS
-            and args.peers)
+            and list(args.peers) == list(PEERS) and args.target_alone)
     if args.name == _common.CANONICAL["mnist"] and not args.quick and not full:
         parser.error("a subset of tasks, methods, peers or seeds is a variant study: give it a --name")
-    peers = PEERS if args.peers else ()
+    peers = [p for p in PEERS if p in args.peers]
     rows = []
     with limit_threads(args.threads):
         for seed in args.seeds:
             for task in args.tasks:
-                for method in [*args.methods, *peers]:
+                transfer = _arena(seed, args.smoke)[task].protocol != "cluster"
+                jobs = [(m, False) for m in args.methods]
+                if transfer and args.target_alone:
+                    jobs += [(m, True) for m in args.methods
+                             if not _common.requires_y(REGISTRY[m].estimator_class())
+                             and _skip_reason(REGISTRY[m], _arena(seed, args.smoke)[task]) is None]
+                jobs += [(p, False) for p in peers if _peer_applies(p, _arena(seed, args.smoke)[task])]
+                for method, alone in jobs:
                     t0 = time.perf_counter()
                     if method in PEERS:
                         row = _run_peer(method, task, seed, args.smoke)
                     else:
-                        row = _run_estimator(method, task, seed, args.quick, args.smoke)
+                        row = _run_estimator(method, task, seed, args.quick, args.smoke, alone=alone)
                     rows.append(row)
                     print(json.dumps({k: v for k, v in row.items() if k != "budget"}),
                           f"({time.perf_counter() - t0:.1f} s)", flush=True)
     summary = _summary(rows)
+    args.code = [_code_state()]
     payload = {
         "rows": rows,
         "summary": summary,
@@ -292,6 +395,8 @@ def main(argv=None):
         "threads": args.threads,
         "quick": args.quick,
         "built": "registry",
+        "target_alone": args.target_alone,
+        "code": args.code,
     }
     _common.write("mnist", args.name, payload, _markdown(summary, args), quick=args.quick)
 
