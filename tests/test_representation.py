@@ -327,3 +327,16 @@ def test_training_from_a_row_reader_equals_training_from_the_array(memmap_rows):
         runs.append(encode(enc, normalise_rows(X, shift, 2.0)))
     assert runs[0] == runs[2]
     np.testing.assert_array_equal(runs[1], runs[3])
+
+
+def test_shared_neighbour_weights_scale_each_edge_by_the_overlap_of_the_two_neighbourhoods():
+    from sktransfer_cluster.representation import fuzzy_graph, shared_neighbour_weights
+
+    X, _ = blobs(200)
+    idx, dist = knn(X, 6)
+    G = fuzzy_graph(idx, dist)
+    hoods = [set(row) | {i} for i, row in enumerate(idx.tolist())]
+    S = shared_neighbour_weights(G, idx).tocoo()
+    assert S.nnz == G.nnz
+    for i, j, w in zip(S.row, S.col, S.data):
+        assert w == G[i, j] * (len(hoods[i] & hoods[j]) / 7.0)
