@@ -36,6 +36,7 @@ from .arrays import (
     input_affine,
     within_cluster_sum_of_squares,
 )
+from .compiled import CompiledStep, compile_step, compiler_unavailable
 from .contract import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, WithinClusterScoreMixin
 from .runtime import (
     COMPUTE_THREADS,
@@ -83,4 +84,7 @@ __all__ = [
     "check_resolution",
     "fold_affine",
     "within_cluster_sum_of_squares",
+    "compile_step",
+    "compiler_unavailable",
+    "CompiledStep",
 ]

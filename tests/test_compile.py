@@ -1,0 +1,103 @@
+"""base.compiled: opt-in torch.compile of a training step and its fallback to eager mode.
+
+The fast tests trace with TorchDynamo and the ``aot_eager`` backend (no C++ compiler
+run); the test that compiles C++ with inductor costs tens of CPU seconds on a cold
+cache and runs only with ``SKTRANSFER_COMPILE_TESTS=1``.
+"""
+
+import os
+import warnings
+
+import pytest
+import torch
+
+from sktransfer_cluster.base import CompiledStep, compile_step, compiler_unavailable
+
+
+def _step(x):
+    return (x * x).sum(1).exp() - x.mean()
+
+
+@pytest.fixture
+def no_cxx():
+    """A machine without a C++ compiler, as inductor's own compiler search sees it."""
+    from torch._inductor import config, cpp_builder
+
+    cpp_builder.cpp_compiler_search.cache_clear()
+    with config.patch({"cpp.cxx": ("/nonexistent/c++",)}):
+        yield
+    cpp_builder.cpp_compiler_search.cache_clear()
+
+
+def test_compile_step_disabled_returns_the_function_itself():
+    assert compile_step(_step, False) is _step
+
+
+def test_compiler_unavailable_names_a_missing_cxx(no_cxx):
+    reason = compiler_unavailable("cpu")
+    assert reason is not None and "C++ compiler" in reason
+
+
+def test_missing_compiler_warns_and_runs_eagerly_with_equal_results(no_cxx):
+    x = torch.randn(7, 3, generator=torch.Generator().manual_seed(0))
+    with pytest.warns(UserWarning, match="runs eagerly"):
+        step = compile_step(_step, True)
+    assert isinstance(step, CompiledStep) and not step.compiled
+    assert torch.equal(step(x), _step(x))
+
+
+def test_failed_compilation_warns_once_and_stays_eager(monkeypatch):
+    calls = []
+
+    def broken(x):
+        calls.append(x)
+        raise RuntimeError("simulated inductor failure")
+
+    monkeypatch.setattr(torch, "compile", lambda fn, **options: broken)
+    monkeypatch.setattr("sktransfer_cluster.base.compiled.compiler_unavailable", lambda device="cpu": None)
+    step = compile_step(_step, True)
+    assert step.compiled
+    x = torch.randn(4, 2, generator=torch.Generator().manual_seed(1))
+    with pytest.warns(UserWarning, match="compilation failed"):
+        out = step(x)
+    assert torch.equal(out, _step(x))
+    assert not step.compiled
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.equal(step(x), _step(x))
+    assert len(calls) == 1
+
+
+def test_an_error_of_the_function_itself_is_raised_not_swallowed():
+    def bad(x):
+        raise ValueError("bad input")
+
+    step = CompiledStep(bad, backend="aot_eager")
+    with pytest.raises(ValueError, match="bad input"):
+        step(torch.zeros(2))
+
+
+@pytest.mark.skipif(compiler_unavailable("cpu") is not None, reason="torch.compile is unavailable here")
+def test_traced_step_equals_eager_and_its_gradients_too():
+    x = torch.randn(9, 4, generator=torch.Generator().manual_seed(2), requires_grad=True)
+    step = compile_step(_step, True, backend="aot_eager")
+    out = step(x)
+    (g,) = torch.autograd.grad(out.sum(), x)
+    x2 = x.detach().clone().requires_grad_(True)
+    ref = _step(x2)
+    (g2,) = torch.autograd.grad(ref.sum(), x2)
+    assert step.compiled
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(g, g2)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("SKTRANSFER_COMPILE_TESTS") or compiler_unavailable("cpu") is not None,
+    reason="compiles C++ with inductor (tens of CPU seconds cold); set SKTRANSFER_COMPILE_TESTS=1",
+)
+def test_inductor_step_equals_eager_on_batches_of_two_sizes():
+    step = compile_step(_step, True)
+    for n in (8, 5):
+        x = torch.randn(n, 3, generator=torch.Generator().manual_seed(n))
+        torch.testing.assert_close(step(x), _step(x))
+    assert step.compiled
