@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from sklearn.base import BaseEstimator, ClusterMixin, clone
 from sklearn.datasets import make_blobs
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
@@ -23,7 +24,10 @@ from sklearn.utils import get_tags
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import sktransfer_cluster
-from sktransfer_cluster.base import TransferClusterMixin
+from sktransfer_cluster.base import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin
+from sktransfer_cluster.base.arrays import FoldedRows, inference_rows
+from sktransfer_cluster.base.contract import inplace_activations
+from sktransfer_cluster.nn import init_module
 
 from . import test_common as common
 
@@ -375,3 +379,182 @@ def test_the_example_registered_as_a_sixth_method_runs_through_compare(only_meth
     # Fitted on digits 0-4, transferred to 5-9: well above the 0.2 of chance on five classes.
     assert row.acc > 0.5
     assert len(row.labels) == tasks[0].X_target.shape[0]
+
+
+# ------------------------------------------- predict through a network: the folded input
+class _NetCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
+    """A fixed random network ``d -> 256 -> 3`` on the affine-normalised rows (no training)."""
+
+    _input_normalization = "affine"
+    _cpu_dtype = torch.float32
+    _parameter_constraints = dict(COMMON_PARAMETER_CONSTRAINTS)
+
+    def __init__(self, device="cpu", random_state=0, keep_best=False, callbacks=None, verbose=0):
+        self.device = device
+        self.random_state = random_state
+        self.keep_best = keep_best
+        self.callbacks = callbacks
+        self.verbose = verbose
+
+    def _fit(self, X, y, *, rng, torch_gen):
+        self.net_ = torch.nn.Sequential(torch.nn.Linear(X.shape[1], 256), torch.nn.ReLU(), torch.nn.Linear(256, 3))
+        init_module(self.net_, torch_gen)
+        self.n_iter_ = 0
+        self.labels_ = self._labels(X)
+
+    def _transfer(self, X, *, rng, torch_gen):
+        return self._labels(X)
+
+    def _scores(self, X):
+        return self.net_(self._tensor(X))
+
+    def _predict(self, X):
+        return self._scores(X).argmax(1).cpu().numpy()
+
+    def score(self, X, y=None):
+        return 0.0
+
+
+def _net_data(offset=0.0, n=3000):
+    X, _ = make_blobs(n_samples=n, centers=3, n_features=8, cluster_std=0.5, random_state=0)
+    return (X * 3.0 + offset).astype(np.float32)
+
+
+def _normalised_scores(est, X):
+    """The network on rows normalised in float64 (the path outside predict), float64 scores."""
+    shift, scale = est._input_affine
+    with torch.no_grad():
+        return est.net_(torch.as_tensor(((X.astype(np.float64) - shift) / scale).astype(np.float32))).double().numpy()
+
+
+def _predict_scores(est, X):
+    """The network's scores as predict computes them (inside its input fold)."""
+    with est._input_fold(X), torch.no_grad():
+        return est._scores(X).double().numpy()
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e4])
+def test_predict_scores_through_the_folded_first_layer_match_the_normalised_rows(offset):
+    # offset 1e4 (1,000 spreads): each chunk is first centred at the float32 shift.
+    X = _net_data(offset)
+    est = _NetCluster().fit(X)
+    want, got = _normalised_scores(est, X), _predict_scores(est, X)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+    top2 = np.sort(want, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 1e-4 * np.abs(want).max()  # ties may flip in rounding
+    assert clear.mean() > 0.99
+    np.testing.assert_array_equal(est.predict(X)[clear], want.argmax(1)[clear])
+
+
+def test_predict_makes_no_float64_normalised_copy_of_float32_rows(monkeypatch):
+    from sktransfer_cluster.base import arrays, contract
+
+    X = _net_data()
+    est = _NetCluster().fit(X)
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].shape)
+        return arrays.normalise_rows.__wrapped__(*args, **kwargs)
+
+    spy.__wrapped__ = arrays.normalise_rows
+    monkeypatch.setattr(contract, "normalise_rows", spy)
+    monkeypatch.setattr(arrays, "normalise_rows", spy)
+    est.predict(X)
+    assert calls == []
+    est._tensor(X)  # outside predict: the exact float64 normalisation, as before
+    assert calls == [X.shape]
+
+
+def test_float64_rows_keep_the_exact_normalisation_in_predict():
+    X = _net_data().astype(np.float64)
+    est = _NetCluster().fit(X)
+    with est._input_fold(X):
+        rows = est._tensor(X)
+    assert type(rows) is torch.Tensor
+    shift, scale = est._input_affine
+    np.testing.assert_array_equal(rows.numpy(), ((X - shift) / scale).astype(np.float32))
+
+
+def test_every_operation_but_a_linear_layer_sees_the_normalised_rows_exactly():
+    X = _net_data(offset=50.0)
+    est = _NetCluster().fit(X)
+    want = est._tensor(X)
+    with est._input_fold(X):
+        rows = est._tensor(X)
+    assert isinstance(rows, FoldedRows) and isinstance(rows[10:20], FoldedRows)
+    assert rows.shape == want.shape and rows.dtype == want.dtype
+    torch.testing.assert_close(rows * 1.0, want, rtol=0, atol=0)
+    torch.testing.assert_close(rows[10:20, 2], want[10:20, 2], rtol=0, atol=0)
+    torch.testing.assert_close(torch.cat([rows[:5], rows[5:9]]), want[:9], rtol=0, atol=0)
+    torch.testing.assert_close(rows.numpy(), want.numpy(), rtol=0, atol=0)
+
+
+def test_a_linear_layer_with_autograd_gets_the_normalised_rows_and_its_gradient():
+    X = _net_data()
+    est = _NetCluster().fit(X)
+    with est._input_fold(X):
+        rows = est._tensor(X[:50])
+    layer = est.net_[0]
+    out = layer(rows)  # gradients enabled: no folded weights, which would detach it
+    torch.testing.assert_close(out, layer(est._tensor(X[:50])), rtol=0, atol=0)
+    out.sum().backward()
+    assert layer.weight.grad is not None
+
+
+def test_predicts_in_several_threads_each_get_their_own_fold():
+    from concurrent.futures import ThreadPoolExecutor
+
+    X = _net_data(n=6000)
+    est, other = _NetCluster().fit(X), _NetCluster(random_state=1).fit(X + 1)
+    want = est.predict(X), other.predict(X + 1)
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda i: (est, other)[i % 2].predict(X + i % 2), range(8)))
+    for i, labels in enumerate(got):
+        np.testing.assert_array_equal(labels, want[i % 2])
+
+
+def test_predict_chunks_keep_a_block_through_the_widest_layer_in_cache(monkeypatch):
+    X = _net_data(n=5000)
+    est = _NetCluster().fit(X)
+    sizes = []
+    predict = est._predict
+    monkeypatch.setattr(est, "_predict", lambda rows: sizes.append(rows.shape[0]) or predict(rows))
+    est.predict(X)
+    # 256 float32 values per row in the widest layer: 1,024 rows make 1 MiB.
+    assert max(sizes) == inference_rows(X.shape[1], 256) == 1024 and sum(sizes) == X.shape[0]
+
+
+# ------------------------------------------------------------ in-place activations
+def _activation_net():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.ReLU(), torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.BatchNorm1d(8), torch.nn.LeakyReLU(0.1),
+        torch.nn.Linear(8, 8), torch.nn.LeakyReLU(0.0), torch.nn.Linear(8, 3),
+    )
+
+
+def test_inplace_activations_change_only_activations_after_a_fresh_output():
+    net = _activation_net()
+    assert inplace_activations(net) == 2
+    # The first reads the caller's tensor; a LeakyReLU of slope 0 would break its backward pass.
+    assert [m.inplace for m in net if hasattr(m, "inplace")] == [False, True, True, False]
+
+
+def test_inplace_activations_keep_outputs_and_gradients():
+    x = torch.randn(32, 4)
+    nets = [_activation_net(), _activation_net()]
+    inplace_activations(nets[1])
+    outs = []
+    for net in nets:
+        out = net(x)
+        out.square().sum().backward()
+        outs.append((out.detach(), [p.grad for p in net.parameters()]))
+    torch.testing.assert_close(outs[0][0], outs[1][0], rtol=0, atol=0)
+    for a, b in zip(outs[0][1], outs[1][1]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_fit_leaves_the_networks_activations_in_place():
+    est = _NetCluster().fit(_net_data(n=300))
+    assert est.net_[1].inplace
