@@ -1,5 +1,6 @@
 """TDCMCluster: the behaviours specific to the transferable deep clustering model."""
 
+import os
 import warnings
 
 import numpy as np
@@ -12,7 +13,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from sktransfer_cluster import TDCMCluster
-from sktransfer_cluster.base import TrainingRun, chunked
+from sktransfer_cluster.base import TrainingRun, chunked, compiler_unavailable
 from sktransfer_cluster.cluster.tdcm.model import (
     adapt_centroids,
     final_objective,
@@ -847,3 +848,49 @@ def test_neighbours_is_deterministic_pickles_and_clones(pixel_task):
     np.testing.assert_array_equal(c.predict(Xt), a.predict(Xt))
     np.testing.assert_array_equal(c.transfer(Xt), a.transfer(Xt))
     assert a.embedding_dim_ == 10 and a.cluster_centers_.shape == (3, 10)
+
+
+# ----------------------------------------------------------------- compile=True (issue 31 item 5)
+_TINY = dict(representation="input", n_blocks=1, embedding_dim=2, max_epochs=2, adapt_n_init=1, smoothing_steps=0,
+             batch_size=32, random_state=0, device="cpu")
+
+
+def _tiny_blobs():
+    return make_blobs(60, n_features=2, centers=2, random_state=0)[0]
+
+
+@pytest.mark.skipif(compiler_unavailable("cpu") is not None, reason="torch.compile is unavailable here")
+def test_compile_true_traces_the_step_and_matches_eager(monkeypatch):
+    # aot_eager: TorchDynamo's graph and AOTAutograd's backward without a C++ build (seconds, not tens).
+    monkeypatch.setattr(TDCMCluster, "_compile_options", {"backend": "aot_eager"})
+    X = _tiny_blobs()
+    compiled = TDCMCluster(2, compile=True, **_TINY).fit(X)
+    eager = TDCMCluster(2, **_TINY).fit(X)
+    np.testing.assert_allclose(compiled.cluster_centers_, eager.cluster_centers_, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(compiled.labels_, eager.labels_)
+    np.testing.assert_allclose([h["loss"] for h in compiled.history_], [h["loss"] for h in eager.history_], rtol=1e-5)
+
+
+def test_compile_true_without_a_compiler_warns_and_equals_eager_exactly():
+    from torch._inductor import config, cpp_builder
+
+    X = _tiny_blobs()
+    cpp_builder.cpp_compiler_search.cache_clear()
+    try:
+        with config.patch({"cpp.cxx": ("/nonexistent/c++",)}), pytest.warns(UserWarning, match="runs eagerly"):
+            fallback = TDCMCluster(2, compile=True, **_TINY).fit(X)
+    finally:
+        cpp_builder.cpp_compiler_search.cache_clear()
+    eager = TDCMCluster(2, **_TINY).fit(X)
+    np.testing.assert_array_equal(fallback.cluster_centers_, eager.cluster_centers_)
+    assert fallback.history_ == eager.history_
+
+
+@pytest.mark.skipif(not os.environ.get("SKTRANSFER_COMPILE_TESTS"),
+                    reason="compiles C++ with inductor (tens of CPU seconds cold); set SKTRANSFER_COMPILE_TESTS=1")
+def test_compile_true_with_inductor_matches_eager_within_float_tolerance():
+    X = _tiny_blobs()
+    compiled = TDCMCluster(2, compile=True, **_TINY).fit(X)
+    eager = TDCMCluster(2, **_TINY).fit(X)
+    np.testing.assert_allclose(compiled.cluster_centers_, eager.cluster_centers_, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(compiled.labels_, eager.labels_)

@@ -32,6 +32,7 @@ from ...base import (
     check_image_shape,
     chunked,
     compact_labels,
+    compile_step,
     make_generators,
 )
 
@@ -53,6 +54,11 @@ PAPER_PARAMS = {
     "smoothing_steps": 0,
     "max_epochs": 500,
 }
+
+
+def _batch_objective(net, encoder, X):
+    """TDCM's loss and its terms on the minibatch ``X``: what ``compile=True`` compiles."""
+    return net.objective(encoder(X))
 
 
 class TDCMCluster(
@@ -185,6 +191,18 @@ class TDCMCluster(
         Adam learning rate (paper: 5e-3 synthetic, 5e-4 real data).
     weight_decay : float, default=5e-4
         Adam weight decay.
+    compile : bool, default=False
+        Compile the training step (a minibatch's encoder pass and TDCM's loss, and
+        so its backward) with ``torch.compile``
+        (:func:`~sktransfer_cluster.base.compile_step`): fused kernels instead of
+        hundreds of small operations per step. Epochs of the blocks' training run
+        several times faster, after a one-off compilation of tens of CPU seconds
+        (less when inductor's on-disk cache already holds the graph, e.g. on a
+        second fit); worth it for long fits only (``docs/notes/tdcm.md``).
+        Needs a C++ compiler on the CPU (Triton on CUDA); without one, or if
+        compilation fails, it warns and trains eagerly. Results equal the eager
+        ones within floating-point rounding. The neighbour encoder's training
+        (``representation="neighbours"``) is not compiled.
     keep_best : bool, default=False
         After a ``KeyboardInterrupt`` in training, True keeps the encoder and
         blocks of the lowest-loss epoch so far and completes with a warning
@@ -304,6 +322,7 @@ class TDCMCluster(
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "weight_decay": [Interval(Real, 0, None, closed="left")],
+        "compile": ["boolean"],
         **COMMON_PARAMETER_CONSTRAINTS,
     }
 
@@ -335,6 +354,7 @@ class TDCMCluster(
         batch_size=256,
         learning_rate=5e-3,
         weight_decay=5e-4,
+        compile=False,
         keep_best=False,
         callbacks=None,
         device="auto",
@@ -364,6 +384,7 @@ class TDCMCluster(
         self.batch_size = batch_size
         self.learning_rate = learning_rate
         self.weight_decay = weight_decay
+        self.compile = compile
         self.keep_best = keep_best
         self.callbacks = callbacks
         self.device = device
@@ -421,15 +442,23 @@ class TDCMCluster(
         params = list(encoder.parameters()) + list(self.blocks_.parameters())
         opt = torch.optim.Adam(params, lr=self.learning_rate, weight_decay=self.weight_decay)
         n = Xt.shape[0]
+        # compile=True: the minibatch's forward pass and loss (and so its backward) as fused kernels.
+        objective = compile_step(_batch_objective, self.compile, device=self.device_, what="TDCM's training step",
+                                 **self._compile_options)
         encoder.train()
         with self._training(phase, epochs, state=[encoder, self.blocks_]) as run:
             for _ in run.epochs():
                 for idx in run.batches(n, self.batch_size, torch_gen, Xt.device):
-                    loss, terms = net.objective(encoder(Xt[idx]))
+                    loss, terms = objective(net, encoder, Xt[idx])
                     run.step(opt, loss, weight=idx.shape[0], **terms)
                 run.end_epoch()
         encoder.eval()
         return run.completed
+
+    #: torch.compile's options for compile=True (over base.COMPILE_OPTIONS): scalar C++ kernels
+    #: (the tensors are b x b and batch x K, too small for SIMD to pay), whose compilation took a
+    #: third less CPU than vectorised ones at the same epoch time (docs/notes/tdcm.md).
+    _compile_options = {"options": {"cpp.vec_isa_ok": False}}
 
     # ------------------------------------------------- representation="neighbours"
     #: Epochs of the neighbour encoder on the source graph (fit) and the target graph (transfer).
