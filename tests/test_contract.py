@@ -25,7 +25,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import sktransfer_cluster
 from sktransfer_cluster.base import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin
-from sktransfer_cluster.base.arrays import FoldedRows, inference_rows
+from sktransfer_cluster.base.arrays import FoldedRows, chunk_rows, inference_rows
 from sktransfer_cluster.base.contract import inplace_activations
 from sktransfer_cluster.nn import init_module
 
@@ -398,7 +398,7 @@ class _NetCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
     def _fit(self, X, y, *, rng, torch_gen):
         self.net_ = torch.nn.Sequential(torch.nn.Linear(X.shape[1], 256), torch.nn.ReLU(), torch.nn.Linear(256, 3))
-        init_module(self.net_, torch_gen)
+        init_module(self.net_, torch_gen).to(self._dtype())
         self.n_iter_ = 0
         self.labels_ = self._labels(X)
 
@@ -523,6 +523,19 @@ def test_predict_chunks_keep_a_block_through_the_widest_layer_in_cache(monkeypat
     est.predict(X)
     # 256 float32 values per row in the widest layer: 1,024 rows make 1 MiB.
     assert max(sizes) == inference_rows(X.shape[1], 256) == 1024 and sum(sizes) == X.shape[0]
+
+
+def test_an_estimator_working_in_float64_keeps_the_usual_chunks(monkeypatch):
+    class _Float64Net(_NetCluster):
+        _cpu_dtype = torch.float64
+
+    X = np.tile(_net_data(n=1000), (70, 1))  # more rows than one usual chunk (65,536 at 8 features)
+    est = _Float64Net().fit(X[:1000])
+    sizes = []
+    predict = est._predict
+    monkeypatch.setattr(est, "_predict", lambda rows: sizes.append(rows.shape[0]) or predict(rows))
+    est.predict(X)
+    assert max(sizes) == chunk_rows(X.shape[1])
 
 
 # ------------------------------------------------------------ in-place activations
