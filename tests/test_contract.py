@@ -490,6 +490,16 @@ def test_every_operation_but_a_linear_layer_sees_the_normalised_rows_exactly():
     torch.testing.assert_close(rows.numpy(), want.numpy(), rtol=0, atol=0)
 
 
+def test_a_linear_layer_after_an_in_place_change_of_the_rows_sees_the_change():
+    X = _net_data()
+    est = _NetCluster().fit(X)
+    with est._input_fold(X):
+        rows = est._tensor(X[:50])
+    rows.mul_(0.0)  # on the normalised rows, as outside predict
+    with torch.no_grad():
+        torch.testing.assert_close(est.net_[0](rows), est.net_[0].bias.expand(50, -1), rtol=0, atol=0)
+
+
 def test_a_linear_layer_with_autograd_gets_the_normalised_rows_and_its_gradient():
     X = _net_data()
     est = _NetCluster().fit(X)

@@ -205,7 +205,8 @@ class FoldedRows(torch.Tensor):
 
     ``linear`` (without autograd) runs on the raw rows with the folded weights; row slices
     ``rows[a:b]`` stay folded; shape, dtype and device are read as they are; every other
-    operation sees the normalised rows.
+    operation sees the normalised rows, computed once and from then on the rows for every
+    operation (so a change made in place is never bypassed by the fold).
     """
 
     @staticmethod
@@ -224,7 +225,8 @@ class FoldedRows(torch.Tensor):
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         x = args[0] if args else None
-        if type(x) is cls:
+        # Once the normalised rows exist (an operation may have changed them in place), they are the rows.
+        if type(x) is cls and x._normalised is None:
             if func is F.linear and not torch.is_grad_enabled():
                 weight = args[1] if len(args) > 1 else kwargs["weight"]
                 bias = args[2] if len(args) > 2 else kwargs.get("bias")
