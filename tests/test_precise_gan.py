@@ -593,7 +593,9 @@ def test_a_flat_array_is_never_compared_as_images(wide_blobs, monkeypatch):
 def test_encoder_maps_a_held_out_row_of_a_training_cluster_into_that_cluster(wide_blobs):
     X, y = wide_blobs
     held = np.arange(X.shape[0]) % 10 == 0
-    model = PreciseFeatureGAN(3, representation_epochs=20, hidden_dims=(32, 32), n_iter=100, device="cpu",
+    # 300 generator steps: at 100 the GAN left one of the three (well separated) code clusters
+    # without a point on seed 0 once the graph of these signed rows became Euclidean (1 seed of 5).
+    model = PreciseFeatureGAN(3, representation_epochs=20, hidden_dims=(32, 32), n_iter=300, device="cpu",
                               random_state=0).fit(X[~held])
     train_labels = model.labels_
     # Each true cluster is one label on the training rows ...
@@ -625,8 +627,11 @@ def test_the_nearest_classifier_moves_each_generated_point_to_the_mean_of_its_ro
 def test_transfer_puts_one_generated_point_at_the_mean_of_each_target_cluster(wide_blobs):
     # A target whose three clusters lie elsewhere than the source's: after transfer each
     # generated point is the mean code of one target cluster, a different one for each point.
+    # A real (small) budget: at WIDE's 3 generator steps and 3 encoder epochs the transfer kept
+    # all three clusters on 1 seed of 4 with either graph; at these, on 4 of 4 (seeds 0-3).
     X_target, y_target = make_blobs(n_samples=150, centers=3, n_features=30, cluster_std=1.0, random_state=1)
-    model = PreciseFeatureGAN(3, **WIDE).fit(wide_blobs[0])
+    model = PreciseFeatureGAN(3, representation_epochs=20, hidden_dims=(32, 32), n_iter=300, device="cpu",
+                              random_state=0).fit(wide_blobs[0])
     labels = model.transfer(X_target)
     codes = model._unprep(model._prep(X_target))
     true_means = np.stack([codes[y_target == c].mean(0) for c in range(3)])
@@ -662,6 +667,37 @@ def test_transfer_refines_the_encoder_as_many_epochs_as_fit_trains_it(wide_blobs
     model = PreciseFeatureGAN(3, **{**WIDE, "representation_epochs": 3}).fit(wide_blobs[0])
     model.transfer(wide_blobs[0] + 0.5)
     assert seen == [("representation", 3), ("refine", 3)]
+
+
+def test_the_neighbour_graph_of_rows_at_a_per_feature_offset_is_that_of_the_unshifted_rows(wide_blobs, monkeypatch):
+    # Rows at an offset (or with negative values) have no meaningful origin: the graph is the
+    # Euclidean one of the standardised rows, so an offset of 1e8 leaves the neighbours, the
+    # codes and the labels as they were (the cosine of the raw rows saw every row alike).
+    # Non-negative rows that reach zero (pixels) keep the cosine of the raw rows.
+    from sktransfer_cluster import representation
+
+    seen = []
+    original = representation.neighbour_graph
+
+    def spy(X, k, **kwargs):
+        seen.append((kwargs["metric"], np.array(X)))
+        return original(X, k, **kwargs)
+
+    monkeypatch.setattr(representation, "neighbour_graph", spy)
+    X, y = wide_blobs
+    offset = np.where(np.arange(X.shape[1]) % 2 == 0, 1e8, -3e5)
+    plain = PreciseFeatureGAN(3, **WIDE).fit(X)
+    shifted = PreciseFeatureGAN(3, **WIDE).fit(X + offset)
+    (m_plain, rows_plain), (m_shifted, rows_shifted) = seen
+    assert m_plain == m_shifted == "euclidean"
+    np.testing.assert_allclose(rows_shifted, rows_plain, atol=1e-4)  # the standardised rows
+    np.testing.assert_array_equal(shifted.labels_, plain.labels_)
+    np.testing.assert_array_equal(shifted.predict(X + offset), plain.labels_)
+    shifted.transfer(X[::-1] + offset)
+    assert seen[-1][0] == "euclidean"  # chosen on the source, kept for the target
+    seen.clear()
+    PreciseFeatureGAN(3, **WIDE).fit(np.maximum(X - np.median(X), 0.0))
+    assert seen[0][0] == "cosine" and seen[0][1].min() == 0.0  # the raw rows
 
 
 def test_neighbour_representation_refuses_the_conv_architecture(wide_blobs):
@@ -715,6 +751,37 @@ def test_transfer_keeps_the_gan_whose_points_cover_the_target_best(wide_blobs):
     default = copy.deepcopy(source)
     default.transfer(X[::-1] + 0.5)
     assert default.transfer_start_ == "source"
+
+
+@pytest.mark.parametrize("winner", ["source", "refit"])
+def test_transfer_with_refit_keeps_the_model_whose_labels_agree_more_with_the_target_neighbours(
+        wide_blobs, monkeypatch, winner):
+    # refit=True also fits a copy on the target alone; the fine-tuned model's agreement is
+    # computed first, the copy's second. The kept model is the whole of that model.
+    X = wide_blobs[0]
+    target = X[::-1] + 0.5
+    source = PreciseFeatureGAN(3, **WIDE).fit(X)
+    plain = copy.deepcopy(source)
+    plain.transfer(target)
+    alone = PreciseFeatureGAN(3, **WIDE).fit(target)
+    scores = iter([0.5, 0.9] if winner == "refit" else [0.9, 0.5])
+    monkeypatch.setattr(precise_gan, "neighbour_agreement", lambda labels, neighbours: next(scores))
+    model = copy.deepcopy(source)
+    labels = model.transfer(target, refit=True)
+    assert model.transfer_start_ == winner
+    assert model.transfer_agreement_ == ({"source": 0.5, "refit": 0.9} if winner == "refit" else
+                                         {"source": 0.9, "refit": 0.5})
+    kept = alone if winner == "refit" else plain
+    np.testing.assert_array_equal(labels, kept.labels_)
+    np.testing.assert_array_equal(model.predict(target), kept.predict(target))
+    np.testing.assert_allclose(model.cluster_centers_, kept.cluster_centers_)
+
+
+def test_neighbour_agreement_is_the_share_of_each_rows_neighbours_with_its_label():
+    labels = np.array([0, 0, 0, 1, 1])
+    neighbours = np.array([[1, 2], [0, 3], [4, 1], [4, 0], [3, 2]])
+    assert precise_gan.neighbour_agreement(labels, neighbours) == pytest.approx((1 + 0.5 + 0.5 + 0.5 + 0.5) / 5)
+    assert precise_gan.neighbour_agreement(labels[::-1] * 0, neighbours) == 1.0
 
 
 def test_a_pickled_model_with_an_encoder_predicts_the_same(wide_blobs):

@@ -33,16 +33,30 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.base import BaseEstimator, ClusterMixin
+from sklearn.base import BaseEstimator, ClusterMixin, clone
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
 from ...base import (COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_image_shape, chunked,
-                    compact_labels, make_generators)
+                    compact_labels, compute_threads, make_generators)
 from .networks import (build_networks, classifier_step, critic_step, default_eta_step,
                    draw_ids, eta_schedule, generator_step, latent, mean_entropy, set_requires_grad)
 
-__all__ = ["PreciseFeatureGAN", "PAPER_PARAMS", "eta_schedule"]
+__all__ = ["PreciseFeatureGAN", "PAPER_PARAMS", "eta_schedule", "neighbour_agreement"]
+
+
+def neighbour_agreement(labels, neighbours):
+    """Mean over rows of the fraction of their neighbours (``neighbours[i]``: indices) that share
+    their label: how well a partition respects a data set's neighbourhoods, no classes needed.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> neighbour_agreement(np.array([0, 0, 1, 1]), np.array([[1, 2], [0, 3], [3, 0], [2, 1]]))
+    0.5
+    """
+    labels = np.asarray(labels)
+    return float((labels[np.asarray(neighbours)] == labels[:, None]).mean())
 
 #: The paper's settings of the parameters whose defaults depart from it
 #: (``PreciseFeatureGAN(K, **PAPER_PARAMS)``): its synthetic-data networks
@@ -112,8 +126,12 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     representation : {"auto", "neighbours"} or None, default="auto"
         Where the GAN works. ``"neighbours"``: an MLP encoder
         ``n_features -> 256 -> 256 -> 10`` is first trained on the fit rows'
-        k-NN graph (15 neighbours, cosine distances, edges weighted by shared
-        neighbours; with ``image_shape``, distances between images blurred by
+        k-NN graph (15 neighbours, edges weighted by shared neighbours; the
+        cosine of the raw rows when they are non-negative and reach zero, as
+        pixels and counts do, else the Euclidean distance between the
+        standardised rows, so an offset or a change of units leaves the
+        neighbours as they were; :func:`~sktransfer_cluster.representation.auto_metric`
+        of the source, kept for the target; with ``image_shape``, distances between images blurred by
         one pixel and minimised over one-pixel shifts) with a parametric-UMAP
         loss (:mod:`sktransfer_cluster.representation`), and ``G``, ``D`` and
         ``C`` then work on the 10 codes (standardised); ``predict`` encodes new
@@ -381,6 +399,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     _transfer_parameter_constraints = {
         "transfer_iter": [Interval(Integral, 1, None, closed="left"), None],
         "n_restarts": [Interval(Integral, 0, None, closed="left")],
+        "refit": ["boolean"],
     }
 
     def __init__(
@@ -573,15 +592,24 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
     # ---------------------------------------------------------- representation
     def _train_representation(self, X, Xt, n_epochs, torch_gen, phase):
-        """Train ``encoder_`` in place on the k-NN graph of the raw rows ``X``, its inputs the
-        standardised rows ``Xt``: ``n_epochs`` passes over the graph's edges, on the CPU."""
+        """Train ``encoder_`` in place on the k-NN graph of the rows ``X``, its inputs the
+        standardised rows ``Xt``: ``n_epochs`` passes over the graph's edges, on the CPU.
+
+        The graph's distance is ``_graph_metric`` (:func:`~sktransfer_cluster.representation.auto_metric`
+        of the source's values): the cosine of the raw rows for non-negative rows that reach
+        zero (pixels, counts), else the Euclidean distance between the standardised rows
+        ``Xt``, whose neighbours do not depend on the data's offset or units (the cosine of
+        rows at an offset of 1e8 sees every row point the same way).
+        """
         from ...representation import neighbour_graph, steps_per_epoch, train_neighbour_encoder
 
         if n_epochs == 0 or X.shape[0] < 3:
             return
         image = self.image_shape is not None
+        metric = getattr(self, "_graph_metric", "cosine")  # models pickled before the rule: cosine
+        rows = X if metric == "cosine" else Xt.detach().to("cpu", torch.float32).numpy()
         graph = neighbour_graph(
-            X, min(_NEIGHBOURS, X.shape[0] - 1), metric="cosine",
+            rows, min(_NEIGHBOURS, X.shape[0] - 1), metric=metric,
             image_shape=tuple(self.image_shape) if image else None,
             max_shift=_MAX_SHIFT if image else 0, blur=_BLUR if image else 0.0, shared_neighbours=True,
         )
@@ -698,8 +726,10 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.encoder_, self._code_affine = None, None
         represented = self._represents(X)
         if represented:
-            from ...representation import make_encoder
+            from ...representation import auto_metric, make_encoder
 
+            # Chosen on the source's values and kept for transfer's target graph.
+            self._graph_metric = auto_metric(X)
             self.encoder_ = make_encoder(X.shape[1], _CODE_DIM, _ENCODER_HIDDEN, generator=torch_gen)
             self._train_representation(X, Xt, int(self.representation_epochs), torch_gen, "representation")
             self.encoder_ = self.encoder_.eval().to(device=self.device_, dtype=self._dtype())
@@ -718,7 +748,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             self._nearest_point_classifier(Xt)
         self.labels_ = self._assign(Xt)
 
-    def transfer(self, X, *, transfer_iter=None, n_restarts=0):
+    def transfer(self, X, *, transfer_iter=None, n_restarts=0, refit=False):
         """Cluster an unlabelled target by fine-tuning the GAN from its source weights.
 
         With the neighbour representation the encoder is first refined on
@@ -746,6 +776,16 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             the fresh GAN on the refined codes scored 0.714 against 0.812 for
             the fine-tuned one, and the criterion kept the fine-tuned one
             (``docs/notes/precise_gan.md``, 2026-11-27).
+        refit : bool, default=False
+            Also fit a copy of the estimator (same parameters and
+            ``random_state``) on the target alone, and keep whichever model's
+            labels agree more with the target's own neighbours: the fraction
+            of each row's 15 nearest neighbours (the distance of the
+            representation's graph, on the rows) that share its label, the
+            fine-tuned model on ties. ``transfer_start_`` is ``"refit"`` when
+            the copy was kept (the estimator then is that model: its
+            standardisation, encoder and networks), and
+            ``transfer_agreement_`` holds both agreements. Costs a fit.
 
         Returns
         -------
@@ -760,9 +800,9 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         >>> model.transfer(X + 0.5, transfer_iter=2).shape
         (60,)
         """
-        return super().transfer(X, transfer_iter=transfer_iter, n_restarts=n_restarts)
+        return super().transfer(X, transfer_iter=transfer_iter, n_restarts=n_restarts, refit=refit)
 
-    def _transfer(self, X, *, rng, torch_gen, transfer_iter=None, n_restarts=0):
+    def _transfer(self, X, *, rng, torch_gen, transfer_iter=None, n_restarts=0, refit=False):
         """Fine-tune ``D``, ``C`` and ``G`` from their current weights on the target ``X``, then re-fit ``C``.
 
         ``transfer_iter`` generator steps; None is the ``transfer_iter``
@@ -794,7 +834,36 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
                 if error < best[0]:
                     best = (error, (self.generator_, self.critic_, self.classifier_), f"restart {r + 1}")
             (self.generator_, self.critic_, self.classifier_), self.transfer_start_ = best[1], best[2]
-        return self._assign(Xt)
+        labels = self._assign(Xt)
+        self.transfer_agreement_ = None
+        if refit:
+            fresh = clone(self)
+            fresh.callbacks = self.callbacks  # the same observers, not copies
+            fresh.fit(X)
+            neighbours = self._neighbour_indices(X)
+            agree = {"source": neighbour_agreement(labels, neighbours),
+                     "refit": neighbour_agreement(fresh.labels_, neighbours)}
+            if agree["refit"] > agree["source"]:
+                kept = {"n_features_in_", "feature_names_in_"}
+                self.__dict__.update({k: v for k, v in vars(fresh).items() if k not in kept})
+                labels, self.transfer_start_ = fresh.labels_, "refit"
+            self.transfer_agreement_ = agree
+        return labels
+
+    def _neighbour_indices(self, X):
+        """The ``_NEIGHBOURS`` nearest neighbours of each row of ``X`` (indices), by the distance of
+        the representation's graph (:meth:`_train_representation`; image blur and shifts with
+        ``image_shape``), ``auto_metric`` of ``X`` where the model has no encoder."""
+        from ...representation import auto_metric, knn, prepare_rows
+
+        metric = getattr(self, "_graph_metric", None) or auto_metric(X)
+        rows = X if metric == "cosine" else self._tensor(X).detach().to("cpu", torch.float32).numpy()
+        image = self.image_shape is not None and self._represents(X)
+        shape = tuple(self.image_shape) if image else None
+        with compute_threads(blas=True):
+            rows = prepare_rows(rows, metric=metric, image_shape=shape, blur=_BLUR if image else 0.0)
+            idx, _ = knn(rows, min(_NEIGHBOURS, X.shape[0] - 1), image_shape=shape, max_shift=_MAX_SHIFT if image else 0)
+        return idx
 
     @torch.no_grad()
     def _quantisation_error(self, Xt):
