@@ -409,6 +409,18 @@ def _rank_summary(rows):
     }
 
 
+def _training_pools(pools, n_pools, seed):
+    """The blob pools the critic learns from: linearly separable (the paper's), as ``make_blobs``
+    draws them (``overlapping``: touching blobs), or half of each (``mixed``)."""
+    if pools != "mixed":
+        return make_c2m_sets("blobs", n_sets=n_pools, n_points=1500, separable=pools == "separable",
+                             random_state=seed)
+    half = n_pools // 2
+    Xa, ya, ga = make_c2m_sets("blobs", n_sets=n_pools - half, n_points=1500, separable=True, random_state=seed)
+    Xb, yb, gb = make_c2m_sets("blobs", n_sets=half, n_points=1500, random_state=seed)
+    return np.vstack([Xa, Xb]), np.concatenate([ya, yb]), np.concatenate([ga, gb + n_pools - half])
+
+
 def _ranking_main(args):
     """``--ranking``: the critic's ranking accuracy at the defaults, per kind of held-out set."""
     n_sets = 2 if args.smoke else args.sets
@@ -420,8 +432,7 @@ def _ranking_main(args):
         params = _common.smoke_params("C2MCluster", max_clusters=10, random_state=seed, **args.params)
         if args.kinds:
             c0 = time.process_time()
-            X, y, g = make_c2m_sets("blobs", n_sets=n_pools, n_points=1500,
-                                    separable=args.pools == "separable", random_state=seed)
+            X, y, g = _training_pools(args.pools, n_pools, seed)
             est = C2MCluster(**params).fit(X, y, groups=g)
             fit_s = time.process_time() - c0
         for kind in args.kinds:
@@ -599,9 +610,9 @@ def main(argv=None):
     ap.add_argument("--kinds", nargs="*", default=["blobs", "moons", "circles"],
                     help="with --ranking: synthetic kinds of held-out sets (none: skip the synthetic part)")
     ap.add_argument("--mnist", action="store_true", help="with --defaults-transfer / --ranking: also MNIST 0-4 -> 5-9")
-    ap.add_argument("--pools", choices=["separable", "overlapping"], default="separable",
+    ap.add_argument("--pools", choices=["separable", "overlapping", "mixed"], default="separable",
                     help="with --ranking: the training blob pools, linearly separable (the paper's) or as "
-                    "make_blobs draws them (touching blobs)")
+                    "make_blobs draws them (touching blobs), or half of each")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="with --defaults-transfer")
     _common.add_smoke_argument(ap)
     args = _common.setup(ap.parse_args(argv))
