@@ -152,7 +152,11 @@ class SinkhornKMeans(
         weighted by shared neighbours) stay close in its output (UMAP's loss,
         as a network, so that ``predict`` and ``transfer`` map new rows). Then
         OT k-means runs on the codes with the size prior. Each fit on the graph
-        builds the exact k-NN graph of X: O(n^2) distance computations.
+        builds the exact k-NN graph of X: O(n^2) distance computations. Past
+        :data:`~sktransfer_cluster.representation.LANDMARK_ROWS` (50,000) rows the
+        graph is that of as many landmark rows drawn by index, the network trains
+        on it, and every row's code is computed chunk by chunk: X, in memory or an
+        ``np.memmap``, is never copied (``docs/notes/representation.md``).
     hidden_dims : "auto" or tuple of int, default="auto"
         Encoder widths, at least one, all positive; the last one is the
         embedding dimension. With ``image_shape`` the leading entries are the
@@ -223,8 +227,9 @@ class SinkhornKMeans(
         no copy of X is made, so an ``np.memmap`` larger than memory fits.
         ``"auto"``: ``"minibatch"`` when a float64 copy of X would pass 1 GiB,
         else ``"full"``. A dask array is always fitted on its workers
-        (:meth:`fit`). Ignored with an embedding, which trains on the whole
-        source in memory.
+        (:meth:`fit`). Ignored with an embedding: the graph embeddings read X
+        by landmarks and chunks past 50,000 rows (see ``embedding``), the
+        paper's autoencoder (``neighbour_weight=0``) holds it in memory.
     keep_best : bool, default=False
         What a ``KeyboardInterrupt`` during the embedding training leaves. False:
         the estimator as it was before the call. True: fitting stops, the
