@@ -556,15 +556,21 @@ def observing(estimator, callback):
 # --------------------------------------------------------------------------- results
 
 
-def machine():
+def machine(threads=None):
+    """The machine and software of a run. ``threads``: the torch threads the run chose (an int or a
+    list of them); None reads the count now, which a library (umap-learn's numba) may have raised."""
     import torch
 
+    if threads is None:
+        threads = torch.get_num_threads()
+    elif not isinstance(threads, int):
+        threads = ", ".join(str(t) for t in threads)
     return {
         "date": time.strftime("%Y-%m-%d"),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": threads,
         "processor": platform.processor() or platform.machine(),
     }
 
@@ -640,7 +646,7 @@ def write(area, name, payload, markdown, quick=False):
     (``name=None``: the area's canonical name), the command line in both, and return the stem."""
     stem = result_stem(area, name, quick)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"machine": machine(), "command": command_line(), **payload}
+    payload = {"machine": machine(payload.get("threads")), "command": command_line(), **payload}
     stem.parent.joinpath(stem.name + ".json").write_text(json.dumps(payload, indent=2, default=str))
     m = payload["machine"]
     header = (
