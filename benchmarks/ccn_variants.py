@@ -53,7 +53,11 @@ files into markdown rows.
   each output's rows and true classes, ``G``'s share of similar calls within and between outputs,
   and the labels under the join rule of today (average linkage) and of 67ecebf (single linkage).
 * ``s3`` (issue 30 S3): ``CCNCluster(bound, estimate_n_clusters=True)`` on labelled
-  ``make_blobs(300, centers=3, cluster_std=0.5, random_state=0)``, bounds 3 and 4, ``--seeds``.
+  ``make_blobs(300, centers=3, cluster_std=0.5, random_state=0)``, bounds 3 and 4, ``--seeds``
+  (``--touching``: also ``make_blobs(100, centers=3, random_state=0)``, two blobs touching).
+* ``relabel`` (issue 29): K unknown under today's labelling rule (thresholds and ``_assign``
+  rerun) on the ``CCNCluster(20, estimate_n_clusters=True)`` that ``transfer --bound-only --save``
+  stored: ACC, clusters, ``G``'s precision and recall on unseen pairs at both thresholds.
 
 The gbn, gdiag, labels and gauc variants replace functions of the CCN wing's ``pairs`` module
 (or G's backbone) for the run: they are experiments on the estimator's internals and may need
@@ -71,7 +75,8 @@ mending when those change.
     python benchmarks/ccn_variants.py --variant transfer --data mnist --seed 0 --specs '{"name": "defaults"}'
     python benchmarks/ccn_variants.py --variant transfer --data mfeat-shift --seed 0 --specs '{"name": "defaults"}'
     python benchmarks/ccn_variants.py --variant links --data mnist --seed 2 [--save FOLDER]
-    python benchmarks/ccn_variants.py --variant s3 --seeds 0 1 2
+    python benchmarks/ccn_variants.py --variant s3 --seeds 0 1 2 [--touching]
+    python benchmarks/ccn_variants.py --variant relabel --data mfeat --seeds 0 1 2 --save FOLDER
     python benchmarks/ccn_variants.py --smoke
 
 There is no canonical run: each stored result names its command. Every run uses one torch thread
@@ -102,7 +107,8 @@ from sktransfer_cluster.cluster.ccn import CCNCluster, pairs  # noqa: E402
 from sktransfer_cluster.datasets import load_digits_transfer, load_mnist_transfer  # noqa: E402
 from sktransfer_cluster.metrics import clustering_accuracy, n_dominant_clusters  # noqa: E402
 
-VARIANTS = ("cost", "full", "remeasure", "tables", "gbn", "gdiag", "gnorm", "labels", "gauc", "transfer", "links", "s3")
+VARIANTS = ("cost", "full", "remeasure", "tables", "gbn", "gdiag", "gnorm", "labels", "gauc", "transfer", "links", "s3",
+            "relabel")
 
 
 class Rows:
@@ -634,7 +640,7 @@ def links(args, out):
     outputs = est._inference_net(Z).detach().cpu().numpy().argmax(1)
     n = outputs.shape[0]
     sub = np.unique(np.linspace(0, n - 1, min(n, ccn_estimator._LINK_ROWS)).astype(np.int64))
-    similar = pairs.pair_probabilities(est._current_g(), Z[sub]) > est.similarity_threshold_
+    similar = pairs.pair_probabilities(est._current_g(), Z[sub]) > getattr(est, "link_threshold_", est.similarity_threshold_)
     o = outputs[sub]
     used = [a for a in np.unique(o) if (o == a).sum() >= 5]
     share = [[float(similar[np.ix_(o == a, o == b)].mean()) for b in used] for a in used]
@@ -654,21 +660,73 @@ def links(args, out):
     out(row)
 
 
+def thresholds_of_today(est, Z):
+    """Recompute ``est``'s thresholds on the target codes ``Z`` with today's rule (``link_threshold_``
+    included), for an estimator saved by an earlier ``transfer --save``: the same ``G`` and draw."""
+    from sktransfer_cluster.base import chunked
+    from sktransfer_cluster.nn import knn_indices
+
+    g = est._current_g()
+    knn = None if est.similar_neighbors_ is None else knn_indices(Z, est.similar_neighbors_)
+    with torch.no_grad():
+        feats = chunked(g.backbone, Z)
+        est.similarity_threshold_, est.dissimilar_threshold_, est.link_threshold_ = est._threshold(g, Z, feats, knn, None)
+
+
+def relabel(args, out):
+    """K unknown under today's labelling rule, on the estimators that ``transfer --bound-only --save``
+    stored (``--save``; ``--data``, ``--seeds``): their thresholds recomputed, ``_assign`` rerun (the
+    training is untouched by the rule, so the labels are those a transfer of today would give from
+    the same fit); ACC, NMI, clusters found, and ``G``'s precision and recall on the unseen pairs of
+    1,000 fixed target rows at the training threshold (``t_*``) and at the link threshold
+    (``link_*``), with the outputs' sizes and majority classes."""
+    import joblib
+
+    for seed in args.seeds:
+        task = transfer_task(args.data, seed)
+        Xt, yt = task.X_target, task.y_target
+        est = joblib.load(os.path.join(args.save, f"{args.data}_defaults_K20_seed{seed}.joblib"))
+        Z = est._codes(est._tensor(Xt))
+        thresholds_of_today(est, Z)
+        lab = est._assign(est.clustering_net_, Z)
+        sub = np.sort(np.random.default_rng(123).choice(Xt.shape[0], size=min(1000, Xt.shape[0]), replace=False))
+        P = np.asarray(pairs.pair_probabilities(est._current_g(), Z[sub]))
+        same = yt[sub][:, None] == yt[sub][None, :]
+        off = ~np.eye(sub.shape[0], dtype=bool)
+        row = dict(data=args.data, seed=seed, setting="defaults, relabelled", K=20, acc=clustering_accuracy(yt, lab),
+                   nmi=nmi(yt, lab), n_clusters_=int(est.n_clusters_), ndc=int(est.n_dominant_clusters_),
+                   g_auc=float(roc_auc_score(same[off], P[off])))
+        for name, t in (("t", est.similarity_threshold_), ("link", est.link_threshold_)):
+            S = (P > t) & off
+            row.update({name: float(t), f"{name}_precision": float((S & same).sum() / max(S.sum(), 1)),
+                        f"{name}_recall": float((S & same).sum() / (same & off).sum()), f"{name}_called": float(S.mean())})
+        outputs = est._inference_net(Z).detach().cpu().numpy().argmax(1)
+        row["outputs"] = {int(a): [int((outputs == a).sum()), int(np.bincount(yt[outputs == a]).argmax())]
+                          for a in np.unique(outputs)}
+        row["labels"] = {int(c): [int((lab == c).sum()), int(np.bincount(yt[lab == c]).argmax())] for c in np.unique(lab)}
+        out(row)
+
+
 def s3(args, out):
     """Issue 30 S3: ``CCNCluster(bound, estimate_n_clusters=True)`` fitted on labelled
     ``make_blobs(300, centers=3, cluster_std=0.5, random_state=0)`` and transferred to the same rows,
-    for bounds 3 and 4 and seeds ``--seeds``: clusters found and ACC of fit and transfer."""
+    for bounds 3 and 4 and seeds ``--seeds``: clusters found and ACC of fit and transfer. ``--touching``
+    adds ``make_blobs(100, centers=3, random_state=0)`` (std 1: two blobs touch, KMeans 0.90)."""
     from sklearn.datasets import make_blobs
 
-    X, y = make_blobs(n_samples=300, centers=3, cluster_std=0.5, random_state=0)
-    for bound in (3, 4):
-        for seed in args.seeds:
-            est = ccn_defaults(bound, seed, estimate_n_clusters=True).fit(X, y)
-            fit = (int(est.n_clusters_), clustering_accuracy(y, est.labels_))
-            lab = est.transfer(X)
-            out(dict(data="make_blobs(300, centers=3, cluster_std=0.5, random_state=0)", bound=bound, seed=seed,
-                     fit_n_clusters_=fit[0], fit_acc=fit[1], transfer_n_clusters_=int(est.n_clusters_),
-                     transfer_acc=clustering_accuracy(y, lab)))
+    sets = {"make_blobs(300, centers=3, cluster_std=0.5, random_state=0)": dict(n_samples=300, cluster_std=0.5)}
+    if args.touching:
+        sets["make_blobs(100, centers=3, random_state=0)"] = dict(n_samples=100, cluster_std=1.0)
+    for name, kw in sets.items():
+        X, y = make_blobs(centers=3, random_state=0, **kw)
+        for bound in (3, 4):
+            for seed in args.seeds:
+                est = ccn_defaults(bound, seed, estimate_n_clusters=True).fit(X, y)
+                fit = (int(est.n_clusters_), clustering_accuracy(y, est.labels_))
+                lab = est.transfer(X)
+                out(dict(data=name, bound=bound, seed=seed, fit_n_clusters_=fit[0], fit_acc=fit[1],
+                         transfer_n_clusters_=int(est.n_clusters_), transfer_acc=clustering_accuracy(y, lab),
+                         link_threshold=getattr(est, "link_threshold_", None)))
 
 
 def transfer_tables(rows):
@@ -690,9 +748,9 @@ def transfer_tables(rows):
              "|---|---|---|---|---|---|---|---|---|---|"]
     for (d, st, K), rs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
         rs.sort(key=lambda r: r["seed"])
-        cpu = [r.get("total_cpu", r["cpu"]) for r in rs]
+        cpu = [c for c in (r.get("total_cpu", r.get("cpu")) for r in rs) if c is not None]  # relabel: none
         g = ""
-        if "g_auc" in rs[0]:
+        if "g_precision" in rs[0]:
             g = " / ".join(spread([r[k] for r in rs]).split(" [")[0] for k in ("g_auc", "g_precision", "g_recall"))
         lines.append(
             f"| {d} | {st} | {K} | {spread([r['acc'] for r in rs])} | "
@@ -711,7 +769,7 @@ def tables(files):
             rows += [json.loads(line) for line in f if line.strip()]
     rows = [r for r in rows if "command" not in r]
     # transfer's rows (and the peers beside them) have their own table.
-    mine = [r for r in rows if "total_cpu" in r or str(r.get("setting", "")).startswith("peer ")]
+    mine = [r for r in rows if "total_cpu" in r or str(r.get("setting", "")).startswith(("peer ", "defaults, relabelled"))]
     rows = [r for r in rows if r not in mine]
     lines = transfer_tables(mine) if mine else []
     groups = collections.defaultdict(list)
@@ -757,6 +815,7 @@ def main(argv=None):
     ap.add_argument("--specs", nargs="+", default=None, help="gbn, labels, gauc: the variants to run")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="gauc")
     ap.add_argument("--out", default=None, help="also append the JSON lines to this file")
+    ap.add_argument("--touching", action="store_true", help="s3: also the touching blobs (100 rows, std 1)")
     _common.add_smoke_argument(ap)
     args = _common.setup(ap.parse_args(argv))
     torch.set_num_threads(1)
@@ -771,11 +830,15 @@ def main(argv=None):
         gauc(args, out)
         args.specs = ["base", "confdis0.1:20", "e2:5"]
         labels(args, out)
+        import tempfile
+
         args.specs, args.no_peers, args.no_bound = ['{"name": "defaults"}'], True, False
-        for args.data in ("digits", "digits-shift"):
-            transfer(args, out)
-        args.data = "digits"
-        links(args, out)
+        with tempfile.TemporaryDirectory() as args.save:
+            for args.data in ("digits", "digits-shift"):
+                transfer(args, out)
+            args.data, args.seeds = "digits", [args.seed]
+            links(args, out)
+            relabel(args, out)
         s3(args, out)
         tables([path])
         print(f"wrote {path}", flush=True)
@@ -788,7 +851,7 @@ def main(argv=None):
         tables(args.files)
         return
     fns = {"cost": cost, "full": full, "remeasure": remeasure, "gbn": gbn, "gdiag": gdiag, "gnorm": gnorm,
-           "labels": labels, "gauc": gauc, "transfer": transfer, "links": links, "s3": s3}
+           "labels": labels, "gauc": gauc, "transfer": transfer, "links": links, "s3": s3, "relabel": relabel}
     fns[args.variant](args, Rows(args.out))
 
 

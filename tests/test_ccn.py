@@ -1031,3 +1031,43 @@ def test_rows_far_beyond_the_fitted_data_get_finite_scores_and_the_labels_of_the
         # Far along a ray the label no longer changes: 1e150 and 1e40 give the same labels.
         np.testing.assert_array_equal(est.predict(Xt * 1e150), est.predict(Xt * 1e40))
         assert np.isfinite(est.score(Xt))  # ordinary rows are not touched
+
+
+def test_a_group_under_half_an_equal_share_of_the_clusters_kept_is_dropped_whatever_the_bound():
+    """mfeat-pix 5-9 under a bound of 20: a group of 25 style-sixes beside five of about 200 rows
+    was kept, as it sat exactly on n / (2 bound) = 25. The floor is now half the mean size of the
+    groups kept (1000 / 10 here), so it goes; equal-sized clusters and issue 30 S3's 33 of 100
+    under a bound of 3 stay."""
+    from sktransfer_cluster.cluster.ccn import pairs
+
+    sizes = np.array([200, 205, 195, 200, 175, 25])
+    assert pairs.kept_groups(sizes, 20).tolist() == [True] * 5 + [False]
+    assert pairs.kept_groups(sizes, 6).tolist() == [True] * 5 + [False]  # the bound does not matter
+    assert pairs.kept_groups(np.array([34, 33, 33]), 3).all()
+    assert pairs.kept_groups(np.array([34, 33, 33, 0]), 4).tolist() == [True, True, True, False]
+    # A smaller true cluster above half the mean is kept: 120 beside four of 220 (120 >= 1000 / 10).
+    assert pairs.kept_groups(np.array([220, 220, 220, 220, 120]), 20).all()
+
+
+def test_links_between_outputs_are_judged_at_gs_uncapped_neighbour_threshold(monkeypatch):
+    """Digits 5-9 under a bound of 20: G scores even the neighbour pairs above 0.5, so f's
+    threshold sits at its cap (0.5), where G called a quarter of all unseen pairs similar
+    (precision 0.71-0.77) and linked the 5s with the 8s (K 3 and 2 on seeds 0 and 2). The links
+    are judged at the threshold at which G calls 90 % of the neighbour pairs similar, uncapped."""
+    from sktransfer_cluster.cluster.ccn import pairs
+    from sktransfer_cluster.nn import knn_indices
+
+    Xs, ys, Xt, _ = _blob_task()
+    est = CCNCluster(12, estimate_n_clusters=True, n_similarity_nets=1, device="cpu", random_state=0).fit(Xs, ys)
+    seen = []
+    monkeypatch.setattr(pairs, "linked_outputs", lambda similar, *a, **k: seen.append(similar) or np.arange(12))
+    est.transfer(Xt)
+    Z = est._codes(est._tensor(Xt))
+    g = est._current_g()
+    P = pairs.pair_probabilities(g, Z)
+    p_nb = P[np.arange(Z.shape[0])[:, None], knn_indices(Z, est.similar_neighbors_).numpy()]
+    assert abs((p_nb > est.link_threshold_).mean() - 0.9) < 0.02  # 90 % of the neighbour pairs
+    assert est.link_threshold_ > 0.5 == est.similarity_threshold_  # capped for f, not for the links
+    np.testing.assert_array_equal(seen[-1], P > est.link_threshold_)  # the n = 150 <= 1,000 rows
+    fixed = CCNCluster(12, estimate_n_clusters=True, similarity_threshold=0.3, **dict(FAST, clustering_epochs=1))
+    assert fixed.fit(Xs, ys).link_threshold_ == 0.3  # a given threshold serves both

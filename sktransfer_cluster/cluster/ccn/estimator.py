@@ -103,10 +103,12 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     estimate_n_clusters : bool, default=False
         Whether ``n_clusters`` is an upper bound and the number of clusters is
         estimated: outputs that ``G`` links (the share of their cross pairs it
-        calls similar stands out, :func:`~.pairs.linked_outputs`) are joined,
-        groups that win at least ``n / (2 n_clusters)`` of the ``n`` rows are
-        the clusters, and a row won by a smaller group gets its most probable
-        output of a kept group. The "auto" balance weight follows it.
+        calls similar at ``link_threshold_`` stands out,
+        :func:`~.pairs.linked_outputs`) are joined, groups that win at least
+        ``n / (2 k)`` of the ``n`` rows, ``k`` the number of groups so kept,
+        are the clusters (:func:`~.pairs.kept_groups`), and a row won by a
+        smaller group gets its most probable output of a kept group. The
+        "auto" balance weight follows it.
     representation : {"neighbours", "input"}, default="neighbours"
         What ``G`` and ``f`` see: the 10 codes of a neighbour encoder (MLP 256-256,
         UMAP's loss on the 15-NN graph with shared-neighbour weights; cosine
@@ -219,6 +221,12 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         The values used by the last ``fit``/``transfer`` ("auto" resolved).
     similarity_threshold_, dissimilar_threshold_ : float, float or None
         ``G``'s thresholds used by the last ``fit``/``transfer``.
+    link_threshold_ : float
+        ``G``'s "similar" threshold at which ``estimate_n_clusters`` judges
+        the links between outputs: with "auto", the threshold at which ``G``
+        calls 90 % of the neighbour pairs similar, not capped at 0.5 (where
+        ``G`` scores even those pairs above 0.5, 0.5 calls pairs of distinct
+        unseen classes similar); else ``similarity_threshold``.
     encoder_, target_encoder_ : torch.nn.Module or None
         The neighbour encoder trained on the source, and its copy trained on by
         the last ``transfer`` (None before one, or with ``representation="input"``).
@@ -551,7 +559,8 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         g.eval()
         # G is fixed: its backbone features of every row, once (n x width, not n x n).
         feats = chunked(g.backbone, Xt)
-        self.similarity_threshold_, self.dissimilar_threshold_ = self._threshold(g, Xt, feats, knn, rng)
+        self.similarity_threshold_, self.dissimilar_threshold_, self.link_threshold_ = self._threshold(
+            g, Xt, feats, knn, rng)
         best, best_loss = None, math.inf
         for init in range(self.n_init):
             f = self._train_clustering(Xt, g, knn, epochs, torch_gen, phase, init, source, rng, feats)
@@ -563,14 +572,19 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         return best
 
     def _threshold(self, g, Xt, feats, knn, rng):
-        """``G``'s "similar" threshold on the rows ``Xt`` (``similarity_threshold``, "auto" resolved)."""
+        """``G``'s thresholds on the rows ``Xt``: "similar" and "dissimilar" for ``f``'s labels, and
+        "similar" for judging links between ``f``'s outputs (``similarity_threshold``, "auto" resolved)."""
         if self.similarity_threshold != "auto":
-            return float(self.similarity_threshold), None
+            return float(self.similarity_threshold), None, float(self.similarity_threshold)
         if knn is None:
             knn = knn_indices(Xt, pairs.resolve_auto("auto", "auto", False, Xt.shape[0])[0])
         # A generator of its own: the draw must not shift the training's random stream.
-        t = [pairs.neighbour_threshold(g, feats, knn, r, rng=np.random.default_rng(0)) for r in _THRESHOLD_RECALL]
-        return t[0], (None if _THRESHOLD_RECALL[1] is None else t[1])
+        t = [pairs.neighbour_threshold(g, feats, knn, r, rng=np.random.default_rng(0), cap=None) for r in _THRESHOLD_RECALL]
+        # f's labels cap both at 0.5; the links between f's outputs are judged at the uncapped
+        # threshold: where G scores even the neighbour pairs above 0.5 (digits: their 10 % point is
+        # 0.75-0.77), 0.5 calls a quarter of the unseen pairs similar at precision 0.71-0.77 and
+        # links classes (5 with 8); at the uncapped point its precision is 0.99.
+        return min(0.5, t[0]), (None if _THRESHOLD_RECALL[1] is None else min(0.5, t[1])), t[0]
 
     def _batch_loss(self, f, xb, idx, g, knn, source=None, rng=None, feats=None):
         """``f``'s loss on target minibatch ``xb`` (rows ``idx`` of the target); CCN+ with ``source``.
@@ -640,9 +654,10 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         With ``estimate_n_clusters`` outputs that ``G`` links are first joined
         (:func:`~.pairs.linked_outputs`, on at most :data:`_LINK_ROWS` rows): a class
         split over two outputs is one cluster. A group that wins fewer than
-        ``n / (2 n_clusters)`` rows is a fragment and its rows go to their most
-        probable output of a kept group, so the labels have as many clusters as
-        estimated.
+        half an equal share of the rows among the groups kept
+        (:func:`~.pairs.kept_groups`) is a fragment and its rows go to their
+        most probable output of a kept group, so the labels have as many
+        clusters as estimated.
         """
         # Inference only from here on: batch norm folded into the Linear layers.
         self._inference_net = fold_batch_norm(f)
@@ -654,12 +669,10 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         if self.estimate_n_clusters:
             g = self._current_g() if g is None else g
             sub = np.unique(np.linspace(0, n - 1, min(n, _LINK_ROWS)).astype(np.int64))
-            similar = pairs.pair_probabilities(g, Xt[sub]) > self.similarity_threshold_
+            similar = pairs.pair_probabilities(g, Xt[sub]) > self.link_threshold_
             root = pairs.linked_outputs(similar, out[sub], K)
             sizes = np.bincount(root[out], minlength=K)
-            # Half the share of n_clusters equal clusters: a true cluster a little below
-            # n / n_clusters is kept (issue 30 S3), fragments are not.
-            kept = np.flatnonzero(np.isin(root, np.flatnonzero(sizes >= n / (2 * K))))
+            kept = np.flatnonzero(np.isin(root, np.flatnonzero(pairs.kept_groups(sizes, K))))
             out = kept[logits.cpu().numpy()[:, kept].argmax(1)]
         groups = root[out]
         labels, self.cluster_outputs_ = compact_labels(groups, K)
