@@ -103,6 +103,12 @@ _FLOAT32_SAFE = 1e15
 _MONITORED = ("critic_loss", "wasserstein", "gradient_penalty", "classifier_loss", "fake_accuracy")
 
 
+def _peak(a):
+    """``max |a|`` (0 for an empty array) without the temporary copy ``np.abs(a)`` makes: one
+    pass for the maximum and one for the minimum (predict calls it on every input)."""
+    return max(float(a.max(initial=0)), -float(a.min(initial=0)))  # float first: -int8(-128) wraps
+
+
 class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     """Deep clustering by a cluster-conditioned WGAN-GP and a classifier of its samples.
 
@@ -517,10 +523,10 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         overflow in the networks: their standardised magnitude exceeds ``_FLOAT32_SAFE``."""
         affine = self._input_affine
         if affine is None:
-            return bool(np.abs(X).max(initial=0.0) > _FLOAT32_SAFE)
+            return bool(_peak(X) > _FLOAT32_SAFE)
         shift, scale = affine
         # Both bounds in float64: |x - shift| <= |x| + |shift|; the exact test only when it may be close.
-        if (np.abs(X).max(initial=0.0) + np.abs(shift).max(initial=0.0)) / scale <= _FLOAT32_SAFE:
+        if (_peak(X) + _peak(shift)) / scale <= _FLOAT32_SAFE:
             return False
         return bool(np.abs((np.asarray(X, dtype=np.float64) - shift) / scale).max(initial=0.0) > _FLOAT32_SAFE)
 
