@@ -33,9 +33,11 @@ __all__ = [
 # fresh array is page-faulted in anew (a 65,536-row chunk of 64 features made predict 4x slower).
 CHUNK_BYTES = 2**22
 
+
 def chunk_rows(n_features):
     """Rows per chunk for rows of ``n_features`` values: ``CHUNK_BYTES`` of float64, at least 256."""
     return max(256, CHUNK_BYTES // (8 * max(1, int(n_features))))
+
 
 def chunked(fn, X, chunk_size=None):
     """Apply ``fn`` to row chunks of ``X`` and concatenate the results, without autograd.
@@ -69,11 +71,13 @@ def chunked(fn, X, chunk_size=None):
         return torch.cat(parts, 0)
     return np.concatenate([np.asarray(p) for p in parts], axis=0)
 
+
 # Bytes of float32 activations of one row block through a network's widest layer at inference:
 # such a block stays in a core's L2 cache (2 MiB here). 10^6 x 64 rows through 64-256-256-10
 # (1 thread, this 2-core Xeon) took 0.64 s per 4 x 10^5 rows in 1,024-row blocks against 0.88 s
 # in 8,192-row blocks (1,024 x 256 x 4 bytes = 1 MiB).
 CACHE_BYTES = 2**20
+
 
 def inference_rows(n_features, width):
     """Rows per chunk of network inference: :data:`CACHE_BYTES` of float32 through a layer ``width`` wide.
@@ -90,6 +94,7 @@ def inference_rows(n_features, width):
     if width > 0:
         rows = min(rows, CACHE_BYTES // (4 * int(width)))
     return max(256, rows)
+
 
 def fold_affine(W, b, shift, scale):
     """``(W', b')`` with ``((x - shift) / scale) @ W + b == x @ W' + b'``, in float64.
@@ -119,6 +124,7 @@ def fold_affine(W, b, shift, scale):
     shift = torch.as_tensor(np.asarray(shift, dtype=np.float64))
     return W, b.detach().to("cpu", torch.float64) - shift @ W
 
+
 def normalise_rows(X, shift, scale, dtype, device):
     """``(X - shift) / scale`` as a ``dtype`` tensor on ``device``, computed in float64 chunk by chunk.
 
@@ -132,6 +138,7 @@ def normalise_rows(X, shift, scale, dtype, device):
         rows = torch.as_tensor(X[start : start + step], dtype=torch.float64)
         out[start : start + step] = ((rows - shift) / scale).to(out.device)
     return out
+
 
 class InputFold:
     """A fitted input normalisation ``x -> (x - shift) / scale`` folded into the first linear layer.
@@ -192,6 +199,7 @@ class InputFold:
     def normalised(self, X):
         return normalise_rows(X, self.shift, self.scale, torch.float32, self.device)
 
+
 # Tensor attributes that read the shape, dtype or device only: equal on the raw and the
 # normalised rows, so answered without normalising.
 _METADATA = {
@@ -199,6 +207,7 @@ _METADATA = {
     torch.Tensor.ndim.__get__, torch.Tensor.requires_grad.__get__, torch.Tensor.is_cuda.__get__,
     torch.Tensor.size, torch.Tensor.dim, torch.Tensor.__len__,
 }
+
 
 class FoldedRows(torch.Tensor):
     """Raw rows standing for their normalisation under an :class:`InputFold` (see there).
@@ -239,6 +248,7 @@ class FoldedRows(torch.Tensor):
         args, kwargs = tree_map(lambda a: a.normalised() if type(a) is cls else a, (args, kwargs))
         return func(*args, **kwargs)
 
+
 def compact_labels(outputs, n_outputs=None):
     """Consecutive labels ``0 .. m-1`` for the ``m`` outputs (cluster ids) actually used.
 
@@ -268,6 +278,7 @@ def compact_labels(outputs, n_outputs=None):
     used = np.flatnonzero(np.bincount(outputs, minlength=n_outputs or 0)).astype(np.int64)
     return np.searchsorted(used, outputs).astype(np.int64), used
 
+
 def check_widths(name, widths, *, allow_empty=True):
     """Validate a tuple of layer widths; return it as a tuple of Python ints.
 
@@ -291,6 +302,7 @@ def check_widths(name, widths, *, allow_empty=True):
     if bad or (not widths and not allow_empty):
         raise ValueError(f"{name} must be {what}, layer widths such as (128, 64); got {widths!r}.")
     return tuple(int(w) for w in widths)
+
 
 def check_image_shape(image_shape, n_features):
     """Validate the shape of one image against the width of X; return it as a tuple of ints.
@@ -319,6 +331,7 @@ def check_image_shape(image_shape, n_features):
         )
     return tuple(int(v) for v in shape)
 
+
 def input_affine(X, chunk_size=None):
     """Per-feature mean and one global scale of ``X``, in float64: ``(shift, scale)``.
 
@@ -343,6 +356,7 @@ def input_affine(X, chunk_size=None):
     for start in range(0, n, chunk_size):
         total += float((((X[start : start + chunk_size] - shift) / peak) ** 2).sum())
     return shift, peak * math.sqrt(total / X.size)
+
 
 def check_resolution(dtype, shift, scale):
     """``ValueError`` when ``dtype`` cannot resolve the data's spread at its offset.

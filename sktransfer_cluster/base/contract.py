@@ -54,10 +54,12 @@ COMMON_PARAMETER_CONSTRAINTS = {
     "verbose": ["verbose"],
 }
 
+
 # predict's affine fold is kept while the rounding it adds to the scores, eps * |shift|, stays
 # below this fraction of the data's spread: float32 data offset by more than about 8 spreads,
 # float64 data by more than 4e9, are centred chunk by chunk instead (see _labels).
 _FOLD_TOL = 1e-6
+
 
 # The input fold of the predict call running in this thread (see _labels), with its estimator:
 # a context variable, so that predicts of one estimator in several threads (dask) never share one.
