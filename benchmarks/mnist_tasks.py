@@ -58,7 +58,6 @@ side of its first 3 classes, the registry's smallest budgets, under a temporary 
 from __future__ import annotations
 
 import argparse
-import collections
 import functools
 import json
 import subprocess
@@ -290,7 +289,7 @@ def _markdown(summary, args, built="registry"):
         for s in (s for s in summary if s["task"] == task):
             name = f"{s['method']} (on target)" if s["method"] in PEERS else s["method"]
             if s["n_seeds"] != len(args.seeds):
-                name += f" ({s['n_seeds']} seeds)"
+                name += f" ({s['n_seeds']} seed{'s' if s['n_seeds'] > 1 else ''})"
             k = f"at most {s['k']}" if task == "cross_k20" else str(s["k"])
             if "skipped" in s:
                 lines.append(f"| {name} | {k} | skipped: {s['skipped']} | | | | | |")
@@ -317,12 +316,8 @@ def _combine(names, args):
         commands.append(run["command"])
         threads.add(run["threads"])
         codes += [c for c in run.get("code") or [] if c not in codes]
-    # The header names the seed set most rows used; a row with another count says so.
-    per_row = collections.Counter(
-        tuple(sorted({r["seed"] for r in rows if (r["task"], r["method"]) == key}))
-        for key in {(r["task"], r["method"]) for r in rows}
-    )
-    args.seeds = list(per_row.most_common(1)[0][0])
+    # The header names every seed measured; a row with fewer says how many it has.
+    args.seeds = sorted({r["seed"] for r in rows})
     args.quick = False
     args.code = codes
     summary = _summary(rows)
