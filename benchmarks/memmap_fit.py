@@ -3,7 +3,8 @@
     python benchmarks/memmap_fit.py [--n 2000000] [--d 16] [--k 10] [--std 4.0] [--seeds 0 1 2]
         [--no-full] [--no-peer] [--name NAME] [--smoke]
     python benchmarks/memmap_fit.py --neural [--n 1000000] [--d 784] [--k 10] [--std 0.3]
-        [--epochs 50] [--landmarks M] [--seeds 0] [--no-peer] [--name NAME] [--smoke]
+        [--epochs 50] [--landmarks M] [--methods ae tdcm] [--tdcm-epochs 1] [--neighbour-epochs 40]
+        [--seeds 0] [--no-peer] [--name NAME] [--smoke]
 
 ``--neural`` (the streamed neural fit): ``SinkhornKMeans(embedding="autoencoder")`` at its
 defaults but ``pretrain_epochs=--epochs`` on ``--n`` x ``--d`` non-negative blob rows (``--k``
@@ -15,6 +16,13 @@ defaults over the same memmap, each in a fresh process; CPU s, peak RSS growth, 
 and computes codes chunk by chunk; the peak does not depend on ``--epochs`` (every epoch
 runs the same steps on the same landmarks), the CPU time does. Goal (issue 31): peak RSS
 growth <= 1 GiB at 10^6 x 784.
+
+``--methods tdcm`` adds ``TDCMCluster(K)`` at its defaults (``representation="neighbours"``)
+but ``max_epochs=--tdcm-epochs`` over the same memmap: past ``LANDMARK_ROWS`` its neighbour
+encoder trains on the landmarks' graph (``--neighbour-epochs`` epochs: the class's private
+``_neighbour_epochs``, 40 by default), the codes of every row are computed chunk by chunk and
+smoothed over their nearest landmarks' codes, and the blocks train on all ``n`` codes
+(``--tdcm-epochs`` passes). Only the CPU time grows with the epochs.
 
 Canonical run: ``python benchmarks/memmap_fit.py`` (results/scaling/variants/memmap_fit).
 
@@ -94,7 +102,7 @@ def cell(job):
     from sklearn.cluster import MiniBatchKMeans
     from sklearn.metrics import adjusted_rand_score
 
-    from sktransfer_cluster import SinkhornKMeans
+    from sktransfer_cluster import SinkhornKMeans, TDCMCluster
 
     torch.set_num_threads(1)
     folder, method, seed, k = Path(job["folder"]), job["method"], job["seed"], job["k"]
@@ -104,7 +112,10 @@ def cell(job):
         from sktransfer_cluster.representation import landmarks
 
         landmarks.LANDMARK_ROWS = int(job["landmarks"])
-    if method == "SinkhornKMeans-AE":
+    if method == "TDCM":
+        TDCMCluster._neighbour_epochs = int(job["neighbour_epochs"])
+        est = TDCMCluster(k, max_epochs=job["tdcm_epochs"], random_state=seed, device="cpu")
+    elif method == "SinkhornKMeans-AE":
         est = SinkhornKMeans(k, embedding="autoencoder", pretrain_epochs=job["epochs"], random_state=seed,
                              device="cpu")
     elif method == "MiniBatchKMeans-defaults":
@@ -174,7 +185,8 @@ def neural_markdown(rows, args):
     LANDMARK_ROWS = args.landmarks or LANDMARK_ROWS
     md = [(f"{args.n:,} x {args.d} float32 non-negative blob rows (K = {args.k}, noise std {args.std}), a "
            f"`.npy` memmap of {args.n * args.d * 4 / 2**20:,.0f} MiB; one fresh process per cell, 1 thread; "
-           f"SinkhornKMeans-AE with pretrain_epochs={args.epochs}, landmarks min(n, {LANDMARK_ROWS:,})."), "",
+           f"SinkhornKMeans-AE with pretrain_epochs={args.epochs}, TDCM with max_epochs={args.tdcm_epochs} and "
+           f"{args.neighbour_epochs} neighbour-encoder epochs, landmarks min(n, {LANDMARK_ROWS:,})."), "",
           "| method | seed | CPU s | peak RSS growth MiB | ARI |", "|---|---|---|---|---|"]
     for r in rows:
         md.append(f"| {r['method']} | {r['seed']} | {r['cpu_s']:.1f} | {r['peak_extra_mib']:.0f} | {r['ari']:.4f} |")
@@ -184,6 +196,7 @@ def neural_markdown(rows, args):
 def main_neural(args):
     if args.smoke:
         args.n, args.d, args.seeds, args.epochs, args.landmarks = 3000, 64, [0], 1, 1000
+        args.tdcm_epochs, args.neighbour_epochs = 1, 1
     args.n = int(args.n)
     if args.name == _common.CANONICAL["scaling"]:
         args.name = "memmap_fit_neural"
@@ -191,12 +204,18 @@ def main_neural(args):
     with tempfile.TemporaryDirectory(dir=os.environ.get("SKTC_MEMMAP_DIR")) as tmp:
         write_nonnegative_blobs(Path(tmp), args.n, args.d, args.k, args.std)
         for seed in args.seeds:
-            job = {"folder": tmp, "seed": seed, "k": args.k, "epochs": args.epochs, "landmarks": args.landmarks}
-            rows.append(run_cell({**job, "method": "SinkhornKMeans-AE"}))
+            job = {"folder": tmp, "seed": seed, "k": args.k, "epochs": args.epochs, "landmarks": args.landmarks,
+                   "tdcm_epochs": args.tdcm_epochs, "neighbour_epochs": args.neighbour_epochs}
+            if "ae" in args.methods:
+                rows.append(run_cell({**job, "method": "SinkhornKMeans-AE"}))
+            if "tdcm" in args.methods:
+                rows.append(run_cell({**job, "method": "TDCM"}))
             if not args.no_peer:
                 rows.append(run_cell({**job, "method": "MiniBatchKMeans-defaults"}))
     _common.write("scaling", args.name, {"rows": rows, "n": args.n, "d": args.d, "k": args.k, "std": args.std,
-                                         "epochs": args.epochs}, neural_markdown(rows, args))
+                                         "epochs": args.epochs, "tdcm_epochs": args.tdcm_epochs,
+                                         "neighbour_epochs": args.neighbour_epochs, "landmarks": args.landmarks},
+                  neural_markdown(rows, args))
 
 
 def main():
@@ -212,6 +231,11 @@ def main():
     parser.add_argument("--epochs", type=int, default=50, help="--neural: pretrain_epochs")
     parser.add_argument("--landmarks", type=int, default=None,
                         help="--neural: representation.LANDMARK_ROWS for the fit (default: the package's)")
+    parser.add_argument("--methods", nargs="+", choices=["ae", "tdcm"], default=["ae", "tdcm"],
+                        help="--neural: the estimators measured (SinkhornKMeans-AE, TDCM)")
+    parser.add_argument("--tdcm-epochs", type=int, default=1, help="--neural: TDCM's max_epochs")
+    parser.add_argument("--neighbour-epochs", type=int, default=40,
+                        help="--neural: epochs of TDCM's neighbour encoder (its _neighbour_epochs)")
     parser.add_argument("--cell", default=None, help=argparse.SUPPRESS)
     _common.add_name_argument(parser, "scaling")
     argv = sys.argv[1:]

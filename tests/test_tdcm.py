@@ -894,3 +894,75 @@ def test_compile_true_with_inductor_matches_eager_within_float_tolerance():
     eager = TDCMCluster(2, **_TINY).fit(X)
     np.testing.assert_allclose(compiled.cluster_centers_, eager.cluster_centers_, rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(compiled.labels_, eager.labels_)
+
+
+# --------------------------------------------------- landmark fits past LANDMARK_ROWS (issue 31)
+def test_a_neighbour_fit_past_the_landmark_count_reads_landmarks_and_chunks_never_the_whole_array(tmp_path, monkeypatch):
+    from sktransfer_cluster.base.arrays import chunk_rows
+    from sktransfer_cluster.representation import landmarks
+    from tests.test_scale import RowsTouched, _nonnegative_blobs
+
+    X, _ = _nonnegative_blobs(6000, 200)
+    np.save(tmp_path / "X.npy", X)
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 500)
+    tensors = []
+    validate, tensor = TDCMCluster._validate_input, TDCMCluster._tensor
+
+    def counted_input(self, X, **kwargs):
+        return validate(self, X, **kwargs).view(RowsTouched)
+
+    def counted_tensor(self, X):
+        tensors.append(X.shape[0])
+        return tensor(self, X)
+
+    monkeypatch.setattr(TDCMCluster, "_validate_input", counted_input)
+    monkeypatch.setattr(TDCMCluster, "_tensor", counted_tensor)
+    RowsTouched.log = []
+    model = TDCMCluster(3, max_epochs=1, random_state=0, device="cpu").fit(np.load(tmp_path / "X.npy", mmap_mode="r"))
+    chunk = chunk_rows(200)
+    assert chunk < 6000 and RowsTouched.log
+    # Landmarks are read in pieces, every pass in chunks: at most one chunk (or the landmarks) at a time.
+    assert max(RowsTouched.log + tensors) <= max(500, chunk)
+    assert model.labels_.shape == (6000,)
+
+
+def test_the_tdcm_landmark_fit_on_a_memmap_equals_it_on_the_array_in_memory(tmp_path, monkeypatch):
+    from sktransfer_cluster.representation import landmarks
+    from tests.test_scale import _nonnegative_blobs
+
+    X, _ = _nonnegative_blobs(1500, 30)
+    np.save(tmp_path / "X.npy", X)
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 400)
+    fits = [TDCMCluster(3, max_epochs=2, random_state=0, device="cpu").fit(data)
+            for data in (np.load(tmp_path / "X.npy", mmap_mode="r"), X)]
+    np.testing.assert_array_equal(fits[0].cluster_centers_, fits[1].cluster_centers_)
+    np.testing.assert_array_equal(fits[0].labels_, fits[1].labels_)
+
+
+@pytest.mark.parametrize("signed", [False, True], ids=["cosine", "euclidean"])
+def test_the_tdcm_landmark_path_starts_only_past_the_landmark_count(monkeypatch, signed):
+    import sktransfer_cluster.representation as representation
+    from sktransfer_cluster.representation import landmarks
+    from tests.test_scale import _nonnegative_blobs
+
+    X, y = _nonnegative_blobs(300, 30)
+    X = X - 0.5 if signed else X  # a negative entry: the Euclidean graph
+    reads = []
+    original = representation.read_landmarks
+    monkeypatch.setattr(representation, "read_landmarks", lambda X, index, *a: reads.append(len(index)) or
+                        original(X, index, *a))
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 300)
+    TDCMCluster(3, max_epochs=2, random_state=0, device="cpu").fit(X)
+    assert reads == []  # every row, in memory, as before landmarks existed
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 299)
+    model = TDCMCluster(3, max_epochs=2, random_state=0, device="cpu").fit(X)
+    assert reads == [299]
+    assert adjusted_rand_score(y, model.labels_) == 1.0  # separated blobs, every row labelled by its code
+
+
+def test_smoothing_by_landmarks_with_every_row_a_landmark_is_smooth_rows():
+    from sktransfer_cluster.cluster.tdcm.model import smooth_by_landmarks, smooth_rows
+
+    H = np.random.default_rng(0).normal(size=(300, 4))
+    np.testing.assert_allclose(smooth_by_landmarks(H, np.arange(300), 5, 3, chunk_size=70),
+                               smooth_rows(H, H, 5, 3), rtol=1e-12, atol=1e-12)

@@ -470,7 +470,7 @@ class TDCMCluster(
     def _neighbours(self):
         return self.representation == "neighbours"
 
-    def _graph_rows(self, X):
+    def _graph_rows(self, X, index=None):
         """The rows the neighbour encoder sees (float32) and the fuzzy k-NN graph of ``X``.
 
         Non-negative rows that reach zero (pixels, counts; :func:`representation.auto_metric
@@ -479,13 +479,36 @@ class TDCMCluster(
         underflow). Other rows have no meaningful origin (a negative entry, or an offset):
         the Euclidean graph of the rows the encoder sees (centred, divided by one scale: the
         same neighbours whatever the offset and units).
-        """
-        from ...representation import auto_metric
 
-        inputs = self._tensor(X).cpu().float().numpy()  # the source's input affine, as predict sees it
+        ``index``: the landmark rows (:meth:`_landmarks`); only they are read, in pieces
+        (:func:`~sktransfer_cluster.representation.read_landmarks`), and the graph is theirs.
+        """
+        from ...representation import auto_metric, normalise_rows, read_landmarks
+
         metric = auto_metric(X)
-        rows = model.unit_peak(np.asarray(X, dtype=np.float64)) if metric == "cosine" else inputs
-        return inputs, model.neighbour_encoder_graph(rows, self.image_shape, metric)
+        if index is None:
+            inputs = self._tensor(X).cpu().float().numpy()  # the source's input affine, as predict sees it
+            rows = model.unit_peak(np.asarray(X, dtype=np.float64)) if metric == "cosine" else inputs
+            return inputs, model.neighbour_encoder_graph(rows, self.image_shape, metric)
+        shift, scale = self._input_affine or (None, 1.0)
+        if metric == "cosine":
+            raw = read_landmarks(X, index)
+            graph = model.neighbour_encoder_graph(model.unit_peak(raw), self.image_shape, metric)
+            # Normalised in place, bitwise as _tensor does it: the landmarks are held once.
+            return normalise_rows(raw, shift, scale, out=raw), graph
+        inputs = read_landmarks(X, index, shift, scale)
+        return inputs, model.neighbour_encoder_graph(inputs, self.image_shape, metric)
+
+    @staticmethod
+    def _landmarks(X, rng):
+        """Sorted landmark rows of a graph fit on ``X`` past ``LANDMARK_ROWS`` rows, else None (every row).
+
+        Past the count no step holds X: the encoder trains on the landmarks' graph and
+        every row's code is computed chunk by chunk (:mod:`sktransfer_cluster.representation.landmarks`).
+        """
+        from ...representation import landmark_indices, uses_landmarks
+
+        return landmark_indices(X.shape[0], rng) if uses_landmarks(X.shape[0]) else None
 
     def _train_neighbour_encoder(self, codes, inputs, graph, epochs, torch_gen, phase):
         """Train the MLP ``codes`` in place on ``graph`` over the rows ``inputs`` (on the CPU)."""
@@ -509,13 +532,29 @@ class TDCMCluster(
                 run.end_epoch(loss=sum(losses) / len(losses))
         codes.to(was).eval()
 
-    def _codes(self, X):
-        """Neighbour codes of ``X`` (before the normalisation), smoothed over their own neighbours."""
-        H = chunked(lambda xc: self.encoder_[0](self._tensor(xc)), X)
+    def _codes(self, X, index=None):
+        """Neighbour codes of ``X`` (before the normalisation), smoothed over their own neighbours.
+
+        ``index``: the landmark rows. The codes are then computed chunk by chunk
+        (:func:`~sktransfer_cluster.representation.encode_chunks`) and smoothed over the
+        landmarks' codes (:func:`~sktransfer_cluster.cluster.tdcm.model.smooth_by_landmarks`):
+        an exact search among all ``n`` codes would cost ``n^2``.
+        """
+        if index is None:
+            H = chunked(lambda xc: self.encoder_[0](self._tensor(xc)), X)
+        else:
+            from ...representation import encode_chunks
+
+            shift, scale = self._input_affine or (None, 1.0)
+            H = encode_chunks(self.encoder_[0], X, shift, scale)
         if self.smoothing_steps == 0:
             return H
         Hn = H.cpu().double().numpy()
-        return torch.as_tensor(model.smooth_rows(Hn, Hn, self.n_neighbors, self.smoothing_steps), dtype=H.dtype, device=H.device)
+        if index is None:
+            smooth = model.smooth_rows(Hn, Hn, self.n_neighbors, self.smoothing_steps)
+        else:
+            smooth = model.smooth_by_landmarks(Hn, index, self.n_neighbors, self.smoothing_steps)
+        return torch.as_tensor(smooth, dtype=H.dtype, device=H.device)
 
     @torch.no_grad()
     def _set_code_norm(self, H):
@@ -524,11 +563,13 @@ class TDCMCluster(
         norm.running_mean.copy_(H.mean(0))
         norm.running_var.copy_(H.var(0, unbiased=False))
 
-    def _fit_neighbours(self, X, torch_gen):
+    def _fit_neighbours(self, X, rng, torch_gen):
         b = self.embedding_dim_
         hidden = tuple(self.hidden_dims) or model.NEIGHBOUR_HIDDEN
         codes = make_encoder(X.shape[1], b, hidden, generator=torch_gen)
-        self._train_neighbour_encoder(codes, *self._graph_rows(X), self._neighbour_epochs, torch_gen, "neighbours")
+        index = self._landmarks(X, rng)
+        self._train_neighbour_encoder(codes, *self._graph_rows(X, index), self._neighbour_epochs, torch_gen,
+                                      "neighbours")
         encoder = torch.nn.Sequential(codes, model.ScalarNorm(b)).to(device=self.device_, dtype=self._dtype()).eval()
         records = list(self.history_)
         best = None
@@ -538,11 +579,12 @@ class TDCMCluster(
                 device=self.device_, dtype=self._dtype())
             self.history_ = list(records)
             if self._tune_neighbour_encoder:
+                # Trains on a tensor of all of X: an in-memory experiment, not for landmark fits.
                 n_iter = self._train(self._tensor(X), self.max_epochs, torch_gen, "fit")
                 self._set_norm_stats(X)
                 H = self._codes(X)
             else:
-                H = self._codes(X)
+                H = self._codes(X, index)
                 n_iter = self._train(H, self.max_epochs, torch_gen, "fit", encoder=self.encoder_[-1])
                 self._set_code_norm(H)
             Z = self.encoder_[-1](H).detach()
@@ -554,10 +596,11 @@ class TDCMCluster(
         _, self.encoder_, self.blocks_, self.history_, self.n_iter_, Z = best
         self.labels_ = self._adapt(X, Z)
 
-    def _transfer_neighbours(self, X, torch_gen, fine_tune_epochs):
-        self._train_neighbour_encoder(self.encoder_[0], *self._graph_rows(X), self._refine_epochs, torch_gen,
+    def _transfer_neighbours(self, X, rng, torch_gen, fine_tune_epochs):
+        index = self._landmarks(X, rng)
+        self._train_neighbour_encoder(self.encoder_[0], *self._graph_rows(X, index), self._refine_epochs, torch_gen,
                                       "transfer-neighbours")
-        H = self._codes(X)
+        H = self._codes(X, index)
         self._set_code_norm(H)
         if fine_tune_epochs > 0:
             self._train(H, int(fine_tune_epochs), torch_gen, "transfer", encoder=self.encoder_[-1])
@@ -622,7 +665,7 @@ class TDCMCluster(
 
     def _fit(self, X, y, *, rng, torch_gen):
         if self._neighbours():
-            return self._fit_neighbours(X, torch_gen)
+            return self._fit_neighbours(X, rng, torch_gen)
         b = self.embedding_dim_
         pca = self.input_projection == "pca" and len(self.hidden_dims) == 0
         projection = model.pca_projection(X, b) if pca else None
@@ -698,7 +741,7 @@ class TDCMCluster(
             transfer.
         """
         if self._neighbours():
-            return self._transfer_neighbours(X, torch_gen, fine_tune_epochs)
+            return self._transfer_neighbours(X, rng, torch_gen, fine_tune_epochs)
         X = self._smoothed(X, self._input_projection())
         if fine_tune_epochs > 0:
             self._check_norm_samples(X.shape[0], "fine-tuning")

@@ -47,6 +47,7 @@ __all__ = [
     "new_encoder",
     "new_blocks",
     "neighbor_mean_operator",
+    "smooth_by_landmarks",
     "smooth_rows",
     "unit_peak",
     "NEIGHBOUR_GRAPH",
@@ -513,6 +514,47 @@ def smooth_rows(X, G, n_neighbors, steps):
     for _ in range(int(steps)):
         out = A @ out
     return out.astype(np.asarray(X).dtype, copy=False)
+
+
+def smooth_by_landmarks(H, index, n_neighbors, steps, chunk_size=65_536):
+    """:func:`smooth_rows` of the rows ``H`` past the landmark count, without their ``n x n`` search.
+
+    The landmark rows ``H[index]`` are smoothed ``steps - 1`` times among themselves
+    (:func:`smooth_rows`); the last step replaces every row of ``H`` by the mean of
+    those smoothed landmarks at its ``n_neighbors`` nearest landmarks (a landmark finds
+    itself first), searched in chunks of ``chunk_size`` rows. The same number of
+    averaging steps as :func:`smooth_rows`, over a sparser neighbourhood: ``n / m`` times
+    as many rows lie within a row's ``n_neighbors`` nearest landmarks as within its
+    ``n_neighbors`` nearest rows. Holds ``H``, the result and one chunk's indices.
+
+    Parameters
+    ----------
+    H : ndarray of shape (n, d)
+        The rows (the neighbour codes), also the space of the search.
+    index : ndarray of int, sorted
+        The landmark rows.
+    n_neighbors : int
+        Landmarks averaged per step (capped at their number).
+    steps : int
+        Averaging steps; ``0`` returns ``H``.
+    chunk_size : int, default=65536
+
+    Returns
+    -------
+    ndarray of ``H``'s shape and dtype
+    """
+    if steps == 0:
+        return H
+    L = np.asarray(H[index], dtype=np.float64)
+    smoothed = smooth_rows(L, L, n_neighbors, int(steps) - 1)
+    k = max(1, min(int(n_neighbors), L.shape[0]))
+    tree = NearestNeighbors(n_neighbors=k).fit(L)
+    out = np.empty(H.shape, dtype=np.asarray(H).dtype)
+    for start in range(0, H.shape[0], int(chunk_size)):
+        rows = np.asarray(H[start : start + int(chunk_size)], dtype=np.float64)
+        near = tree.kneighbors(rows, return_distance=False)
+        out[start : start + rows.shape[0]] = smoothed[near].mean(1)
+    return out
 
 
 def unit_peak(G):
