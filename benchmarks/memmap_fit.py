@@ -183,10 +183,14 @@ def neural_markdown(rows, args):
     from sktransfer_cluster.representation import LANDMARK_ROWS
 
     LANDMARK_ROWS = args.landmarks or LANDMARK_ROWS
+    settings = []
+    if "ae" in args.methods:
+        settings.append(f"SinkhornKMeans-AE with pretrain_epochs={args.epochs}")
+    if "tdcm" in args.methods:
+        settings.append(f"TDCM with max_epochs={args.tdcm_epochs} and {args.neighbour_epochs} neighbour-encoder epochs")
     md = [(f"{args.n:,} x {args.d} float32 non-negative blob rows (K = {args.k}, noise std {args.std}), a "
            f"`.npy` memmap of {args.n * args.d * 4 / 2**20:,.0f} MiB; one fresh process per cell, 1 thread; "
-           f"SinkhornKMeans-AE with pretrain_epochs={args.epochs}, TDCM with max_epochs={args.tdcm_epochs} and "
-           f"{args.neighbour_epochs} neighbour-encoder epochs, landmarks min(n, {LANDMARK_ROWS:,})."), "",
+           + "; ".join(settings) + f"; landmarks min(n, {LANDMARK_ROWS:,})."), "",
           "| method | seed | CPU s | peak RSS growth MiB | ARI |", "|---|---|---|---|---|"]
     for r in rows:
         md.append(f"| {r['method']} | {r['seed']} | {r['cpu_s']:.1f} | {r['peak_extra_mib']:.0f} | {r['ari']:.4f} |")

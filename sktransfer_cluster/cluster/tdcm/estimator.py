@@ -111,7 +111,12 @@ class TDCMCluster(
         codes' own neighbours, ``smoothing_steps``). :meth:`transfer` first
         refines the encoder on the target's own graph (40 epochs), then runs the blocks on
         the target's codes. ``input_projection`` and ``isometry_weight`` are
-        ignored. ``"input"``: the encoder below (linear by default) trained with
+        ignored. Past :data:`~sktransfer_cluster.representation.LANDMARK_ROWS`
+        rows (50,000) no step holds the data (a memmap is read in pieces): the
+        graph is that of as many landmark rows drawn by index, every row's code is
+        computed chunk by chunk, and its smoothing averages over its nearest
+        landmarks' codes (:func:`~sktransfer_cluster.cluster.tdcm.model.smooth_by_landmarks`).
+        ``"input"``: the encoder below (linear by default) trained with
         TDCM's loss on the (smoothed) rows: the paper's model family
         (:data:`PAPER_PARAMS` sets it), the default before 2026-11-27, which
         clusters sklearn's digits 0-4 -> 5-9 transfer better (0.970 against
