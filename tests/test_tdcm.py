@@ -956,7 +956,7 @@ def test_the_tdcm_landmark_path_starts_only_past_the_landmark_count(monkeypatch,
     assert reads == []  # every row, in memory, as before landmarks existed
     monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 299)
     model = TDCMCluster(3, max_epochs=2, random_state=0, device="cpu").fit(X)
-    assert reads == [299]
+    assert reads and set(reads) == {299}  # the landmarks only (read again normalised for the cosine graph)
     assert adjusted_rand_score(y, model.labels_) == 1.0  # separated blobs, every row labelled by its code
 
 
