@@ -575,6 +575,19 @@ def machine(threads=None):
     }
 
 
+
+def code_state():
+    """The package's commit and any uncommitted change to it (``git status --porcelain``), for a
+    results file; None where git is absent."""
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=HERE, capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return None
+
+    return {"commit": git("rev-parse", "HEAD"), "dirty": git("status", "--porcelain", "--", "../sktransfer_cluster")}
+
+
 def summary(values):
     v = np.asarray(values, dtype=float)
     return {"median": float(np.median(v)), "min": float(v.min()), "max": float(v.max())}

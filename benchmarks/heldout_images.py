@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import time
 
 import _common
@@ -248,18 +247,6 @@ def markdown(summary, titles, commands, args):
     return "\n".join(lines)
 
 
-def _code_state():
-    """The commit and any uncommitted change to the package, for the results file."""
-    def git(*a):
-        try:
-            return subprocess.run(["git", *a], cwd=_common.HERE, capture_output=True, text=True,
-                                  check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            return None
-
-    return {"commit": git("rev-parse", "HEAD"), "dirty": git("status", "--porcelain", "--", "../sktransfer_cluster")}
-
-
 def combine(names, args):
     runs = [json.loads((_common.RESULTS / "heldout" / "variants" / f"{n}.json").read_text()) for n in names]
     # A row measured by two runs (data, task, method, seed) keeps the first listed run's.
@@ -316,7 +303,7 @@ def main(argv=None):
                         rows.append(run_row(name, tasks[task], seed, args, alone=alone))
                         print(json.dumps(rows[-1]), f"({time.perf_counter() - t0:.1f} s)", flush=True)
     summary = summarise(rows)
-    args.code = [_code_state()]
+    args.code = [_common.code_state()]
     payload = {"rows": rows, "summary": summary, "titles": titles, "data": args.data, "tasks": args.tasks,
                "methods": args.methods, "seeds": args.seeds, "threads": args.threads, "shift": SHIFT,
                "image_shape": args.image_shape, "per_class": args.per_class, "code": args.code[0],

@@ -60,7 +60,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import subprocess
 import time
 
 import _common
@@ -102,18 +101,6 @@ def _skip_reason(method, task):
     if task.protocol == "cluster" and _common.requires_y(method.estimator_class()):
         return "needs source labels; this task has none"
     return None
-
-
-def _code_state():
-    """The commit and any uncommitted change to the package, for the results file."""
-    def git(*a):
-        try:
-            return subprocess.run(["git", *a], cwd=_common.HERE, capture_output=True, text=True,
-                                  check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            return None
-
-    return {"commit": git("rev-parse", "HEAD"), "dirty": git("status", "--porcelain", "--", "../sktransfer_cluster")}
 
 
 def _run_estimator(name, task_name, seed, quick, smoke, alone=False):
@@ -379,7 +366,7 @@ def main(argv=None):
                     print(json.dumps({k: v for k, v in row.items() if k != "budget"}),
                           f"({time.perf_counter() - t0:.1f} s)", flush=True)
     summary = _summary(rows)
-    args.code = [_code_state()]
+    args.code = [_common.code_state()]
     payload = {
         "rows": rows,
         "summary": summary,

@@ -432,8 +432,12 @@ class RowsTouched(np.ndarray):
         return out
 
 
-def test_a_graph_fit_past_the_landmark_count_reads_landmarks_and_chunks_never_the_whole_array(tmp_path, monkeypatch):
-    from sktransfer_cluster import SinkhornKMeans
+def landmark_memmap_reads(cls, build, tmp_path, monkeypatch):
+    """Fit ``build()`` (an instance of ``cls``) on a 6,000 x 200 memmap past 500 landmarks.
+
+    Returns the fitted model, the largest read of the memmap (through :class:`RowsTouched`) or
+    of ``cls._tensor``, and the chunk size: a streamed fit reads at most the landmarks or one chunk.
+    """
     from sktransfer_cluster.base.arrays import chunk_rows
     from sktransfer_cluster.representation import landmarks
 
@@ -441,7 +445,7 @@ def test_a_graph_fit_past_the_landmark_count_reads_landmarks_and_chunks_never_th
     np.save(tmp_path / "X.npy", X)
     monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 500)
     tensors = []
-    validate, tensor = SinkhornKMeans._validate_input, SinkhornKMeans._tensor
+    validate, tensor = cls._validate_input, cls._tensor
 
     def counted_input(self, X, **kwargs):
         return validate(self, X, **kwargs).view(RowsTouched)
@@ -450,15 +454,23 @@ def test_a_graph_fit_past_the_landmark_count_reads_landmarks_and_chunks_never_th
         tensors.append(X.shape[0])
         return tensor(self, X)
 
-    monkeypatch.setattr(SinkhornKMeans, "_validate_input", counted_input)
-    monkeypatch.setattr(SinkhornKMeans, "_tensor", counted_tensor)
+    monkeypatch.setattr(cls, "_validate_input", counted_input)
+    monkeypatch.setattr(cls, "_tensor", counted_tensor)
     RowsTouched.log = []
-    km = SinkhornKMeans(3, embedding="autoencoder", pretrain_epochs=1, random_state=0, device="cpu")
-    km.fit(np.load(tmp_path / "X.npy", mmap_mode="r"))
-    chunk = chunk_rows(200)
-    assert chunk < 6000 and RowsTouched.log and tensors
+    model = build().fit(np.load(tmp_path / "X.npy", mmap_mode="r"))
+    assert RowsTouched.log, "the memmap was never read through the view"
+    return model, max(RowsTouched.log + tensors), chunk_rows(200)
+
+
+def test_a_graph_fit_past_the_landmark_count_reads_landmarks_and_chunks_never_the_whole_array(tmp_path, monkeypatch):
+    from sktransfer_cluster import SinkhornKMeans
+
+    km, largest, chunk = landmark_memmap_reads(
+        SinkhornKMeans, lambda: SinkhornKMeans(3, embedding="autoencoder", pretrain_epochs=1, random_state=0,
+                                               device="cpu"), tmp_path, monkeypatch)
+    assert chunk < 6000
     # Landmarks are read in pieces, every pass in chunks: at most one chunk (or the landmarks) at a time.
-    assert max(RowsTouched.log + tensors) <= max(500, chunk)
+    assert largest <= max(500, chunk)
     assert km.labels_.shape == (6000,)
 
 

@@ -898,31 +898,13 @@ def test_compile_true_with_inductor_matches_eager_within_float_tolerance():
 
 # --------------------------------------------------- landmark fits past LANDMARK_ROWS (issue 31)
 def test_a_neighbour_fit_past_the_landmark_count_reads_landmarks_and_chunks_never_the_whole_array(tmp_path, monkeypatch):
-    from sktransfer_cluster.base.arrays import chunk_rows
-    from sktransfer_cluster.representation import landmarks
-    from tests.test_scale import RowsTouched, _nonnegative_blobs
+    from tests.test_scale import landmark_memmap_reads
 
-    X, _ = _nonnegative_blobs(6000, 200)
-    np.save(tmp_path / "X.npy", X)
-    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 500)
-    tensors = []
-    validate, tensor = TDCMCluster._validate_input, TDCMCluster._tensor
-
-    def counted_input(self, X, **kwargs):
-        return validate(self, X, **kwargs).view(RowsTouched)
-
-    def counted_tensor(self, X):
-        tensors.append(X.shape[0])
-        return tensor(self, X)
-
-    monkeypatch.setattr(TDCMCluster, "_validate_input", counted_input)
-    monkeypatch.setattr(TDCMCluster, "_tensor", counted_tensor)
-    RowsTouched.log = []
-    model = TDCMCluster(3, max_epochs=1, random_state=0, device="cpu").fit(np.load(tmp_path / "X.npy", mmap_mode="r"))
-    chunk = chunk_rows(200)
-    assert chunk < 6000 and RowsTouched.log
+    model, largest, chunk = landmark_memmap_reads(
+        TDCMCluster, lambda: TDCMCluster(3, max_epochs=1, random_state=0, device="cpu"), tmp_path, monkeypatch)
+    assert chunk < 6000
     # Landmarks are read in pieces, every pass in chunks: at most one chunk (or the landmarks) at a time.
-    assert max(RowsTouched.log + tensors) <= max(500, chunk)
+    assert largest <= max(500, chunk)
     assert model.labels_.shape == (6000,)
 
 
