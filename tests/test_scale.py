@@ -474,17 +474,24 @@ def test_a_graph_fit_past_the_landmark_count_reads_landmarks_and_chunks_never_th
     assert km.labels_.shape == (6000,)
 
 
-def test_the_landmark_fit_on_a_memmap_equals_it_on_the_array_in_memory(tmp_path, monkeypatch):
-    from sktransfer_cluster import SinkhornKMeans
+def landmark_fits_on_memmap_and_array(build, tmp_path, monkeypatch):
+    """``build()`` fitted past 400 landmarks on a 1,500 x 30 memmap, then on the same rows in memory."""
     from sktransfer_cluster.representation import landmarks
 
-    X, y = _nonnegative_blobs(1500, 30)
+    X, _ = _nonnegative_blobs(1500, 30)
     np.save(tmp_path / "X.npy", X)
     monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 400)
-    fits = [SinkhornKMeans(3, embedding="autoencoder", pretrain_epochs=2, random_state=0, device="cpu").fit(data)
-            for data in (np.load(tmp_path / "X.npy", mmap_mode="r"), X)]
-    np.testing.assert_array_equal(fits[0].cluster_centers_, fits[1].cluster_centers_)
-    np.testing.assert_array_equal(fits[0].labels_, fits[1].labels_)
+    return [build().fit(data) for data in (np.load(tmp_path / "X.npy", mmap_mode="r"), X)]
+
+
+def test_the_landmark_fit_on_a_memmap_equals_it_on_the_array_in_memory(tmp_path, monkeypatch):
+    from sktransfer_cluster import SinkhornKMeans
+
+    mapped, in_memory = landmark_fits_on_memmap_and_array(
+        lambda: SinkhornKMeans(3, embedding="autoencoder", pretrain_epochs=2, random_state=0, device="cpu"),
+        tmp_path, monkeypatch)
+    np.testing.assert_array_equal(mapped.cluster_centers_, in_memory.cluster_centers_)
+    np.testing.assert_array_equal(mapped.labels_, in_memory.labels_)
 
 
 @pytest.mark.parametrize("embedding", ["autoencoder", "neighbours"])

@@ -909,16 +909,12 @@ def test_a_neighbour_fit_past_the_landmark_count_reads_landmarks_and_chunks_neve
 
 
 def test_the_tdcm_landmark_fit_on_a_memmap_equals_it_on_the_array_in_memory(tmp_path, monkeypatch):
-    from sktransfer_cluster.representation import landmarks
-    from tests.test_scale import _nonnegative_blobs
+    from tests.test_scale import landmark_fits_on_memmap_and_array
 
-    X, _ = _nonnegative_blobs(1500, 30)
-    np.save(tmp_path / "X.npy", X)
-    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 400)
-    fits = [TDCMCluster(3, max_epochs=2, random_state=0, device="cpu").fit(data)
-            for data in (np.load(tmp_path / "X.npy", mmap_mode="r"), X)]
-    np.testing.assert_array_equal(fits[0].cluster_centers_, fits[1].cluster_centers_)
-    np.testing.assert_array_equal(fits[0].labels_, fits[1].labels_)
+    mapped, in_memory = landmark_fits_on_memmap_and_array(
+        lambda: TDCMCluster(3, max_epochs=2, random_state=0, device="cpu"), tmp_path, monkeypatch)
+    np.testing.assert_array_equal(mapped.cluster_centers_, in_memory.cluster_centers_)
+    np.testing.assert_array_equal(mapped.labels_, in_memory.labels_)
 
 
 @pytest.mark.parametrize("signed", [False, True], ids=["cosine", "euclidean"])
