@@ -17,6 +17,7 @@ __all__ = [
     "chunked",
     "fold_affine",
     "normalise_rows",
+    "normalised_blocks",
     "InputFold",
     "inference_rows",
     "compact_labels",
@@ -125,18 +126,27 @@ def fold_affine(W, b, shift, scale):
     return W, b.detach().to("cpu", torch.float64) - shift @ W
 
 
-def normalise_rows(X, shift, scale, dtype, device):
-    """``(X - shift) / scale`` as a ``dtype`` tensor on ``device``, computed in float64 chunk by chunk.
+def normalised_blocks(X, shift, scale):
+    """``(start, (block - shift) / scale)`` for consecutive row blocks of ``X``, in float64.
 
-    Float64 before any cast to float32, so a large offset cannot swamp the data's spread; peak
-    memory is X, the result and one float64 chunk.
+    The house's one input normalisation, written once for every consumer (tensors for the
+    networks, float32 arrays for landmark rows): float64 before any cast to float32, so a large
+    offset cannot swamp the data's spread; one float64 block (:func:`chunk_rows`) at a time.
     """
-    shift = torch.from_numpy(np.asarray(shift, dtype=np.float64))
-    out = torch.empty(X.shape, dtype=dtype, device=device)
     step = chunk_rows(X.shape[1])
     for start in range(0, X.shape[0], step):
-        rows = torch.as_tensor(X[start : start + step], dtype=torch.float64)
-        out[start : start + step] = ((rows - shift) / scale).to(out.device)
+        yield start, (np.asarray(X[start : start + step], dtype=np.float64) - shift) / scale
+
+
+def normalise_rows(X, shift, scale, dtype, device):
+    """``(X - shift) / scale`` as a ``dtype`` tensor on ``device`` (:func:`normalised_blocks`).
+
+    Peak memory is X, the result and one float64 block.
+    """
+    shift = np.asarray(shift, dtype=np.float64)
+    out = torch.empty(X.shape, dtype=dtype, device=device)
+    for start, block in normalised_blocks(X, shift, scale):
+        out[start : start + block.shape[0]] = torch.from_numpy(block).to(out.device)
     return out
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..base.arrays import chunk_rows
+from ..base.arrays import normalised_blocks
 from ..base.runtime import on_compute_threads
 from ..base.streaming import RELEASE_ROWS, RowReader, iter_row_chunks
 
@@ -86,19 +86,17 @@ def landmark_indices(n_samples, rng, max_rows=None):
 
 
 def normalise_rows(rows, shift=None, scale=1.0, out=None):
-    """``((rows - shift) / scale)`` computed in float64, stored as float32 (``out`` may be ``rows``).
+    """``((rows - shift) / scale)`` as float32 numpy rows (``out`` may be ``rows``).
 
-    The estimators' input normalisation, to the bit: a float32 row goes to float64
-    exactly, the affine map runs in float64, and one rounding makes it float32.
-    ``shift=None``: the rows as float32, unchanged.
+    The estimators' input normalisation to the bit (:func:`~sktransfer_cluster.base.arrays.normalised_blocks`,
+    which ``_tensor`` uses too): float64 arithmetic, one rounding to float32.
+    ``shift=None``: the rows as float32, through float64 as well (``x - 0`` and ``x / 1`` are exact).
     """
     out = np.empty(rows.shape, dtype=np.float32) if out is None else out
-    step = chunk_rows(rows.shape[1])
-    for start in range(0, rows.shape[0], step):
-        block = np.asarray(rows[start : start + step], dtype=np.float64)
-        if shift is not None:
-            block = (block - shift) / scale
-        out[start : start + step] = block
+    if shift is None:
+        shift, scale = 0.0, 1.0
+    for start, block in normalised_blocks(rows, shift, scale):
+        out[start : start + block.shape[0]] = block
     return out
 
 
