@@ -3,8 +3,8 @@
     python benchmarks/memmap_fit.py [--n 2000000] [--d 16] [--k 10] [--std 4.0] [--seeds 0 1 2]
         [--no-full] [--no-peer] [--name NAME] [--smoke]
     python benchmarks/memmap_fit.py --neural [--n 1000000] [--d 784] [--k 10] [--std 0.3]
-        [--epochs 50] [--landmarks M] [--methods ae tdcm] [--tdcm-epochs 1] [--neighbour-epochs 40]
-        [--seeds 0] [--no-peer] [--name NAME] [--smoke]
+        [--epochs 50] [--landmarks M] [--methods ae tdcm ccn] [--tdcm-epochs 1] [--neighbour-epochs 40]
+        [--ccn-params JSON] [--seeds 0] [--no-peer] [--name NAME] [--smoke]
 
 ``--neural`` (the streamed neural fit): ``SinkhornKMeans(embedding="autoencoder")`` at its
 defaults but ``pretrain_epochs=--epochs`` on ``--n`` x ``--d`` non-negative blob rows (``--k``
@@ -23,6 +23,14 @@ encoder trains on the landmarks' graph (``--neighbour-epochs`` epochs: the class
 ``_neighbour_epochs``, 40 by default), the codes of every row are computed chunk by chunk and
 smoothed over their nearest landmarks' codes, and the blocks train on all ``n`` codes
 (``--tdcm-epochs`` passes). Only the CPU time grows with the epochs.
+
+``--methods ccn`` adds ``CCNCluster(K, **--ccn-params)`` (its defaults where the JSON names
+nothing) fitted with the blobs' labels as its labelled source, ``fit(X, y)``: past
+``LANDMARK_ROWS`` its neighbour encoder trains on the landmarks' graph, every row's code is
+computed chunk by chunk, ``G`` and ``f`` train on minibatches of the ``n`` codes drawn by index,
+and each row's ``similar_neighbors`` neighbourhood is a radius estimated from
+``ccn.streamed.RADIUS_ROWS`` reference rows. The ARI is that of ``labels_`` (``f``'s clusters
+of the source) against the labels ``G`` learned from.
 
 Canonical run: ``python benchmarks/memmap_fit.py`` (results/scaling/variants/memmap_fit).
 
@@ -102,7 +110,7 @@ def cell(job):
     from sklearn.cluster import MiniBatchKMeans
     from sklearn.metrics import adjusted_rand_score
 
-    from sktransfer_cluster import SinkhornKMeans, TDCMCluster
+    from sktransfer_cluster import CCNCluster, SinkhornKMeans, TDCMCluster
 
     torch.set_num_threads(1)
     folder, method, seed, k = Path(job["folder"]), job["method"], job["seed"], job["k"]
@@ -112,7 +120,11 @@ def cell(job):
         from sktransfer_cluster.representation import landmarks
 
         landmarks.LANDMARK_ROWS = int(job["landmarks"])
-    if method == "TDCM":
+    fit_y = ()
+    if method == "CCN":
+        est = CCNCluster(k, random_state=seed, device="cpu", **job["ccn_params"])
+        fit_y = (y,)
+    elif method == "TDCM":
         TDCMCluster._neighbour_epochs = int(job["neighbour_epochs"])
         est = TDCMCluster(k, max_epochs=job["tdcm_epochs"], random_state=seed, device="cpu")
     elif method == "SinkhornKMeans-AE":
@@ -129,7 +141,7 @@ def cell(job):
         est = MiniBatchKMeans(k, batch_size=8192, max_iter=job["passes"], tol=0.0, max_no_improvement=None,
                               random_state=seed)
     torch.ones(8, 8) @ torch.ones(8, 8)
-    est, cpu, wall, peak = _common.measured(lambda: est.fit(X))
+    est, cpu, wall, peak = _common.measured(lambda: est.fit(X, *fit_y))
     labels = est.labels_
     np.save(folder / f"labels_{method}_{seed}.npy", labels)
     passes = int(est.n_iter_) if not method.startswith("MiniBatchKMeans") else float(est.n_steps_ * 8192 / X.shape[0])
@@ -188,6 +200,9 @@ def neural_markdown(rows, args):
         settings.append(f"SinkhornKMeans-AE with pretrain_epochs={args.epochs}")
     if "tdcm" in args.methods:
         settings.append(f"TDCM with max_epochs={args.tdcm_epochs} and {args.neighbour_epochs} neighbour-encoder epochs")
+    if "ccn" in args.methods:
+        named = ", ".join(f"{key}={value!r}" for key, value in args.ccn_params.items())
+        settings.append(f"CCN fit(X, y) with {named or 'its defaults'}")
     md = [(f"{args.n:,} x {args.d} float32 non-negative blob rows (K = {args.k}, noise std {args.std}), a "
            f"`.npy` memmap of {args.n * args.d * 4 / 2**20:,.0f} MiB; one fresh process per cell, 1 thread; "
            + "; ".join(settings) + f"; landmarks min(n, {LANDMARK_ROWS:,})."), "",
@@ -201,6 +216,8 @@ def main_neural(args):
     if args.smoke:
         args.n, args.d, args.seeds, args.epochs, args.landmarks = 3000, 64, [0], 1, 1000
         args.tdcm_epochs, args.neighbour_epochs = 1, 1
+        args.ccn_params = {"embedding_epochs": 1, "similarity_epochs": 1, "clustering_epochs": 1,
+                           "n_similarity_nets": 1, **args.ccn_params}
     args.n = int(args.n)
     if args.name == _common.CANONICAL["scaling"]:
         args.name = "memmap_fit_neural"
@@ -209,16 +226,20 @@ def main_neural(args):
         write_nonnegative_blobs(Path(tmp), args.n, args.d, args.k, args.std)
         for seed in args.seeds:
             job = {"folder": tmp, "seed": seed, "k": args.k, "epochs": args.epochs, "landmarks": args.landmarks,
-                   "tdcm_epochs": args.tdcm_epochs, "neighbour_epochs": args.neighbour_epochs}
+                   "tdcm_epochs": args.tdcm_epochs, "neighbour_epochs": args.neighbour_epochs,
+                   "ccn_params": args.ccn_params}
             if "ae" in args.methods:
                 rows.append(run_cell({**job, "method": "SinkhornKMeans-AE"}))
             if "tdcm" in args.methods:
                 rows.append(run_cell({**job, "method": "TDCM"}))
+            if "ccn" in args.methods:
+                rows.append(run_cell({**job, "method": "CCN"}))
             if not args.no_peer:
                 rows.append(run_cell({**job, "method": "MiniBatchKMeans-defaults"}))
     _common.write("scaling", args.name, {"rows": rows, "n": args.n, "d": args.d, "k": args.k, "std": args.std,
                                          "epochs": args.epochs, "tdcm_epochs": args.tdcm_epochs,
-                                         "neighbour_epochs": args.neighbour_epochs, "landmarks": args.landmarks},
+                                         "neighbour_epochs": args.neighbour_epochs, "landmarks": args.landmarks,
+                                         "ccn_params": args.ccn_params},
                   neural_markdown(rows, args))
 
 
@@ -235,11 +256,13 @@ def main():
     parser.add_argument("--epochs", type=int, default=50, help="--neural: pretrain_epochs")
     parser.add_argument("--landmarks", type=int, default=None,
                         help="--neural: representation.LANDMARK_ROWS for the fit (default: the package's)")
-    parser.add_argument("--methods", nargs="+", choices=["ae", "tdcm"], default=["ae", "tdcm"],
-                        help="--neural: the estimators measured (SinkhornKMeans-AE, TDCM)")
+    parser.add_argument("--methods", nargs="+", choices=["ae", "tdcm", "ccn"], default=["ae", "tdcm"],
+                        help="--neural: the estimators measured (SinkhornKMeans-AE, TDCM, CCN)")
     parser.add_argument("--tdcm-epochs", type=int, default=1, help="--neural: TDCM's max_epochs")
     parser.add_argument("--neighbour-epochs", type=int, default=40,
                         help="--neural: epochs of TDCM's neighbour encoder (its _neighbour_epochs)")
+    parser.add_argument("--ccn-params", type=json.loads, default={},
+                        help="--neural: CCNCluster's parameters as a JSON object (default: its defaults)")
     parser.add_argument("--cell", default=None, help=argparse.SUPPRESS)
     _common.add_name_argument(parser, "scaling")
     argv = sys.argv[1:]

@@ -1071,3 +1071,33 @@ def test_links_between_outputs_are_judged_at_gs_uncapped_neighbour_threshold(mon
     np.testing.assert_array_equal(seen[-1], P > est.link_threshold_)  # the n = 150 <= 1,000 rows
     fixed = CCNCluster(12, estimate_n_clusters=True, similarity_threshold=0.3, **dict(FAST, clustering_epochs=1))
     assert fixed.fit(Xs, ys).link_threshold_ == 0.3  # a given threshold serves both
+
+
+# ------------------------------------------------------------------ past the landmark count (issue 31)
+def test_neighbour_radii_from_every_row_are_the_kth_neighbour_distances_and_give_the_knn_pairs():
+    """Radii estimated from reference rows (streamed fits) are the k-NN relation when every row is a reference."""
+    from sktransfer_cluster.cluster.ccn import pairs
+    from sktransfer_cluster.cluster.ccn.streamed import NeighbourRadii
+    from sktransfer_cluster.nn import knn_indices
+
+    X = torch.randn(300, 5, generator=torch.Generator().manual_seed(0))
+    radii = NeighbourRadii(X, 20, np.random.default_rng(0))  # 300 rows: all of them references
+    D = torch.cdist(X, X, compute_mode="donot_use_mm_for_euclid_dist").fill_diagonal_(math.inf)
+    torch.testing.assert_close(radii.radii, D.kthvalue(20, dim=1).values)  # itself left out, as knn_indices does
+    idx = torch.arange(300)
+    found, table = radii.pairs(idx, X), pairs.neighbor_pairs(knn_indices(X, 20), idx)
+    # The same pairs but where a k-th neighbour's two computed distances round apart.
+    assert (found != table).float().mean() < 1e-4 and found.sum() > 20 * 300
+
+
+def test_streamed_rows_are_the_normalised_rows_in_the_order_asked():
+    from sktransfer_cluster.cluster.ccn.streamed import StreamedRows
+
+    X = np.random.default_rng(0).normal(3.0, 2.0, size=(50, 4))
+    shift, scale = X.mean(0), 2.0
+    rows = StreamedRows(X, shift, scale, torch.device("cpu"), torch.float32)
+    index = torch.tensor([7, 3, 7, 41])
+    expected = torch.as_tensor(((X - shift) / scale).astype(np.float32))
+    torch.testing.assert_close(rows[index], expected[index], rtol=0, atol=0)
+    torch.testing.assert_close(rows[10:13], expected[10:13], rtol=0, atol=0)
+    assert rows.shape == (50, 4)

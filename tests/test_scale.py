@@ -432,23 +432,25 @@ class RowsTouched(np.ndarray):
         return out
 
 
-def landmark_memmap_reads(cls, build, tmp_path, monkeypatch):
+def landmark_memmap_reads(cls, build, tmp_path, monkeypatch, labelled=False):
     """Fit ``build()`` (an instance of ``cls``) on a 6,000 x 200 memmap past 500 landmarks.
 
     Returns the fitted model, the largest read of the memmap (through :class:`RowsTouched`) or
     of ``cls._tensor``, and the chunk size: a streamed fit reads at most the landmarks or one chunk.
+    ``labelled``: fit with the blobs' labels (estimators that learn from a labelled source).
     """
     from sktransfer_cluster.base.arrays import chunk_rows
     from sktransfer_cluster.representation import landmarks
 
-    X, _ = _nonnegative_blobs(6000, 200)
+    X, y = _nonnegative_blobs(6000, 200)
     np.save(tmp_path / "X.npy", X)
     monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 500)
     tensors = []
     validate, tensor = cls._validate_input, cls._tensor
 
     def counted_input(self, X, **kwargs):
-        return validate(self, X, **kwargs).view(RowsTouched)
+        out = validate(self, X, **kwargs)
+        return (out[0].view(RowsTouched), out[1]) if isinstance(out, tuple) else out.view(RowsTouched)
 
     def counted_tensor(self, X):
         tensors.append(X.shape[0])
@@ -457,7 +459,7 @@ def landmark_memmap_reads(cls, build, tmp_path, monkeypatch):
     monkeypatch.setattr(cls, "_validate_input", counted_input)
     monkeypatch.setattr(cls, "_tensor", counted_tensor)
     RowsTouched.log = []
-    model = build().fit(np.load(tmp_path / "X.npy", mmap_mode="r"))
+    model = build().fit(np.load(tmp_path / "X.npy", mmap_mode="r"), *((y,) if labelled else ()))
     assert RowsTouched.log, "the memmap was never read through the view"
     return model, max(RowsTouched.log + tensors), chunk_rows(200)
 
@@ -474,14 +476,15 @@ def test_a_graph_fit_past_the_landmark_count_reads_landmarks_and_chunks_never_th
     assert km.labels_.shape == (6000,)
 
 
-def landmark_fits_on_memmap_and_array(build, tmp_path, monkeypatch):
-    """``build()`` fitted past 400 landmarks on a 1,500 x 30 memmap, then on the same rows in memory."""
+def landmark_fits_on_memmap_and_array(build, tmp_path, monkeypatch, labelled=False):
+    """``build()`` fitted past 400 landmarks on a 1,500 x 30 memmap, then on the same rows in memory
+    (``labelled``: with the blobs' labels)."""
     from sktransfer_cluster.representation import landmarks
 
-    X, _ = _nonnegative_blobs(1500, 30)
+    X, y = _nonnegative_blobs(1500, 30)
     np.save(tmp_path / "X.npy", X)
     monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 400)
-    return [build().fit(data) for data in (np.load(tmp_path / "X.npy", mmap_mode="r"), X)]
+    return [build().fit(data, *((y,) if labelled else ())) for data in (np.load(tmp_path / "X.npy", mmap_mode="r"), X)]
 
 
 def test_the_landmark_fit_on_a_memmap_equals_it_on_the_array_in_memory(tmp_path, monkeypatch):
@@ -515,3 +518,75 @@ def test_the_landmark_path_starts_only_past_the_landmark_count(monkeypatch, embe
     from sklearn.metrics import adjusted_rand_score
 
     assert adjusted_rand_score(y, km.labels_) == 1.0  # separated blobs, every row labelled by its code
+
+
+# ------------------------------------------------------------------ CCN past the landmark count (issue 31)
+def _small_ccn(**params):
+    from sktransfer_cluster import CCNCluster
+
+    settings = dict(embedding_epochs=2, similarity_epochs=1, clustering_epochs=2, n_similarity_nets=1, refine_epochs=1,
+                    random_state=0, device="cpu")
+    return CCNCluster(3, **{**settings, **params})
+
+
+@pytest.mark.parametrize("representation", ["neighbours", "input"])
+def test_the_ccn_landmark_fit_on_a_memmap_equals_it_on_the_array_in_memory(tmp_path, monkeypatch, representation):
+    from sktransfer_cluster.cluster.ccn import streamed
+
+    monkeypatch.setattr(streamed, "RADIUS_ROWS", 300)
+    mapped, in_memory = landmark_fits_on_memmap_and_array(lambda: _small_ccn(representation=representation),
+                                                          tmp_path, monkeypatch, labelled=True)
+    np.testing.assert_array_equal(mapped.labels_, in_memory.labels_)
+    assert mapped.similarity_threshold_ == in_memory.similarity_threshold_
+
+
+@pytest.mark.parametrize("representation", ["neighbours", "input"])
+def test_a_ccn_fit_past_the_landmark_count_reads_landmarks_batches_and_chunks_never_the_whole_array(
+        tmp_path, monkeypatch, representation):
+    from sktransfer_cluster import CCNCluster
+    from sktransfer_cluster.cluster.ccn import streamed
+
+    monkeypatch.setattr(streamed, "RADIUS_ROWS", 300)
+    model, largest, chunk = landmark_memmap_reads(
+        CCNCluster, lambda: _small_ccn(representation=representation, embedding_epochs=1, clustering_epochs=1),
+        tmp_path, monkeypatch, labelled=True)
+    assert chunk < 6000
+    # Landmarks and reference rows in pieces, minibatches by index, every pass in chunks.
+    assert largest <= max(500, chunk)
+    assert model.labels_.shape == (6000,)
+
+
+def test_a_ccn_transfer_past_the_landmark_count_equals_it_on_the_array_in_memory(tmp_path, monkeypatch):
+    from sktransfer_cluster.cluster.ccn import streamed
+    from sktransfer_cluster.representation import landmarks
+
+    X, y = _nonnegative_blobs(1600, 30, k=4)
+    np.save(tmp_path / "target.npy", X[y >= 2])
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 400)
+    monkeypatch.setattr(streamed, "RADIUS_ROWS", 300)
+    model = _small_ccn().set_params(n_clusters=2).fit(X[y < 2], y[y < 2])
+    labels = [clone_of(model).transfer(data) for data in (np.load(tmp_path / "target.npy", mmap_mode="r"), X[y >= 2])]
+    np.testing.assert_array_equal(*labels)
+
+
+def clone_of(model):
+    import copy
+
+    return copy.deepcopy(model)
+
+
+def test_the_ccn_landmark_path_starts_only_past_the_landmark_count(monkeypatch):
+    import sktransfer_cluster.representation as representation
+    from sktransfer_cluster.representation import landmarks
+
+    X, y = _nonnegative_blobs(600, 30)
+    reads = []
+    original = representation.read_landmarks
+    monkeypatch.setattr(representation, "read_landmarks", lambda X, index, *a: reads.append(len(index)) or
+                        original(X, index, *a))
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 600)
+    _small_ccn().fit(X, y)
+    assert reads == []  # every row, in memory, as before landmarks existed
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 599)
+    _small_ccn().fit(X, y)
+    assert reads and set(reads) == {599}

@@ -34,6 +34,7 @@ from ...metrics import n_dominant_clusters
 from ...nn import init_module, knn_indices
 from . import pairs
 from .networks import SimilarityEnsemble, fold_batch_norm
+from .streamed import NeighbourRadii, RowBatches, StreamedRows, unit_peak_rows
 
 __all__ = ["PAPER_PARAMS", "CCNCluster"]
 
@@ -71,9 +72,14 @@ _LINK_ROWS = 1000
 
 
 def image_data(X):
-    """Whether the rows look like intensities or counts: no negative entry, and some zeros."""
-    X = np.asarray(X)
-    return bool(X.min(initial=0.0) >= 0.0 and (X == 0).any())
+    """Whether the rows look like intensities or counts: no negative entry, and some zeros.
+
+    Read in row chunks (:func:`~sktransfer_cluster.representation.auto_metric`'s rule): a
+    memmap is never copied.
+    """
+    from ...representation import auto_metric
+
+    return auto_metric(X) == "cosine"
 
 
 class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
@@ -452,9 +458,6 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
     def _graph(self, X):
         """The k-NN graph of the validated raw rows ``X`` (``graph_metric_``; image shifts and blur with ``image_shape``)."""
-        from ...representation import neighbour_graph
-
-        image = self.image_shape is not None
         if self.graph_metric_ == "cosine":
             # Cosine distances ignore each row's scale: rows divided by their largest entry have
             # the same neighbours and stay inside float32 (where the graph is built) at any magnitude.
@@ -462,9 +465,16 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             rows = rows / np.maximum(np.abs(rows).max(1, keepdims=True), np.finfo(np.float64).tiny)
         else:
             rows = self._tensor(X).cpu().numpy()  # the geometry the networks see
+        return self._graph_of(rows)
+
+    def _graph_of(self, rows):
+        """The k-NN graph of ``rows`` prepared by :meth:`_graph` (or as landmarks, :meth:`_encode`)."""
+        from ...representation import neighbour_graph
+
+        image = self.image_shape is not None
         return neighbour_graph(
             rows,
-            min(_GRAPH_NEIGHBOURS, X.shape[0] - 1),
+            min(_GRAPH_NEIGHBOURS, rows.shape[0] - 1),
             metric=self.graph_metric_,
             image_shape=tuple(self.image_shape) if image else None,
             max_shift=_GRAPH_MAX_SHIFT if image else 0,
@@ -472,11 +482,10 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             shared_neighbours=True,
         )
 
-    def _train_encoder(self, encoder, X, Xn, epochs, torch_gen, phase):
-        """Train the neighbour encoder in place on the graph of ``X`` (inputs ``Xn``, normalised), on the CPU."""
+    def _train_encoder(self, encoder, graph, inputs, epochs, torch_gen, phase):
+        """Train the neighbour encoder in place on ``graph`` over the normalised float32 rows ``inputs``, on the CPU."""
         from ...representation import steps_per_epoch, train_neighbour_encoder
 
-        graph = self._graph(X)
         n_edges = int((graph.data > 0).sum())
         if n_edges == 0:  # every row identical: nothing to pull together
             return encoder.eval()
@@ -486,10 +495,54 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             step = run.step_callback(steps)
 
             train_neighbour_encoder(
-                encoder, Xn.detach().to("cpu", torch.float32).numpy(), graph, n_epochs=epochs,
+                encoder, inputs, graph, n_epochs=epochs,
                 batch_size=_EDGES_PER_STEP, generator=torch_gen, callback=step,
             )
         return encoder.eval().to(device=self.device_, dtype=self._dtype())
+
+    def _encode(self, encoder, X, epochs, torch_gen, phase, rng):
+        """``(encoder, codes)``: ``encoder`` trained ``epochs`` times on the graph of ``X``, and the codes of ``X``.
+
+        Past :data:`~sktransfer_cluster.representation.LANDMARK_ROWS` rows no step holds
+        ``X``: the graph is that of as many landmark rows drawn by ``rng`` and read by
+        index, and the codes are computed chunk by chunk
+        (:mod:`sktransfer_cluster.representation.landmarks`). ``epochs`` 0 codes only.
+        """
+        from ...representation import encode_chunks, landmark_indices, read_landmarks, uses_landmarks
+
+        if not uses_landmarks(X.shape[0]):
+            Xn = self._tensor(X)
+            if epochs > 0:
+                inputs = Xn.detach().to("cpu", torch.float32).numpy()
+                encoder = self._train_encoder(encoder, self._graph(X), inputs, epochs, torch_gen, phase)
+            return encoder, self._codes(Xn, encoder)
+        shift, scale = self._input_affine
+        if epochs > 0:
+            index = landmark_indices(X.shape[0], rng)
+            cosine = self.graph_metric_ == "cosine"
+            # The graph of the raw landmarks scaled per row (cosine) or of the rows the networks see.
+            rows = read_landmarks(X, index, *((None, 1.0) if cosine else (shift, scale)))
+            graph = self._graph_of(unit_peak_rows(rows) if cosine else rows)
+            if cosine:  # read again normalised once the graph is built: one landmark array fewer at its peak
+                rows = read_landmarks(X, index, shift, scale)
+            encoder = self._train_encoder(encoder, graph, rows, epochs, torch_gen, phase)
+            del rows, graph
+        return encoder, encode_chunks(encoder, X, shift, scale).to(self.device_, self._dtype())
+
+    def _rows(self, X):
+        """The normalised rows as ``representation="input"`` trains on them: a tensor, or read on demand
+        (:class:`~.streamed.StreamedRows`) past :data:`~sktransfer_cluster.representation.LANDMARK_ROWS` rows."""
+        from ...representation import uses_landmarks
+
+        if not uses_landmarks(X.shape[0]):
+            return self._tensor(X)
+        shift, scale = self._input_affine
+        return StreamedRows(X, shift, scale, self.device_, self._dtype())
+
+    def _batches(self, Xt):
+        """The rows ``Xt`` in row-order minibatches: tensors, or read when iterated for streamed rows."""
+        batches = self._row_batches(Xt.shape[0])
+        return [Xt[i] for i in batches] if torch.is_tensor(Xt) else RowBatches(Xt, batches)
 
     def _current_encoder(self):
         enc = getattr(self, "target_encoder_", None)
@@ -560,13 +613,26 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
     def _cluster(self, Xt, g, epochs, torch_gen, phase, source=None, rng=None):
         """Train ``n_init`` fresh ``f`` on ``Xt``; keep the one of lowest :meth:`_target_loss`."""
-        self._resolve_auto(Xt.shape[0])
-        knn = None if self.similar_neighbors_ is None else knn_indices(Xt, self.similar_neighbors_)
+        from ...representation import uses_landmarks
+
+        n = Xt.shape[0]
+        self._resolve_auto(n)
         g.eval()
-        # G is fixed: its backbone features of every row, once (n x width, not n x n).
-        feats = chunked(g.backbone, Xt)
+        if uses_landmarks(n):
+            # No n x k neighbour table (k = n / 15) nor n x width features: radii from reference rows
+            # (their own generator: the draw must not shift the training's random stream), features per batch.
+            feats = radii = None
+            if self.similar_neighbors_ is not None or self.similarity_threshold == "auto":
+                k = self.similar_neighbors_ or pairs.resolve_auto("auto", "auto", False, n)[0]  # the threshold's k
+                radii = NeighbourRadii(Xt, k, np.random.default_rng(0))
+            knn = None if self.similar_neighbors_ is None else radii
+        else:
+            knn = None if self.similar_neighbors_ is None else knn_indices(Xt, self.similar_neighbors_)
+            # G is fixed: its backbone features of every row, once (n x width, not n x n).
+            feats = chunked(g.backbone, Xt)
+            radii = knn
         self.similarity_threshold_, self.dissimilar_threshold_, self.link_threshold_ = self._threshold(
-            g, Xt, feats, knn, rng)
+            g, Xt, feats, radii, rng)
         best, best_loss = None, math.inf
         for init in range(self.n_init):
             f = self._train_clustering(Xt, g, knn, epochs, torch_gen, phase, init, source, rng, feats)
@@ -582,10 +648,15 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         "similar" for judging links between ``f``'s outputs (``similarity_threshold``, "auto" resolved)."""
         if self.similarity_threshold != "auto":
             return float(self.similarity_threshold), None, float(self.similarity_threshold)
-        if knn is None:
-            knn = knn_indices(Xt, pairs.resolve_auto("auto", "auto", False, Xt.shape[0])[0])
-        # A generator of its own: the draw must not shift the training's random stream.
-        t = [pairs.neighbour_threshold(g, feats, knn, r, rng=np.random.default_rng(0), cap=None) for r in _THRESHOLD_RECALL]
+        if isinstance(knn, NeighbourRadii):  # past the landmark count: neighbours among reference rows
+            p = knn.pair_probabilities(g, Xt)
+            t = [pairs.recall_threshold(p, r, cap=None) for r in _THRESHOLD_RECALL]
+        else:
+            if knn is None:
+                knn = knn_indices(Xt, pairs.resolve_auto("auto", "auto", False, Xt.shape[0])[0])
+            # A generator of its own: the draw must not shift the training's random stream.
+            t = [pairs.neighbour_threshold(g, feats, knn, r, rng=np.random.default_rng(0), cap=None)
+                 for r in _THRESHOLD_RECALL]
         # f's labels cap both at 0.5; the links between f's outputs are judged at the uncapped
         # threshold: where G scores even the neighbour pairs above 0.5 (digits: their 10 % point is
         # 0.75-0.77), 0.5 calls a quarter of the unseen pairs similar at precision 0.71-0.77 and
@@ -600,7 +671,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         with torch.no_grad():
             fb = None if feats is None else feats[idx]
             sim = self._pair_targets(g, xb, fb)
-            sim, known = (sim, None) if knn is None else pairs.agree_with_neighbors(sim, knn, idx)
+            sim, known = (sim, None) if knn is None else pairs.agree_with_neighbors(sim, knn, idx, xb)
             t_dis = getattr(self, "dissimilar_threshold_", None)
             if t_dis is not None and t_dis < self.similarity_threshold_:
                 # G's middling pairs are not called dissimilar: on unseen classes they are
@@ -638,7 +709,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
                     run.step(opt, self._batch_loss(f, Xt[idx], idx, g, knn, source, rng, feats))
                 run.end_epoch(init=init)
         # Exact batch-norm statistics of f on the data it clusters (deterministic order).
-        return pairs.reestimate_batchnorm(f, [Xt[i] for i in self._row_batches(n)])
+        return pairs.reestimate_batchnorm(f, self._batches(Xt))
 
     def _pair_targets(self, g, xb, fb=None):
         """Pair labels of a minibatch for ``f``: G's binarised "similar" predictions (``fb``: features)."""
@@ -695,7 +766,6 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     def _fit(self, X, y, *, rng, torch_gen):
         codes = np.unique(column_or_1d(y), return_inverse=True)[1].astype(np.int64)
         self.target_similarity_net_ = None
-        Xt = self._tensor(X)
         self.encoder_ = self.target_encoder_ = None
         if self._uses_codes():
             from ...representation import make_encoder
@@ -705,8 +775,9 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             # for rows with an arbitrary origin (blobs, standardised tables, offset data).
             self.graph_metric_ = "cosine" if image_data(X) else "euclidean"
             encoder = make_encoder(X.shape[1], _CODE_DIM, _ENCODER_DIMS, generator=torch_gen)
-            self.encoder_ = self._train_encoder(encoder, X, Xt, self.embedding_epochs, torch_gen, "embedding")
-            Xt = self._codes(Xt)
+            self.encoder_, Xt = self._encode(encoder, X, self.embedding_epochs, torch_gen, "embedding", rng)
+        else:
+            Xt = self._rows(X)
         n_classes = int(codes.max()) + 1
         nets = []
         for _ in range(self.n_similarity_nets):
@@ -768,22 +839,20 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         """
         epochs = self.clustering_epochs if epochs is None else int(epochs)
         adapt_bn = self.adapt_bn if adapt_bn is None else bool(adapt_bn)
-        Xt = self._tensor(X)
         self.target_encoder_ = None
         if self._uses_codes():
             # The source's encoder, trained on, on the target's own graph (no labels):
             # the codes of the unseen classes cluster, so G compares what it learned to compare.
             encoder = copy.deepcopy(self.encoder_)
-            if self.refine_epochs > 0:
-                encoder = self._train_encoder(encoder, X, Xt, self.refine_epochs, torch_gen, "refine")
-            self.target_encoder_ = encoder
-            Xt = self._codes(Xt)
+            self.target_encoder_, Xt = self._encode(encoder, X, self.refine_epochs, torch_gen, "refine", rng)
+        else:
+            Xt = self._rows(X)
         src = None if source is None else self._validate_source(source)
         g = self.similarity_net_
         self.target_similarity_net_ = None
         if adapt_bn:
             g = copy.deepcopy(g)
-            pairs.reestimate_batchnorm(g, [Xt[i] for i in self._row_batches(Xt.shape[0])])
+            pairs.reestimate_batchnorm(g, self._batches(Xt))
             self.target_similarity_net_ = g
         done = len(self.history_)
         f = self._cluster(Xt, g, epochs, torch_gen, "transfer", source=src, rng=rng)

@@ -13,6 +13,7 @@ arrays and tensors out; nothing here imports an estimator.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -33,9 +34,11 @@ __all__ = [
     "kcl_pair_score",
     "linked_outputs",
     "neighbor_pairs",
+    "neighbour_probabilities",
     "neighbour_threshold",
     "pair_class_weight",
     "pair_probabilities",
+    "recall_threshold",
     "reestimate_batchnorm",
     "resolve_auto",
     "same_class_pairs",
@@ -111,7 +114,8 @@ def reestimate_batchnorm(module, batches):
     module.eval()
     if not bns:
         return module
-    batches = list(batches)
+    # A sequence is read once per layer (rows read on demand are not all held); anything else is listed.
+    batches = batches if isinstance(batches, Sequence) else list(batches)
     for bn in bns:
         totals = {}
 
@@ -495,23 +499,41 @@ def neighbour_threshold(g, features, knn, recall=0.9, max_rows=1000, rng=None, c
     n = features.shape[0]
     rows = np.arange(n) if n <= max_rows else (
         np.sort(rng.choice(n, max_rows, replace=False)) if rng is not None else np.arange(max_rows))
+    return recall_threshold(neighbour_probabilities(g, features, features, knn, rows), recall, cap)
+
+
+@torch.no_grad()
+def neighbour_probabilities(g, features, neighbour_features, knn, rows=None):
+    """``g``'s "similar" probability of each row ``i`` of ``rows`` (default: all) with its neighbours.
+
+    ``features`` (n, h) and ``neighbour_features`` are ``g.backbone`` of the rows and
+    of the rows ``knn[i]`` points into (the same rows, or reference rows). Returns
+    the probabilities of all these pairs, row after row, as one tensor.
+    """
+    rows = range(features.shape[0]) if rows is None else rows
     probs = []
     for i in rows:
-        logits = g.pair_logits(features[i : i + 1], features[knn[i]])
+        logits = g.pair_logits(features[i : i + 1], neighbour_features[knn[i]])
         probs.append(torch.softmax(logits, -1)[0, :, 1])
-    p = torch.cat(probs).double().cpu().numpy()
-    q = float(np.quantile(p, 1.0 - recall))
+    return torch.cat(probs)
+
+
+def recall_threshold(probabilities, recall, cap=0.5):
+    """The ``1 - recall`` quantile of the neighbour pairs' ``probabilities``, at most ``cap`` (None: no cap)."""
+    q = float(np.quantile(probabilities.double().cpu().numpy(), 1.0 - recall))
     return q if cap is None else min(float(cap), q)
 
 
-def agree_with_neighbors(sim, knn, idx):
+def agree_with_neighbors(sim, knn, idx, xb=None):
     """Pair labels kept where they agree with the input-space neighbourhoods, and their mask.
 
     A pair of batch rows ``idx`` is similar when ``sim`` says so and the two
-    are neighbours (:func:`neighbor_pairs`), dissimilar when neither holds;
-    the mask is False (unknown) where the two disagree.
+    are neighbours (:func:`neighbor_pairs` of a ``k``-NN table ``knn``, or
+    ``knn.pairs(idx, xb)`` of neighbourhoods given by radius, ``xb`` the batch's
+    rows), dissimilar when neither holds; the mask is False (unknown) where the
+    two disagree.
     """
-    nb = neighbor_pairs(knn, idx)
+    nb = neighbor_pairs(knn, idx) if torch.is_tensor(knn) else knn.pairs(idx, xb)
     return sim * nb.to(sim.dtype), (sim > 0.5) == nb
 
 
