@@ -1,29 +1,34 @@
-"""``compile=True`` against eager mode: TDCMCluster at its defaults on MNIST-5k (issue 31 item 5).
+"""``compile=True`` against eager mode, compile time included (issue 31 item 5).
 
-Three fits of ``TDCMCluster(10, random_state=seed)`` on MNIST-5k (``load_mnist_5k``, flat rows),
-each in a fresh Python process so that no in-memory compile cache carries over:
+TDCMCluster at its defaults on MNIST-5k (``load_mnist_5k``, flat rows). Each fit runs in a fresh
+Python process (no in-memory compile cache carries over):
 
 1. ``eager``: ``compile=False``;
-2. ``compiled, cold cache``: ``compile=True`` with an empty inductor cache
-   (``TORCHINDUCTOR_CACHE_DIR`` a new temporary folder): a first fit on a new machine;
-3. ``compiled, warm cache``: ``compile=True`` again on the cache that fit 2 filled: a
-   later fit on the same machine, which still traces the step but reuses the compiled code.
+2. ``blocks compiled, cold`` / ``warm``: ``compile=True`` with the neighbour encoder's training
+   eager: an empty inductor cache (``TORCHINDUCTOR_CACHE_DIR`` a new folder, a first fit on a
+   new machine), then a second fit on the cache the first filled (a later fit on the same
+   machine, which still traces the steps but reuses the compiled code);
+3. ``all compiled, cold`` / ``warm``: the same with the neighbour encoder's step compiled too
+   (``train_neighbour_encoder(compile=True)``), on a cache of its own.
 
-Every process runs on one thread with ``TORCHINDUCTOR_COMPILE_THREADS=1`` (inductor compiles
-in-process, so ``time.process_time()`` plus the CPU time of its waited-for children, the
-C++ compiler runs, is the whole cost). Per phase of the fit (``neighbours``: the neighbour
-encoder, not compiled; ``fit``: TDCM's blocks, compiled) it records the CPU seconds of each
-epoch, through a training callback. Reported: the median epoch of the blocks' phase after its
-first two, the first epoch (which holds the compilation), the compilation's cost (the first
-epoch minus a median one), the whole fit, the ACC of each fit, and the break-even point
-(the eager blocks-phase CPU seconds beyond which compilation pays).
+Which steps compile is set in the child by wrapping the wing's ``train_neighbour_encoder``
+(``compile=`` forced per row), so the rows do not depend on what ``TDCMCluster(compile=True)``
+passes to it. Every process runs on one thread with ``TORCHINDUCTOR_COMPILE_THREADS=1``
+(inductor compiles in-process: ``time.process_time()`` plus the CPU time of its waited-for
+children, the C++ compiler runs, is the whole cost). Per phase of the fit (``neighbours``: the
+neighbour encoder; ``fit``: TDCM's blocks) a training callback records the CPU seconds of each
+epoch. Reported per phase: the median epoch after the first two, its ratio to eager's, the
+compilation (the first epoch minus the median one) and the phase's CPU seconds; per fit the
+whole fit's CPU seconds and ACC; and the peer, ``UMAP(10, n_neighbors=15, min_dist=0) +
+GaussianMixture(10, n_init=3)`` on the same rows, in the same run. The machine's load average
+is recorded before every fit.
 
 Usage::
 
-    python benchmarks/compile_speed.py [--seed 0]
-    python benchmarks/compile_speed.py --smoke   # 400 blobs, 3 epochs, eager and aot_eager (no C++ build): ~20 CPU s
+    python benchmarks/compile_speed.py [--seeds 0 1 2] [--rows eager all-cold all-warm]
+    python benchmarks/compile_speed.py --smoke   # 400 blobs, 3 epochs, eager and aot_eager (no C++ build)
 
-Writes ``benchmarks/results/tdcm/compile_speed.{md,json}`` (``--smoke``: a temporary folder).
+Writes ``benchmarks/results/compile/tdcm_seed<seeds>.{md,json}`` (``--smoke``: a temporary folder).
 """
 
 from __future__ import annotations
@@ -42,6 +47,23 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
+#: row -> (mode of the child, cache folder key, whether the cache is cold).
+ROWS = {
+    "eager": ("eager", None, None),
+    "blocks-cold": ("blocks", "blocks", True),
+    "blocks-warm": ("blocks", "blocks", False),
+    "all-cold": ("all", "all", True),
+    "all-warm": ("all", "all", False),
+}
+LABELS = {
+    "eager": "eager",
+    "blocks-cold": "blocks compiled, cold cache",
+    "blocks-warm": "blocks compiled, warm cache",
+    "all-cold": "all compiled, cold cache",
+    "all-warm": "all compiled, warm cache",
+    "peer": "peer: UMAP(10) + GMM(n_init=3)",
+}
+
 
 def _cpu():
     """CPU seconds of this process and of its waited-for children (the C++ compiler runs)."""
@@ -49,15 +71,47 @@ def _cpu():
     return time.process_time() + r.ru_utime + r.ru_stime
 
 
+def _data(seed, smoke):
+    if smoke:
+        from sklearn.datasets import make_blobs
+
+        X, y = make_blobs(400, n_features=10, centers=4, random_state=seed)
+        return X, y, 4
+    from sktransfer_cluster.datasets import load_mnist_5k
+
+    X, y = load_mnist_5k()
+    return X, y, 10
+
+
 def one_fit(mode, seed, smoke):
     """Fit once in this process; return the per-phase epoch CPU seconds, the total and the ACC."""
     import torch
 
     sys.path.insert(0, str(ROOT))
-    from sktransfer_cluster import TDCMCluster
     from sktransfer_cluster.metrics import clustering_accuracy
 
     torch.set_num_threads(1)
+    X, y, k = _data(seed, smoke)
+    if mode == "peer":
+        from sklearn.mixture import GaussianMixture
+        from umap import UMAP
+
+        start = _cpu()
+        Z = UMAP(n_components=10, n_neighbors=15, min_dist=0.0, random_state=seed).fit_transform(X)
+        labels = GaussianMixture(k, n_init=3, random_state=seed).fit_predict(Z)
+        return {"mode": mode, "epochs": {}, "total": _cpu() - start, "acc": float(clustering_accuracy(y, labels))}
+
+    import sktransfer_cluster.cluster.tdcm.estimator as tdcm_estimator
+    import sktransfer_cluster.representation.encoder as encoder_module
+    from sktransfer_cluster import TDCMCluster
+
+    real = tdcm_estimator.train_neighbour_encoder
+
+    def neighbour_training(*args, **kwargs):
+        kwargs["compile"] = mode == "all"
+        return real(*args, **kwargs)
+
+    tdcm_estimator.train_neighbour_encoder = neighbour_training
 
     class EpochTimes:
         def __init__(self):
@@ -71,17 +125,12 @@ def one_fit(mode, seed, smoke):
             self.times.setdefault(run.phase, []).append(now - self.last)
             self.last = now
 
+    params = dict(n_clusters=k)
     if smoke:
-        from sklearn.datasets import make_blobs
-
-        X, y = make_blobs(400, n_features=10, centers=4, random_state=seed)
-        params = dict(n_clusters=4, max_epochs=3)
+        params.update(max_epochs=3)
+        TDCMCluster._neighbour_epochs = 3
         TDCMCluster._compile_options = {"backend": "aot_eager"}
-    else:
-        from sktransfer_cluster.datasets import load_mnist_5k
-
-        X, y = load_mnist_5k()
-        params = dict(n_clusters=10)
+        encoder_module.NEIGHBOUR_COMPILE_OPTIONS.update(backend="aot_eager")
     timer = EpochTimes()
     est = TDCMCluster(**params, compile=mode != "eager", random_state=seed, callbacks=[timer])
     start = _cpu()
@@ -92,79 +141,126 @@ def one_fit(mode, seed, smoke):
 
 def run_child(mode, seed, smoke, cache_dir):
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir, TORCHINDUCTOR_COMPILE_THREADS="1",
-               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", NUMBA_NUM_THREADS="1",
+               PYTHONWARNINGS="ignore")
     cmd = [sys.executable, __file__, "--child", mode, "--seed", str(seed)] + (["--smoke"] if smoke else [])
+    load = os.getloadavg()[0]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    result = json.loads(out.strip().splitlines()[-1])
+    result["load"] = load
+    return result
+
+
+def phase_summary(times):
+    t = np.asarray(times, dtype=float)
+    median = float(np.median(t[2:])) if t.size > 2 else float(np.median(t))
+    return {"epochs": int(t.size), "median_epoch": median, "first_epoch": float(t[0]),
+            "compile_cost": float(t[0] - median), "phase": float(t.sum())}
 
 
 def summarise(result):
-    fit = np.asarray(result["epochs"]["fit"])
-    median = float(np.median(fit[2:])) if fit.size > 2 else float(np.median(fit))
     return {
-        "fit_epochs": int(fit.size),
-        "median_epoch": median,
-        "first_epoch": float(fit[0]),
-        "compile_cost": float(fit[0] - median),
-        "blocks_phase": float(fit.sum()),
-        "neighbour_phase": float(np.sum(result["epochs"].get("neighbours", []))),
-        "total": result["total"],
-        "acc": result["acc"],
+        "phases": {phase: phase_summary(times) for phase, times in result["epochs"].items()},
+        "total": result["total"], "acc": result["acc"], "load": result["load"],
     }
+
+
+def _code_state():
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return None
+
+    return {"commit": git("rev-parse", "--short", "HEAD"), "dirty": git("status", "--porcelain", "--", "sktransfer_cluster")}
+
+
+def _range(values, fmt):
+    v = np.asarray(values, dtype=float)
+    if v.size == 1:
+        return format(v[0], fmt)
+    return f"{format(np.median(v), fmt)} [{format(v.min(), fmt)}, {format(v.max(), fmt)}]"
+
+
+def table(results, rows, seeds):
+    """Markdown rows: per row, medians over the seeds with [min, max]."""
+    phases = ("neighbours", "fit")
+    lines = [
+        "| fit | " + " | ".join(f"{p}: epoch (median) | {p}: speed-up per epoch | {p}: compilation | {p}: phase"
+                                 for p in phases) + " | whole fit | ACC | load |",
+        "|---|" + "---|---|---|---|" * len(phases) + "---|---|---|",
+    ]
+    for row in rows:
+        runs = [results[s][row] for s in seeds]
+        cells = []
+        for p in phases:
+            if row == "peer":
+                cells += ["-"] * 4
+                continue
+            eager = [results[s]["eager"]["phases"][p]["median_epoch"] for s in seeds] if "eager" in rows else None
+            med = [r["phases"][p]["median_epoch"] for r in runs]
+            ratio = _range([e / m for e, m in zip(eager, med)], ".2f") + "x" if eager else "-"
+            comp = _range([r["phases"][p]["compile_cost"] for r in runs], ".1f") if row != "eager" else "0"
+            cells += [_range(med, ".3f"), ratio, comp, _range([r["phases"][p]["phase"] for r in runs], ".1f")]
+        lines.append(f"| {LABELS[row]} | " + " | ".join(cells)
+                     + f" | {_range([r['total'] for r in runs], '.1f')} | {_range([r['acc'] for r in runs], '.3f')} "
+                     f"| {_range([r['load'] for r in runs], '.1f')} |")
+    return lines
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
+    parser.add_argument("--no-peer", action="store_true", help="skip the UMAP + GMM row")
     parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--child", choices=["eager", "compiled"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["eager", "blocks", "all", "peer"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(one_fit(args.child, args.seed, args.smoke)))
         return
 
-    out_dir = Path(tempfile.mkdtemp()) if args.smoke else ROOT / "benchmarks" / "results" / "tdcm"
+    rows = ["eager", "all-cold"] if args.smoke else list(args.rows)  # the smoke run: both code paths
+    if not (args.smoke or args.no_peer):
+        rows.append("peer")
+    out_dir = Path(tempfile.mkdtemp()) if args.smoke else ROOT / "benchmarks" / "results" / "compile"
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = {}
-    with tempfile.TemporaryDirectory() as cache:
-        fits = (("eager", "eager"), ("compiled, cold cache", "compiled"), ("compiled, warm cache", "compiled"))
-        for label, mode in fits[:2] if args.smoke else fits:  # the smoke run: the two code paths, no cache row
-            rows[label] = summarise(run_child(mode, args.seed, args.smoke, cache))
-            print(label, {k: round(v, 3) for k, v in rows[label].items()}, file=sys.stderr, flush=True)
+    state = _code_state()
+    results = {}
+    for seed in args.seeds:
+        results[seed] = {}
+        with tempfile.TemporaryDirectory() as caches:
+            for row in rows:
+                mode, key, cold = ROWS.get(row, ("peer", None, None))
+                cache = os.path.join(caches, key or "none")
+                if cold:
+                    assert not os.path.exists(cache), f"{row}: the cache is not empty"
+                results[seed][row] = summarise(run_child(mode, seed, args.smoke, cache))
+                print(seed, row, json.dumps(results[seed][row]), file=sys.stderr, flush=True)
 
-    eager = rows["eager"]
+    seeds = list(args.seeds)
+    what = "400 blobs (smoke)" if args.smoke else "MNIST-5k"
+    command = "python benchmarks/compile_speed.py" + (" --smoke" if args.smoke else f" --seeds {' '.join(map(str, seeds))}")
+    if not args.smoke and rows[:-1 if rows[-1] == "peer" else None] != list(ROWS):
+        command += " --rows " + " ".join(r for r in rows if r != "peer")
     lines = [
-        f"# compile=True against eager: TDCMCluster defaults on {'400 blobs (smoke)' if args.smoke else 'MNIST-5k'} "
-        f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, seed {args.seed}, 1 thread, CPU seconds)",
+        f"# compile=True against eager: TDCMCluster defaults on {what} "
+        f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, seeds {', '.join(map(str, seeds))}, 1 thread, CPU seconds)",
         "",
-        f"`python benchmarks/compile_speed.py{' --smoke' if args.smoke else ''} --seed {args.seed}`; each row a fresh process; "
-        "CPU seconds = process_time + the C++ compiler's (children's) CPU; inductor compiles in-process.",
+        f"`{command}` at commit {state['commit']}{' (uncommitted changes: ' + state['dirty'] + ')' if state['dirty'] else ''}; "
+        "each row a fresh process; CPU seconds = process_time + the C++ compiler's (children's) CPU; inductor compiles "
+        "in-process. Medians over the seeds [min, max]. Phases: `neighbours` = the neighbour encoder (40 epochs), "
+        "`fit` = TDCM's blocks (100 epochs); compilation = first epoch minus the median epoch.",
         "",
-        "| fit | blocks' epoch (median) | speed-up per epoch | first epoch | compilation | blocks' phase "
-        "| neighbour phase | whole fit | ACC |",
-        "|---|---|---|---|---|---|---|---|---|",
+        *table(results, rows, seeds),
+        "",
     ]
-    for label, r in rows.items():
-        lines.append(
-            f"| {label} | {r['median_epoch']:.3f} | {eager['median_epoch'] / r['median_epoch']:.2f}x | {r['first_epoch']:.1f} "
-            f"| {r['compile_cost'] if label != 'eager' else 0.0:.1f} | {r['blocks_phase']:.1f} | {r['neighbour_phase']:.1f} "
-            f"| {r['total']:.1f} | {r['acc']:.3f} |"
-        )
-    lines.append("")
-    for label in ("compiled, cold cache", "compiled, warm cache"):
-        if label not in rows:
-            continue
-        r = rows[label]
-        saved = eager["median_epoch"] - r["median_epoch"]
-        if saved > 0:
-            epochs = r["compile_cost"] / saved
-            lines.append(
-                f"- {label}: compilation repaid after {epochs:.0f} blocks' epochs, i.e. once the eager blocks' phase "
-                f"is longer than {epochs * eager['median_epoch']:.1f} CPU s."
-            )
     text = "\n".join(lines) + "\n"
-    (out_dir / "compile_speed.md").write_text(text)
-    (out_dir / "compile_speed.json").write_text(json.dumps({"seed": args.seed, "smoke": args.smoke, "rows": rows}, indent=1))
+    stem = f"tdcm_seed{'-'.join(map(str, seeds))}"
+    (out_dir / f"{stem}.md").write_text(text)
+    (out_dir / f"{stem}.json").write_text(json.dumps({"seeds": seeds, "smoke": args.smoke, "code": state,
+                                                      "results": results}, indent=1))
     print(text)
 
 

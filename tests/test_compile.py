@@ -101,3 +101,56 @@ def test_inductor_step_equals_eager_on_batches_of_two_sizes():
         x = torch.randn(n, 3, generator=torch.Generator().manual_seed(n))
         torch.testing.assert_close(step(x), _step(x))
     assert step.compiled
+
+
+def test_a_float_argument_is_a_constant_traced_once(monkeypatch):
+    # Floats specialised: TorchDynamo would otherwise trace them as symbols, then restart the
+    # whole trace to specialise them (twice the tracing cost of a step like the neighbour loss).
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+
+    def scaled(x, b):
+        return ((x * x + 1e-8) ** b).sum()
+
+    step = compile_step(scaled, True, backend="aot_eager")
+    x = torch.rand(6, 2, generator=torch.Generator().manual_seed(3), requires_grad=True)
+    torch.testing.assert_close(step(x, 0.79), scaled(x, 0.79))
+    assert counters["aot_autograd"]["total"] == 1
+    torch.testing.assert_close(step(x, 0.5), scaled(x, 0.5))  # another value: a new constant, still right
+
+
+def _neighbour_fit(compile, **kwargs):
+    import numpy as np
+    from sklearn.datasets import make_blobs
+
+    from sktransfer_cluster.representation import make_encoder, neighbour_graph, train_neighbour_encoder
+
+    X, _ = make_blobs(120, n_features=6, centers=3, random_state=0)
+    X = ((X - X.mean(0)) / X.std()).astype(np.float32)
+    gen = torch.Generator().manual_seed(0)
+    enc = make_encoder(6, 2, (16,), generator=gen)
+    losses = train_neighbour_encoder(enc, X, neighbour_graph(X, 8), n_epochs=3, batch_size=256, generator=gen,
+                                     compile=compile, **kwargs)
+    return losses, [p.detach().clone() for p in enc.parameters()]
+
+
+@pytest.mark.skipif(compiler_unavailable("cpu") is not None, reason="torch.compile is unavailable here")
+def test_neighbour_encoder_traced_training_equals_eager(monkeypatch):
+    from sktransfer_cluster.representation import encoder
+
+    monkeypatch.setitem(encoder.NEIGHBOUR_COMPILE_OPTIONS, "backend", "aot_eager")
+    losses, params = _neighbour_fit(True)
+    ref_losses, ref_params = _neighbour_fit(False)
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses))
+    for p, q in zip(params, ref_params):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+
+
+def test_neighbour_encoder_without_a_compiler_warns_and_trains_bit_identically(no_cxx):
+    ref_losses, ref_params = _neighbour_fit(False)
+    with pytest.warns(UserWarning, match="neighbour encoder's training step runs eagerly"):
+        losses, params = _neighbour_fit(True)
+    assert losses == ref_losses
+    assert all(torch.equal(p, q) for p, q in zip(params, ref_params))

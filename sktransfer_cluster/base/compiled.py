@@ -22,6 +22,11 @@ where compilation fails on a call, it warns, runs that call eagerly and stays
 eager. Eager and compiled steps compute the same function, so results agree
 within floating-point rounding (fused kernels sum in another order).
 
+Float arguments are compiled as constants (``specialize_float``): a step's floats are a
+training run's constants (a loss weight, a curve's exponent), and traced as symbols they
+would make TorchDynamo trace the step twice (it restarts to specialise them). A float that
+changes on every call would recompile on every call; pass it as a tensor.
+
 Compilation costs seconds to tens of seconds on the first call (and once more
 for each new input shape, e.g. a shorter last minibatch); it pays only for
 fits long enough to repay it (``docs/performance.md``).
@@ -87,6 +92,11 @@ def compiler_unavailable(device="cpu"):
     return None
 
 
+def _dynamo_config():
+    """TorchDynamo's config module (imported only once a step is compiled)."""
+    return importlib.import_module("torch._dynamo.config")
+
+
 class CompiledStep:
     """A function compiled with ``torch.compile`` on its first call, eager where that fails.
 
@@ -135,7 +145,8 @@ class CompiledStep:
         if self._compiled is None:
             return self.fn(*args, **kwargs)
         try:
-            return self._compiled(*args, **kwargs)
+            with _dynamo_config().patch(specialize_float=True):
+                return self._compiled(*args, **kwargs)
         except Exception as exc:
             # Compilation failed (or the function itself raised: the eager call below then raises
             # the same error, without a misleading warning). A failed compilation raises before its
