@@ -28,6 +28,7 @@ Canonical run: ``python benchmarks/c2m_quality.py``.
    labelling against one cluster and against KMeans(k), process times, and, in the same run,
    KMeans(true K) and the image peers on the whole target: UMAP(10) + GaussianMixture(true K) and,
    K unknown, UMAP(10) + HDBSCAN(min_cluster_size=n // 20, min_samples=10).
+   ``--second-images`` adds mfeat-pix 0-4 -> 5-9 (B = 20), ``--only-images`` drops digits.
    Writes results/c2m/variants/c2m_defaults_transfer.{json,md} (or ``--name``).
 
     python benchmarks/c2m_quality.py --defaults-transfer [--mnist] [--seeds 0 1 2]
@@ -255,12 +256,26 @@ def _umap_peers(X, y, k_true, seed):
             "peer_hdbscan_k": int(np.unique(hdb[hdb >= 0]).shape[0])}
 
 
+def _second_images_transfer():
+    """mfeat-pix (``_common.second_images``, 2,000 16 x 15 digits nobody here tuned for) split as
+    the MNIST task: the labelled 0-4 source, the 5-9 target (1,000 rows each)."""
+    from sktransfer_cluster.datasets import TransferTask
+
+    X, y, _, _ = _common.second_images("mfeat-pix")
+    src, tgt = y < 5, y >= 5
+    return TransferTask(X[src], y[src], X[tgt], y[tgt], name="mfeat-pix")
+
+
 def _defaults_transfer_main(args):
     tasks = [("digits 0-4 -> 5-9", load_digits_transfer, 10)]
     if args.mnist:
         from sktransfer_cluster.datasets import load_mnist_transfer
 
         tasks.append(("MNIST 0-4 -> 5-9", load_mnist_transfer, 20))
+    if args.second_images:
+        tasks.append(("mfeat-pix 0-4 -> 5-9", _second_images_transfer, 20))
+    if args.only_images:
+        tasks = tasks[1:]
     t_start = time.perf_counter()
     out = {}
     for name, loader, bound in tasks:
@@ -610,6 +625,10 @@ def main(argv=None):
     ap.add_argument("--kinds", nargs="*", default=["blobs", "moons", "circles"],
                     help="with --ranking: synthetic kinds of held-out sets (none: skip the synthetic part)")
     ap.add_argument("--mnist", action="store_true", help="with --defaults-transfer / --ranking: also MNIST 0-4 -> 5-9")
+    ap.add_argument("--second-images", action="store_true",
+                    help="with --defaults-transfer: also mfeat-pix 0-4 -> 5-9 (B = 20; _common.second_images)")
+    ap.add_argument("--only-images", action="store_true",
+                    help="with --defaults-transfer: skip the digits task (the image tasks only)")
     ap.add_argument("--pools", choices=["separable", "overlapping", "mixed"], default="separable",
                     help="with --ranking: the training blob pools, linearly separable (the paper's) or as "
                     "make_blobs draws them (touching blobs), or half of each")

@@ -26,6 +26,7 @@ from sktransfer_cluster.cluster.c2m.critic import (
     ClusteringCritic,
     clique_propagate,
     cluster_margin_features,
+    cluster_size_features,
     gram_pool,
     neighbour_label_features,
 )
@@ -310,6 +311,18 @@ def test_knn_indices_are_the_nearest_other_points_nearest_first():
     X = torch.tensor([[0.0], [1.0], [3.0], [7.0]], dtype=torch.float64)
     np.testing.assert_array_equal(knn_indices(X, 2).numpy(), [[1, 2], [0, 2], [1, 0], [2, 1]])
     assert knn_indices(X, 10).shape == (4, 3)  # capped at n - 1
+
+
+def test_size_features_are_each_cluster_size_relative_to_an_equal_share():
+    labels = torch.tensor([[0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 1, 1], [5, 5, 5, 5, 5, 5]])
+    f = cluster_size_features(labels)
+    assert f.shape == (3, 6, 1)
+    assert torch.equal(f[0], torch.zeros(6, 1, dtype=torch.float64))  # equal clusters, and
+    assert torch.equal(f[2], torch.zeros(6, 1, dtype=torch.float64))  # one cluster: an equal share
+    expected = torch.log(torch.tensor([4 * 2 / 6] * 4 + [2 * 2 / 6] * 2, dtype=torch.float64))
+    torch.testing.assert_close(f[1, :, 0], expected)
+    # Renaming the clusters changes nothing.
+    assert torch.equal(cluster_size_features(torch.tensor([7, 7, 7, 7, 2, 2]))[0], f[1])
 
 
 def test_neighbour_features_are_agreement_and_run_of_same_label_neighbours():

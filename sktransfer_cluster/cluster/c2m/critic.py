@@ -10,7 +10,8 @@ from torch import nn
 from ...nn import knn_indices, mlp
 
 __all__ = [
-    "clique_propagate", "cluster_margin_features", "neighbour_label_features", "tree_label_features", "CliqueGAE",
+    "clique_propagate", "cluster_margin_features", "cluster_size_features", "neighbour_label_features",
+    "tree_label_features", "CliqueGAE",
     "gram_pool", "ClusteringCritic",
 ]
 
@@ -119,6 +120,32 @@ def cluster_margin_features(X, labels, chunk_elements=2**22):
         out[:, s : s + rows, 0] = a
         out[:, s : s + rows, 1] = torch.where(torch.isfinite(b), b, torch.zeros_like(b))
     return out
+
+def cluster_size_features(labels):
+    """The size of each point's cluster relative to an equal share, for P labellings at once.
+
+    ``log(k |C(i)| / n)`` for a labelling with k non-empty clusters: 0 for every point when
+    the clusters are equally large, positive in a cluster larger than its share, negative in
+    a smaller one. The clique-graph encoder cannot see sizes otherwise (its propagation is a
+    per-cluster mean), so a metric learned on classes of given relative sizes cannot tell a
+    labelling that merges two of them, or splits one, by the sizes it leaves. O(P n);
+    exactly invariant to renaming the clusters.
+
+    Parameters
+    ----------
+    labels : torch.Tensor of shape (n,) or (P, n)
+
+    Returns
+    -------
+    torch.Tensor of shape (P, n, 1), float64
+    """
+    labels = _population_labels(labels)
+    P, n = labels.shape
+    idx, slots = _segment_index(labels)
+    counts = torch.bincount(idx, minlength=P * slots).reshape(P, slots)
+    k = (counts > 0).sum(1, keepdim=True).to(torch.float64)
+    size = counts.reshape(-1)[idx].reshape(P, n).to(torch.float64)
+    return torch.log(size * k / n).unsqueeze(-1)
 
 def neighbour_label_features(labels, neighbours):
     """How each point's label agrees with its nearest neighbours', for P labellings at once.
@@ -280,6 +307,9 @@ class ClusteringCritic(nn.Module):
         Also feed this many columns of a per-set embedding of the points
         (``spectral=``, e.g. the set's spectral embedding), which depends on
         the points only.
+    size_features : bool, default=False
+        Also feed :func:`cluster_size_features` (each point's cluster size
+        relative to an equal share).
     coordinates : bool, default=True
         Feed the coordinates ``X`` themselves; ``False``: only the features
         above, which depend on the set's k-NN graph, not on where its points lie.
@@ -302,6 +332,7 @@ class ClusteringCritic(nn.Module):
         n_spectral=0,
         coordinates=True,
         tree_features=False,
+        size_features=False,
         negative_slope=0.2,
     ):
         super().__init__()
@@ -310,8 +341,10 @@ class ClusteringCritic(nn.Module):
         self.n_spectral = int(n_spectral)
         self.coordinates = bool(coordinates)
         self.tree_features = bool(tree_features)
+        self.size_features = bool(size_features)
         n_in = (int(n_features) if self.coordinates else 0) + (2 if self.margin_features else 0)
         n_in += (0 if n_neighbors is None else 2) + self.n_spectral + (5 if self.tree_features else 0)
+        n_in += 1 if self.size_features else 0
         if n_in == 0:
             raise ValueError(
                 "coordinates=False leaves the critic no node features: give it n_neighbors, n_spectral or tree_features."
@@ -339,6 +372,8 @@ class ClusteringCritic(nn.Module):
             if tree is None:
                 raise ValueError("this critic reads the set's spanning tree: pass tree=spanning_tree(X).")
             parts.append(tree_label_features(labels, tree).to(X.dtype))
+        if self.size_features:
+            parts.append(cluster_size_features(labels).to(X.dtype))
         H = torch.cat(parts, -1) if len(parts) > 1 else parts[0]
         return gram_pool(self.gae(H, labels))
 

@@ -90,6 +90,7 @@ PAPER_PARAMS = {
     "critic_spectral": None,
     "critic_coordinates": True,
     "tree_features": False,
+    "size_features": False,
     "smooth_truth": False,
     "representation": None,
 }
@@ -231,6 +232,14 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         scale-free account of gaps, so a metric learned on blobs can rank two
         rings or two moons above one cluster and above a cut through a dense
         part, whatever the clusters' shapes.
+    size_features : bool, default=False
+        Give the metric's encoder the size of each point's cluster relative
+        to an equal share, ``log(k |C| / n)``
+        (:func:`~sktransfer_cluster.cluster.c2m.critic.cluster_size_features`).
+        The clique-graph propagation is a per-cluster mean, so without it the
+        metric cannot see cluster sizes: a metric learned on classes of
+        similar sizes can then not tell a labelling that merges two of them
+        by the sizes it leaves (``docs/notes/c2m.md``, fifth session).
     smooth_truth : bool, default=True
         The real labelling of each critic step is the true one with every
         point relabelled by the majority of itself and its ``n_neighbors``
@@ -410,6 +419,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         "critic_spectral": [Interval(Integral, 1, None, closed="left"), None],
         "critic_coordinates": ["boolean"],
         "tree_features": ["boolean"],
+        "size_features": ["boolean"],
         "smooth_truth": ["boolean"],
         "n_negatives": [Interval(Integral, 0, None, closed="left")],
         "lipschitz": [StrOptions({"gp", "clip"})],
@@ -453,6 +463,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         critic_spectral=None,
         critic_coordinates=True,
         tree_features=False,
+        size_features=False,
         smooth_truth=True,
         n_negatives=4,
         lipschitz="gp",
@@ -496,6 +507,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.critic_spectral = critic_spectral
         self.critic_coordinates = critic_coordinates
         self.tree_features = tree_features
+        self.size_features = size_features
         self.smooth_truth = smooth_truth
         self.n_negatives = n_negatives
         self.lipschitz = lipschitz
@@ -706,6 +718,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             n_spectral=self.critic_spectral or 0,
             coordinates=self.critic_coordinates,
             tree_features=self.tree_features,
+            size_features=self.size_features,
         )
         critic = init_module(critic, torch_gen).to(device=self.device_, dtype=self._dtype())
         self.critic_ = critic
