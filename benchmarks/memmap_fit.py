@@ -4,7 +4,7 @@
         [--no-full] [--no-peer] [--name NAME] [--smoke]
     python benchmarks/memmap_fit.py --neural [--n 1000000] [--d 784] [--k 10] [--std 0.3]
         [--epochs 50] [--landmarks M] [--methods ae tdcm ccn] [--tdcm-epochs 1] [--neighbour-epochs 40]
-        [--ccn-params JSON] [--seeds 0] [--no-peer] [--name NAME] [--smoke]
+        [--ccn-params JSON] [--ccn-source-rows 20000] [--seeds 0] [--no-peer] [--name NAME] [--smoke]
 
 ``--neural`` (the streamed neural fit): ``SinkhornKMeans(embedding="autoencoder")`` at its
 defaults but ``pretrain_epochs=--epochs`` on ``--n`` x ``--d`` non-negative blob rows (``--k``
@@ -30,7 +30,10 @@ nothing) fitted with the blobs' labels as its labelled source, ``fit(X, y)``: pa
 computed chunk by chunk, ``G`` and ``f`` train on minibatches of the ``n`` codes drawn by index,
 and each row's ``similar_neighbors`` neighbourhood is a radius estimated from
 ``ccn.streamed.RADIUS_ROWS`` reference rows. The ARI is that of ``labels_`` (``f``'s clusters
-of the source) against the labels ``G`` learned from.
+of the source) against the labels ``G`` learned from. ``--methods ccn-transfer`` measures
+``transfer`` on the whole memmap instead: the same ``CCNCluster`` is fitted, before the
+measurement, on the first ``--ccn-source-rows`` rows and their labels (in memory); the ARI is
+that of the target's labels.
 
 Canonical run: ``python benchmarks/memmap_fit.py`` (results/scaling/variants/memmap_fit).
 
@@ -121,7 +124,10 @@ def cell(job):
 
         landmarks.LANDMARK_ROWS = int(job["landmarks"])
     fit_y = ()
-    if method == "CCN":
+    if method == "CCN-transfer":
+        source = slice(0, job["ccn_source_rows"])
+        model = CCNCluster(k, random_state=seed, device="cpu", **job["ccn_params"]).fit(np.array(X[source]), y[source])
+    elif method == "CCN":
         est = CCNCluster(k, random_state=seed, device="cpu", **job["ccn_params"])
         fit_y = (y,)
     elif method == "TDCM":
@@ -141,7 +147,10 @@ def cell(job):
         est = MiniBatchKMeans(k, batch_size=8192, max_iter=job["passes"], tol=0.0, max_no_improvement=None,
                               random_state=seed)
     torch.ones(8, 8) @ torch.ones(8, 8)
-    est, cpu, wall, peak = _common.measured(lambda: est.fit(X, *fit_y))
+    if method == "CCN-transfer":
+        est, cpu, wall, peak = _common.measured(lambda: model.transfer(X) is not None and model)
+    else:
+        est, cpu, wall, peak = _common.measured(lambda: est.fit(X, *fit_y))
     labels = est.labels_
     np.save(folder / f"labels_{method}_{seed}.npy", labels)
     passes = int(est.n_iter_) if not method.startswith("MiniBatchKMeans") else float(est.n_steps_ * 8192 / X.shape[0])
@@ -200,9 +209,11 @@ def neural_markdown(rows, args):
         settings.append(f"SinkhornKMeans-AE with pretrain_epochs={args.epochs}")
     if "tdcm" in args.methods:
         settings.append(f"TDCM with max_epochs={args.tdcm_epochs} and {args.neighbour_epochs} neighbour-encoder epochs")
+    named = ", ".join(f"{key}={value!r}" for key, value in args.ccn_params.items()) or "its defaults"
     if "ccn" in args.methods:
-        named = ", ".join(f"{key}={value!r}" for key, value in args.ccn_params.items())
-        settings.append(f"CCN fit(X, y) with {named or 'its defaults'}")
+        settings.append(f"CCN fit(X, y) with {named}")
+    if "ccn-transfer" in args.methods:
+        settings.append(f"CCN transfer(X) after a fit on the first {args.ccn_source_rows:,} rows, with {named}")
     md = [(f"{args.n:,} x {args.d} float32 non-negative blob rows (K = {args.k}, noise std {args.std}), a "
            f"`.npy` memmap of {args.n * args.d * 4 / 2**20:,.0f} MiB; one fresh process per cell, 1 thread; "
            + "; ".join(settings) + f"; landmarks min(n, {LANDMARK_ROWS:,})."), "",
@@ -216,6 +227,7 @@ def main_neural(args):
     if args.smoke:
         args.n, args.d, args.seeds, args.epochs, args.landmarks = 3000, 64, [0], 1, 1000
         args.tdcm_epochs, args.neighbour_epochs = 1, 1
+        args.ccn_source_rows = min(args.ccn_source_rows, 1000)
         args.ccn_params = {"embedding_epochs": 1, "similarity_epochs": 1, "clustering_epochs": 1,
                            "n_similarity_nets": 1, **args.ccn_params}
     args.n = int(args.n)
@@ -227,19 +239,22 @@ def main_neural(args):
         for seed in args.seeds:
             job = {"folder": tmp, "seed": seed, "k": args.k, "epochs": args.epochs, "landmarks": args.landmarks,
                    "tdcm_epochs": args.tdcm_epochs, "neighbour_epochs": args.neighbour_epochs,
-                   "ccn_params": args.ccn_params}
+                   "ccn_params": args.ccn_params, "ccn_source_rows": args.ccn_source_rows}
             if "ae" in args.methods:
                 rows.append(run_cell({**job, "method": "SinkhornKMeans-AE"}))
             if "tdcm" in args.methods:
                 rows.append(run_cell({**job, "method": "TDCM"}))
             if "ccn" in args.methods:
                 rows.append(run_cell({**job, "method": "CCN"}))
+            if "ccn-transfer" in args.methods:
+                rows.append(run_cell({**job, "method": "CCN-transfer"}))
             if not args.no_peer:
                 rows.append(run_cell({**job, "method": "MiniBatchKMeans-defaults"}))
     _common.write("scaling", args.name, {"rows": rows, "n": args.n, "d": args.d, "k": args.k, "std": args.std,
                                          "epochs": args.epochs, "tdcm_epochs": args.tdcm_epochs,
                                          "neighbour_epochs": args.neighbour_epochs, "landmarks": args.landmarks,
-                                         "ccn_params": args.ccn_params},
+                                         "ccn_params": args.ccn_params, "ccn_source_rows": args.ccn_source_rows,
+                                         "code": _common.code_state()},
                   neural_markdown(rows, args))
 
 
@@ -256,13 +271,15 @@ def main():
     parser.add_argument("--epochs", type=int, default=50, help="--neural: pretrain_epochs")
     parser.add_argument("--landmarks", type=int, default=None,
                         help="--neural: representation.LANDMARK_ROWS for the fit (default: the package's)")
-    parser.add_argument("--methods", nargs="+", choices=["ae", "tdcm", "ccn"], default=["ae", "tdcm"],
-                        help="--neural: the estimators measured (SinkhornKMeans-AE, TDCM, CCN)")
+    parser.add_argument("--methods", nargs="+", choices=["ae", "tdcm", "ccn", "ccn-transfer"], default=["ae", "tdcm"],
+                        help="--neural: the estimators measured (SinkhornKMeans-AE, TDCM, CCN fit, CCN transfer)")
     parser.add_argument("--tdcm-epochs", type=int, default=1, help="--neural: TDCM's max_epochs")
     parser.add_argument("--neighbour-epochs", type=int, default=40,
                         help="--neural: epochs of TDCM's neighbour encoder (its _neighbour_epochs)")
     parser.add_argument("--ccn-params", type=json.loads, default={},
                         help="--neural: CCNCluster's parameters as a JSON object (default: its defaults)")
+    parser.add_argument("--ccn-source-rows", type=int, default=20000,
+                        help="--neural, ccn-transfer: the rows (the first ones) CCN is fitted on before transfer(X)")
     parser.add_argument("--cell", default=None, help=argparse.SUPPRESS)
     _common.add_name_argument(parser, "scaling")
     argv = sys.argv[1:]

@@ -122,7 +122,17 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         else Euclidean ones on the normalised rows; with ``image_shape`` the
         distances ignore 1-pixel shifts and follow a 1-pixel blur), or the
         normalised rows themselves ("input", the paper; ``image_shape`` then
-        gives both networks a convolutional stem).
+        gives both networks a convolutional stem). Past
+        :data:`~sktransfer_cluster.representation.LANDMARK_ROWS` rows (50,000),
+        in ``fit`` and ``transfer``, no step holds a float copy of ``X`` (an
+        ``np.memmap`` is read in pieces): the encoder trains on the graph of as
+        many landmark rows drawn by index and every row's code is computed chunk
+        by chunk ("neighbours"), or ``G`` and ``f`` read their minibatches from
+        ``X`` by index ("input"); each row's ``similar_neighbors`` neighbourhood
+        is then a radius estimated from 5,000 reference rows
+        (:class:`~sktransfer_cluster.cluster.ccn.streamed.NeighbourRadii`). CCN+'s
+        ``source`` rows are held in memory; ``score`` and
+        ``pairwise_similarity`` cost ``O(n^2)``.
     embedding_epochs : int, default=40
         Passes over the source graph's edges that train the encoder in ``fit``.
     refine_epochs : int, default=20
