@@ -206,8 +206,9 @@ class TDCMCluster(
         second fit); worth it for long fits only (``docs/notes/tdcm.md``).
         Needs a C++ compiler on the CPU (Triton on CUDA); without one, or if
         compilation fails, it warns and trains eagerly. Results equal the eager
-        ones within floating-point rounding. The neighbour encoder's training
-        (``representation="neighbours"``) is not compiled.
+        ones within floating-point rounding. The neighbour encoder's step
+        (``representation="neighbours"``) is compiled too; it is matmul-bound, so it
+        gains less (about 1.15x per epoch; ``docs/notes/performance.md``).
     keep_best : bool, default=False
         After a ``KeyboardInterrupt`` in training, True keeps the encoder and
         blocks of the lowest-loss epoch so far and completes with a warning
@@ -531,7 +532,7 @@ class TDCMCluster(
 
             train_neighbour_encoder(
                 codes, inputs, graph, n_epochs=epochs, batch_size=4096, learning_rate=1e-3,
-                generator=torch_gen, callback=close_epoch,
+                generator=torch_gen, callback=close_epoch, compile=self.compile,
             )
             if losses:
                 run.end_epoch(loss=sum(losses) / len(losses))
