@@ -4,14 +4,14 @@ TDCMCluster at its defaults on MNIST-5k (``load_mnist_5k``, flat rows). Each fit
 Python process (no in-memory compile cache carries over):
 
 1. ``eager``: ``compile=False``;
-2. ``blocks compiled, cold`` / ``warm``: ``compile=True`` with the neighbour encoder's training
-   eager: an empty inductor cache (``TORCHINDUCTOR_CACHE_DIR`` a new folder, a first fit on a
-   new machine), then a second fit on the cache the first filled (a later fit on the same
-   machine, which still traces the steps but reuses the compiled code);
-3. ``all compiled, cold`` / ``warm``: the same with the neighbour encoder's step compiled too
+2. ``own-cold`` / ``own-warm`` (TDCM: "blocks compiled"): ``compile=True`` with the neighbour
+   encoder's training eager: an empty inductor cache (``TORCHINDUCTOR_CACHE_DIR`` a new folder,
+   a first fit on a new machine), then a second fit on the cache the first filled (a later fit
+   on the same machine, which still traces the steps but reuses the compiled code);
+3. ``all-cold`` / ``all-warm``: the same with the neighbour encoder's step compiled too
    (``train_neighbour_encoder(compile=True)``), on a cache of its own.
 
-Which steps compile is set in the child by wrapping the wing's ``train_neighbour_encoder``
+Which steps compile is set in the child by wrapping ``representation.train_neighbour_encoder``
 (``compile=`` forced per row), so the rows do not depend on what ``TDCMCluster(compile=True)``
 passes to it. Every process runs on one thread with ``TORCHINDUCTOR_COMPILE_THREADS=1``
 (inductor compiles in-process: ``time.process_time()`` plus the CPU time of its waited-for
@@ -25,10 +25,14 @@ is recorded before every fit.
 
 Usage::
 
-    python benchmarks/compile_speed.py [--seeds 0 1 2] [--rows eager all-cold all-warm]
+    python benchmarks/compile_speed.py [--seeds 0 1 2] [--rows eager own-cold own-warm] [--estimator gan]
     python benchmarks/compile_speed.py --smoke   # 400 blobs, 3 epochs, eager and aot_eager (no C++ build)
 
-Writes ``benchmarks/results/compile/tdcm_seed<seeds>.{md,json}`` (``--smoke``: a temporary folder).
+``--estimator gan``: PreciseFeatureGAN at its defaults instead (its ``compile=True`` compiles the
+critic's, classifier's and generator's losses; phases ``representation`` and ``fit``, one epoch
+per generator step).
+
+Writes ``benchmarks/results/compile/<estimator>_seed<seeds>.{md,json}`` (``--smoke``: a temporary folder).
 """
 
 from __future__ import annotations
@@ -47,22 +51,28 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: row -> (mode of the child, cache folder key, whether the cache is cold).
+#: row -> (mode of the child, cache folder key, whether the cache is cold). "own": the estimator's
+#: ``compile=True`` with the neighbour encoder's training eager; "all": that training compiled too.
 ROWS = {
     "eager": ("eager", None, None),
-    "blocks-cold": ("blocks", "blocks", True),
-    "blocks-warm": ("blocks", "blocks", False),
+    "own-cold": ("own", "own", True),
+    "own-warm": ("own", "own", False),
     "all-cold": ("all", "all", True),
     "all-warm": ("all", "all", False),
 }
-LABELS = {
-    "eager": "eager",
-    "blocks-cold": "blocks compiled, cold cache",
-    "blocks-warm": "blocks compiled, warm cache",
-    "all-cold": "all compiled, cold cache",
-    "all-warm": "all compiled, warm cache",
-    "peer": "peer: UMAP(10) + GMM(n_init=3)",
+#: estimator -> (what its own compile=True compiles, its training phases in the table).
+ESTIMATORS = {
+    "tdcm": ("blocks", ("neighbours", "fit")),
+    "gan": ("adversarial steps", ("representation", "fit")),
 }
+
+
+def label(row, estimator):
+    own = ESTIMATORS[estimator][0]
+    return {"eager": "eager", "own-cold": f"{own} compiled, cold cache", "own-warm": f"{own} compiled, warm cache",
+            "all-cold": f"{own} + neighbour encoder compiled, cold cache",
+            "all-warm": f"{own} + neighbour encoder compiled, warm cache",
+            "peer": "peer: UMAP(10) + GMM(n_init=3)"}[row]
 
 
 def _cpu():
@@ -83,7 +93,7 @@ def _data(seed, smoke):
     return X, y, 10
 
 
-def one_fit(mode, seed, smoke):
+def one_fit(mode, seed, smoke, estimator="tdcm"):
     """Fit once in this process; return the per-phase epoch CPU seconds, the total and the ACC."""
     import torch
 
@@ -101,17 +111,19 @@ def one_fit(mode, seed, smoke):
         labels = GaussianMixture(k, n_init=3, random_state=seed).fit_predict(Z)
         return {"mode": mode, "epochs": {}, "total": _cpu() - start, "acc": float(clustering_accuracy(y, labels))}
 
-    import sktransfer_cluster.cluster.tdcm.estimator as tdcm_estimator
+    import sktransfer_cluster.representation as representation
     import sktransfer_cluster.representation.encoder as encoder_module
-    from sktransfer_cluster import TDCMCluster
+    import sktransfer_cluster.cluster.tdcm.estimator as tdcm_estimator
+    from sktransfer_cluster import PreciseFeatureGAN, TDCMCluster
 
-    real = tdcm_estimator.train_neighbour_encoder
+    real = representation.train_neighbour_encoder
 
     def neighbour_training(*args, **kwargs):
         kwargs["compile"] = mode == "all"
         return real(*args, **kwargs)
 
-    tdcm_estimator.train_neighbour_encoder = neighbour_training
+    # TDCM imports the function at import time; the GAN from the package when it trains.
+    tdcm_estimator.train_neighbour_encoder = representation.train_neighbour_encoder = neighbour_training
 
     class EpochTimes:
         def __init__(self):
@@ -125,25 +137,27 @@ def one_fit(mode, seed, smoke):
             self.times.setdefault(run.phase, []).append(now - self.last)
             self.last = now
 
+    cls = TDCMCluster if estimator == "tdcm" else PreciseFeatureGAN
     params = dict(n_clusters=k)
     if smoke:
-        params.update(max_epochs=3)
         TDCMCluster._neighbour_epochs = 3
-        TDCMCluster._compile_options = {"backend": "aot_eager"}
+        params.update(max_epochs=3) if estimator == "tdcm" else params.update(n_iter=20, representation_epochs=3)
+        cls._compile_options = {"backend": "aot_eager"}
         encoder_module.NEIGHBOUR_COMPILE_OPTIONS.update(backend="aot_eager")
     timer = EpochTimes()
-    est = TDCMCluster(**params, compile=mode != "eager", random_state=seed, callbacks=[timer])
+    est = cls(**params, compile=mode != "eager", random_state=seed, callbacks=[timer])
     start = _cpu()
     labels = est.fit(X).labels_
     total = _cpu() - start
     return {"mode": mode, "epochs": timer.times, "total": total, "acc": float(clustering_accuracy(y, labels))}
 
 
-def run_child(mode, seed, smoke, cache_dir):
+def run_child(mode, seed, smoke, cache_dir, estimator):
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir, TORCHINDUCTOR_COMPILE_THREADS="1",
                OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", NUMBA_NUM_THREADS="1",
                PYTHONWARNINGS="ignore")
-    cmd = [sys.executable, __file__, "--child", mode, "--seed", str(seed)] + (["--smoke"] if smoke else [])
+    cmd = [sys.executable, __file__, "--child", mode, "--seed", str(seed), "--estimator", estimator]
+    cmd += ["--smoke"] if smoke else []
     load = os.getloadavg()[0]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
@@ -182,9 +196,10 @@ def _range(values, fmt):
     return f"{format(np.median(v), fmt)} [{format(v.min(), fmt)}, {format(v.max(), fmt)}]"
 
 
-def table(results, rows, seeds):
+def table(results, rows, seeds, estimator):
     """Markdown rows: per row, medians over the seeds with [min, max]."""
-    phases = ("neighbours", "fit")
+    # The phases the fits ran (a GAN on tabular rows trains no representation).
+    phases = [p for p in ESTIMATORS[estimator][1] if any(p in results[s][r].get("phases", {}) for s in seeds for r in rows)]
     lines = [
         "| fit | " + " | ".join(f"{p}: epoch (median) | {p}: speed-up per epoch | {p}: compilation | {p}: phase"
                                  for p in phases) + " | whole fit | ACC | load |",
@@ -202,7 +217,7 @@ def table(results, rows, seeds):
             ratio = _range([e / m for e, m in zip(eager, med)], ".2f") + "x" if eager else "-"
             comp = _range([r["phases"][p]["compile_cost"] for r in runs], ".1f") if row != "eager" else "0"
             cells += [_range(med, ".3f"), ratio, comp, _range([r["phases"][p]["phase"] for r in runs], ".1f")]
-        lines.append(f"| {LABELS[row]} | " + " | ".join(cells)
+        lines.append(f"| {label(row, estimator)} | " + " | ".join(cells)
                      + f" | {_range([r['total'] for r in runs], '.1f')} | {_range([r['acc'] for r in runs], '.3f')} "
                      f"| {_range([r['load'] for r in runs], '.1f')} |")
     return lines
@@ -214,11 +229,12 @@ def main():
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
     parser.add_argument("--no-peer", action="store_true", help="skip the UMAP + GMM row")
+    parser.add_argument("--estimator", choices=list(ESTIMATORS), default="tdcm")
     parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--child", choices=["eager", "blocks", "all", "peer"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["eager", "own", "all", "peer"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(one_fit(args.child, args.seed, args.smoke)))
+        print(json.dumps(one_fit(args.child, args.seed, args.smoke, args.estimator)))
         return
 
     rows = ["eager", "all-cold"] if args.smoke else list(args.rows)  # the smoke run: both code paths
@@ -236,28 +252,33 @@ def main():
                 cache = os.path.join(caches, key or "none")
                 if cold:
                     assert not os.path.exists(cache), f"{row}: the cache is not empty"
-                results[seed][row] = summarise(run_child(mode, seed, args.smoke, cache))
+                results[seed][row] = summarise(run_child(mode, seed, args.smoke, cache, args.estimator))
                 print(seed, row, json.dumps(results[seed][row]), file=sys.stderr, flush=True)
 
     seeds = list(args.seeds)
     what = "400 blobs (smoke)" if args.smoke else "MNIST-5k"
-    command = "python benchmarks/compile_speed.py" + (" --smoke" if args.smoke else f" --seeds {' '.join(map(str, seeds))}")
+    name = {"tdcm": "TDCMCluster", "gan": "PreciseFeatureGAN"}[args.estimator]
+    command = f"python benchmarks/compile_speed.py --estimator {args.estimator}"
+    command += " --smoke" if args.smoke else f" --seeds {' '.join(map(str, seeds))}"
     if not args.smoke and rows[:-1 if rows[-1] == "peer" else None] != list(ROWS):
         command += " --rows " + " ".join(r for r in rows if r != "peer")
+    phases = {"tdcm": "`neighbours` = the neighbour encoder (40 epochs), `fit` = TDCM's blocks (100 epochs)",
+              "gan": "`representation` = the neighbour encoder (40 epochs), `fit` = the adversarial training "
+                     "(one 'epoch' = one generator step with its 5 critic and 4 classifier steps; 2,000 steps)"}
     lines = [
-        f"# compile=True against eager: TDCMCluster defaults on {what} "
+        f"# compile=True against eager: {name} defaults on {what} "
         f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, seeds {', '.join(map(str, seeds))}, 1 thread, CPU seconds)",
         "",
         f"`{command}` at commit {state['commit']}{' (uncommitted changes: ' + state['dirty'] + ')' if state['dirty'] else ''}; "
         "each row a fresh process; CPU seconds = process_time + the C++ compiler's (children's) CPU; inductor compiles "
-        "in-process. Medians over the seeds [min, max]. Phases: `neighbours` = the neighbour encoder (40 epochs), "
-        "`fit` = TDCM's blocks (100 epochs); compilation = first epoch minus the median epoch.",
+        f"in-process. Medians over the seeds [min, max]. Phases: {phases[args.estimator]}; compilation = first epoch "
+        "minus the median epoch; load = the 1-minute load average before the fit.",
         "",
-        *table(results, rows, seeds),
+        *table(results, rows, seeds, args.estimator),
         "",
     ]
     text = "\n".join(lines) + "\n"
-    stem = f"tdcm_seed{'-'.join(map(str, seeds))}"
+    stem = f"{args.estimator}_seed{'-'.join(map(str, seeds))}"
     (out_dir / f"{stem}.md").write_text(text)
     (out_dir / f"{stem}.json").write_text(json.dumps({"seeds": seeds, "smoke": args.smoke, "code": state,
                                                       "results": results}, indent=1))

@@ -154,3 +154,38 @@ def test_neighbour_encoder_without_a_compiler_warns_and_trains_bit_identically(n
         losses, params = _neighbour_fit(True)
     assert losses == ref_losses
     assert all(torch.equal(p, q) for p, q in zip(params, ref_params))
+
+
+def _gan_fit(compile, **params):
+    from sklearn.datasets import make_blobs
+
+    from sktransfer_cluster import PreciseFeatureGAN
+
+    X, _ = make_blobs(150, n_features=4, centers=3, random_state=0)
+    return PreciseFeatureGAN(3, n_iter=8, batch_size=32, compile=compile, random_state=0, device="cpu",
+                             **params).fit(X)
+
+
+@pytest.mark.skipif(compiler_unavailable("cpu") is not None, reason="torch.compile is unavailable here")
+def test_gan_traced_training_with_its_gradient_penalty_equals_eager(monkeypatch):
+    # The critic's penalty differentiates with create_graph=True: traced into the critic's graph
+    # (trace_autograd_ops), not a fallback to eager.
+    from sktransfer_cluster import PreciseFeatureGAN
+
+    monkeypatch.setattr(PreciseFeatureGAN, "_compile_options", {"backend": "aot_eager"})
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*runs eagerly")  # no fallback to eager mode
+        traced = _gan_fit(True, representation=None, classifier="network")
+    eager = _gan_fit(False, representation=None, classifier="network")
+    for key in ("critic_loss", "gradient_penalty", "classifier_loss"):
+        torch.testing.assert_close(torch.tensor([h[key] for h in traced.history_]),
+                                   torch.tensor([h[key] for h in eager.history_]), rtol=1e-4, atol=1e-5)
+    assert (traced.labels_ == eager.labels_).all()
+
+
+def test_gan_without_a_compiler_warns_and_fits_bit_identically(no_cxx):
+    eager = _gan_fit(False, representation=None)
+    with pytest.warns(UserWarning, match="critic step runs eagerly"):
+        fallback = _gan_fit(True, representation=None)
+    assert (fallback.labels_ == eager.labels_).all()
+    assert [h["loss"] for h in fallback.history_] == [h["loss"] for h in eager.history_]

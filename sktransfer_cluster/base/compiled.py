@@ -22,10 +22,11 @@ where compilation fails on a call, it warns, runs that call eagerly and stays
 eager. Eager and compiled steps compute the same function, so results agree
 within floating-point rounding (fused kernels sum in another order).
 
-Float arguments are compiled as constants (``specialize_float``): a step's floats are a
-training run's constants (a loss weight, a curve's exponent), and traced as symbols they
-would make TorchDynamo trace the step twice (it restarts to specialise them). A float that
-changes on every call would recompile on every call; pass it as a tensor.
+Float arguments are compiled as constants (``specialize_float``, :data:`DYNAMO_CONFIG`): a
+step's floats are mostly a training run's constants (a loss weight, a curve's exponent), and
+traced as symbols they can make TorchDynamo trace the step twice (it restarts to specialise
+them). A float that changes during a run would recompile at each new value: pass
+``dynamo_config={"specialize_float": False}`` for that step.
 
 Compilation costs seconds to tens of seconds on the first call (and once more
 for each new input shape, e.g. a shorter last minibatch); it pays only for
@@ -41,7 +42,7 @@ import torch
 
 from .runtime import warn
 
-__all__ = ["compiler_unavailable", "compile_step", "CompiledStep", "COMPILE_OPTIONS", "CPU_INDUCTOR_OPTIONS"]
+__all__ = ["compiler_unavailable", "compile_step", "CompiledStep", "COMPILE_OPTIONS", "CPU_INDUCTOR_OPTIONS", "DYNAMO_CONFIG"]
 
 
 #: ``torch.compile``'s options unless the caller overrides them. ``dynamic=True``: one graph
@@ -51,6 +52,9 @@ __all__ = ["compiler_unavailable", "compile_step", "CompiledStep", "COMPILE_OPTI
 #: compiler runs once per graph rather than once per kernel (TDCM's step: 2 shared objects
 #: instead of 37-47, 13 CPU s of gcc instead of 43-62 s; ``docs/notes/tdcm.md``, 2026-11-27).
 COMPILE_OPTIONS = {"dynamic": True}
+#: TorchDynamo's settings while a step is traced, unless the caller overrides them: floats
+#: specialised (a run's constants; as symbols TorchDynamo traced TDCM's neighbour loss twice).
+DYNAMO_CONFIG = {"specialize_float": True}
 CPU_INDUCTOR_OPTIONS = {"cpp_wrapper": True}
 
 
@@ -109,6 +113,11 @@ class CompiledStep:
         Where it runs (chooses the backend check of :func:`compiler_unavailable`).
     what : str, default="the training step"
         Named in the warnings.
+    dynamo_config : dict, optional
+        TorchDynamo settings while the step is traced, over :data:`DYNAMO_CONFIG`, e.g.
+        ``{"trace_autograd_ops": True}`` for a step that calls ``torch.autograd.grad``
+        (a gradient penalty), ``{"specialize_float": False}`` for a float argument that
+        changes during a run.
     **options
         Passed to ``torch.compile``, over :data:`COMPILE_OPTIONS` (and, for inductor on
         the CPU, an ``options`` dict over :data:`CPU_INDUCTOR_OPTIONS`).
@@ -121,9 +130,10 @@ class CompiledStep:
         Why it runs eagerly, when it does.
     """
 
-    def __init__(self, fn, *, device="cpu", what="the training step", **options):
+    def __init__(self, fn, *, device="cpu", what="the training step", dynamo_config=None, **options):
         self.fn = fn
         self.what = what
+        self.dynamo_config = {**DYNAMO_CONFIG, **(dynamo_config or {})}
         self.reason = compiler_unavailable(device)
         self._compiled = None
         if self.reason is None:
@@ -145,7 +155,7 @@ class CompiledStep:
         if self._compiled is None:
             return self.fn(*args, **kwargs)
         try:
-            with _dynamo_config().patch(specialize_float=True):
+            with _dynamo_config().patch(**self.dynamo_config):
                 return self._compiled(*args, **kwargs)
         except Exception as exc:
             # Compilation failed (or the function itself raised: the eager call below then raises
@@ -158,7 +168,7 @@ class CompiledStep:
             return out
 
 
-def compile_step(fn, enabled, *, device="cpu", what="the training step", **options):
+def compile_step(fn, enabled, *, device="cpu", what="the training step", dynamo_config=None, **options):
     """``fn`` itself when not ``enabled``, else ``fn`` wrapped in a :class:`CompiledStep`.
 
     Parameters
@@ -168,6 +178,8 @@ def compile_step(fn, enabled, *, device="cpu", what="the training step", **optio
         The estimator's ``compile`` parameter.
     device : str or torch.device, default="cpu"
     what : str, default="the training step"
+    dynamo_config : dict, optional
+        TorchDynamo settings while tracing (:class:`CompiledStep`).
     **options
         For ``torch.compile``.
 
@@ -177,4 +189,4 @@ def compile_step(fn, enabled, *, device="cpu", what="the training step", **optio
     """
     if not enabled:
         return fn
-    return CompiledStep(fn, device=device, what=what, **options)
+    return CompiledStep(fn, device=device, what=what, dynamo_config=dynamo_config, **options)

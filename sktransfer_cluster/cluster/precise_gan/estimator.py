@@ -38,9 +38,10 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
 from ...base import (COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_image_shape, chunked,
-                    compact_labels, compute_threads, make_generators)
-from .networks import (build_networks, classifier_step, critic_step, default_eta_step,
-                   draw_ids, eta_schedule, generator_step, latent, mean_entropy, set_requires_grad)
+                    compact_labels, compile_step, compute_threads, make_generators)
+from .networks import (build_networks, classifier_objective, classifier_step, critic_objective, critic_step,
+                       default_eta_step, draw_ids, eta_schedule, generator_objective, generator_step, latent,
+                       mean_entropy, set_requires_grad)
 
 __all__ = ["PreciseFeatureGAN", "PAPER_PARAMS", "eta_schedule", "neighbour_agreement"]
 
@@ -250,6 +251,17 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         Generator steps of :meth:`transfer`; None is ``max(1, n_iter // 4)``.
     log_every : int, default=None
         Generator steps per entry of ``history_``; None gives about 100 entries.
+    compile : bool, default=False
+        Compile the losses of the critic, classifier and generator steps (and so
+        their backward passes), and the neighbour encoder's step, with ``torch.compile``
+        (:func:`~sktransfer_cluster.base.compile_step`; the critic's gradient
+        penalty, a ``torch.autograd.grad(create_graph=True)``, is traced into
+        the critic's graph): fused kernels for these small, per-operation-bound
+        networks, after a one-off compilation of tens of CPU seconds (less on a
+        warm inductor cache); worth it for long fits only
+        (``docs/notes/performance.md``). Needs a C++ compiler on the CPU (Triton
+        on CUDA); without one, or if compilation fails, it warns and trains
+        eagerly. Results equal the eager ones within floating-point rounding.
     keep_best : bool, default=False
         What a ``KeyboardInterrupt`` during training leaves. False: the
         estimator as it was before the call. True: training stops, the three
@@ -404,6 +416,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         "standardize": ["boolean"],
         "transfer_iter": [Interval(Integral, 1, None, closed="left"), None],
         "log_every": [Interval(Integral, 1, None, closed="left"), None],
+        "compile": ["boolean"],
         **COMMON_PARAMETER_CONSTRAINTS,
     }
 
@@ -439,6 +452,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         standardize=True,
         transfer_iter=None,
         log_every=None,
+        compile=False,
         keep_best=False,
         callbacks=None,
         device="auto",
@@ -468,6 +482,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.standardize = standardize
         self.transfer_iter = transfer_iter
         self.log_every = log_every
+        self.compile = compile
         self.keep_best = keep_best
         self.callbacks = callbacks
         self.device = device
@@ -633,7 +648,8 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             step = run.step_callback(steps)
 
             train_neighbour_encoder(encoder, inputs, graph, n_epochs=n_epochs, batch_size=_EDGES_PER_STEP,
-                                    learning_rate=_ENCODER_LR, generator=torch_gen, callback=step)
+                                    learning_rate=_ENCODER_LR, generator=torch_gen, callback=step,
+                                    compile=self.compile)
         self.encoder_ = encoder.eval().to(device=self.device_, dtype=self._dtype())
         set_requires_grad(self.encoder_, False)
 
@@ -655,6 +671,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         ) as run:
             # Each update is the run's step; the losses are checked once per generator step below.
             update = functools.partial(run.step, check=False, weight=None)
+            objective = self._objectives()
             for t in run.epochs():
                 eta_t = float(eta_schedule(t, self.eta, self.eta_gamma, eta_step))
                 zero = Xt.new_zeros(())
@@ -671,17 +688,20 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
                 for i in range(self.n_critic):
                     sl = slice(i * bs, (i + 1) * bs)
                     real = Xt[rows[sl]]
-                    loss_d, w_est, gp = critic_step(D, opt_d, real, fake_d[sl], self.gp_weight, eps=eps[sl], update=update)
+                    loss_d, w_est, gp = critic_step(D, opt_d, real, fake_d[sl], self.gp_weight, eps=eps[sl], update=update,
+                                                     objective=objective["critic"])
                     s_d, s_w, s_gp = s_d + loss_d, s_w + w_est, s_gp + gp
                 set_requires_grad(C, True)
                 s_c, s_acc = zero, zero
                 for i in range(ncl):
                     sl = slice(i * bs, (i + 1) * bs)
-                    loss_c, acc = classifier_step(C, opt_c, fake_c[sl], ids_c[sl], update=update)
+                    loss_c, acc = classifier_step(C, opt_c, fake_c[sl], ids_c[sl], update=update,
+                                                objective=objective["classifier"])
                     s_c, s_acc = s_c + loss_c, s_acc + acc
                 set_requires_grad(D, False)
                 set_requires_grad(C, False)
-                loss_g = generator_step(D, C, opt_g, *self._fake(bs, torch_gen), eta_t, update=update)
+                loss_g = generator_step(D, C, opt_g, *self._fake(bs, torch_gen), eta_t, update=update,
+                                        objective=objective["generator"])
                 # One transfer to the host per generator step: these means and the generator loss.
                 vals = torch.stack([s_d / nc, s_w / nc, s_gp / nc, s_c / ncl, s_acc / ncl, loss_g])
                 vals = vals.cpu().numpy()
@@ -699,6 +719,24 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         set_requires_grad(D, True)
         set_requires_grad(C, True)
         self.n_iter_ = run.completed
+
+    def _objectives(self):
+        """The steps' losses, each through :func:`~sktransfer_cluster.base.compile_step` (``compile``)."""
+        def step(fn, what, **dynamo_config):
+            return compile_step(fn, self.compile, device=self.device_, what=f"the GAN's {what} step",
+                                dynamo_config=dynamo_config, **self._compile_options)
+
+        return {
+            # The penalty's torch.autograd.grad traced into the graph (else a graph break, and the
+            # compiled backward of the pieces refuses create_graph=True).
+            "critic": step(critic_objective, "critic", trace_autograd_ops=True),
+            "classifier": step(classifier_objective, "classifier"),
+            # eta changes along its staircase: a symbol, not a constant recompiled at every stair.
+            "generator": step(generator_objective, "generator", specialize_float=False),
+        }
+
+    #: torch.compile's options for compile=True (over base.COMPILE_OPTIONS).
+    _compile_options = {}
 
     @torch.no_grad()
     def _assign(self, Xt):

@@ -21,8 +21,11 @@ __all__ = [
     "build_networks",
     "draw_ids",
     "latent",
+    "critic_objective",
     "critic_step",
+    "classifier_objective",
     "classifier_step",
+    "generator_objective",
     "generator_step",
     "mean_entropy",
     "set_requires_grad",
@@ -128,7 +131,23 @@ def plain_update(optimizer, loss):
     optimizer.step()
 
 
-def critic_step(critic, optimizer, real, fake, gp_weight, generator=None, eps=None, update=plain_update):
+def critic_objective(critic, real, fake, x_hat, gp_weight):
+    """The WGAN-GP loss of the critic and its terms: what ``compile=True`` compiles of :func:`critic_step`.
+
+    The critic sees the real, the generated and the interpolated rows ``x_hat``
+    (a leaf that requires its gradient) in one forward pass. Returns
+    ``(loss, wasserstein, penalty)``, not detached.
+    """
+    n = real.shape[0]
+    out = critic(torch.cat([real, fake, x_hat])).reshape(-1)
+    wasserstein = out[:n].mean() - out[n:2 * n].mean()
+    (grad,) = torch.autograd.grad(out[2 * n:].sum(), x_hat, create_graph=True)
+    penalty = gp_weight * ((grad.reshape(n, -1).norm(2, dim=1) - 1.0) ** 2).mean()
+    return penalty - wasserstein, wasserstein, penalty
+
+
+def critic_step(critic, optimizer, real, fake, gp_weight, generator=None, eps=None, update=plain_update,
+                objective=critic_objective):
     """One WGAN-GP update of the critic (Alg. 1, lines 2-11).
 
     Minimises ``E[D(fake)] - E[D(real)] + gp_weight * E[(||grad D(x_hat)|| - 1)^2]``
@@ -139,6 +158,8 @@ def critic_step(critic, optimizer, real, fake, gp_weight, generator=None, eps=No
 
     ``update(optimizer, loss)`` applies the step (in a fit: the phase's
     :meth:`~sktransfer_cluster.base.TrainingRun.step`); likewise below.
+    ``objective``: :func:`critic_objective` or a compiled form of it
+    (:func:`~sktransfer_cluster.base.compile_step`).
 
     Returns
     -------
@@ -152,33 +173,44 @@ def critic_step(critic, optimizer, real, fake, gp_weight, generator=None, eps=No
     eps = eps.to(dtype=real.dtype, device=real.device).reshape(n, *([1] * (real.dim() - 1)))
     real, fake = real.detach(), fake.detach()
     x_hat = (eps * real + (1.0 - eps) * fake).requires_grad_(True)
-    out = critic(torch.cat([real, fake, x_hat])).reshape(-1)
-    wasserstein = out[:n].mean() - out[n:2 * n].mean()
-    (grad,) = torch.autograd.grad(out[2 * n:].sum(), x_hat, create_graph=True)
-    penalty = gp_weight * ((grad.reshape(n, -1).norm(2, dim=1) - 1.0) ** 2).mean()
-    loss = penalty - wasserstein
+    loss, wasserstein, penalty = objective(critic, real, fake, x_hat, gp_weight)
     update(optimizer, loss)
     return loss.detach(), wasserstein.detach(), penalty.detach()
 
 
-def classifier_step(classifier, optimizer, fake, ids, update=plain_update):
+def classifier_objective(classifier, fake, ids):
+    """Cross-entropy of ``C`` on generated rows labelled by their ids, and its accuracy (detached).
+
+    What ``compile=True`` compiles of :func:`classifier_step`.
+    """
+    logits = classifier(fake)
+    return F.cross_entropy(logits, ids), (logits.detach().argmax(1) == ids).to(fake.dtype).mean()
+
+
+def classifier_step(classifier, optimizer, fake, ids, update=plain_update, objective=classifier_objective):
     """One cross-entropy update of ``C`` on generated samples labelled by their ids (lines 12-20).
 
     Returns the detached loss and the accuracy of ``C`` on ``fake``, before the update.
+    ``objective``: :func:`classifier_objective` or a compiled form of it.
     """
-    logits = classifier(fake)
-    loss = F.cross_entropy(logits, ids)
+    loss, acc = objective(classifier, fake, ids)
     update(optimizer, loss)
-    return loss.detach(), (logits.detach().argmax(1) == ids).to(fake.dtype).mean()
+    return loss.detach(), acc
 
 
-def generator_step(critic, classifier, optimizer, fake, ids, eta, update=plain_update):
+def generator_objective(critic, classifier, fake, ids, eta):
+    """``-E[D(fake)] + eta * CE(C(fake), ids)``: what ``compile=True`` compiles of :func:`generator_step`."""
+    return -critic(fake).mean() + eta * F.cross_entropy(classifier(fake), ids)
+
+
+def generator_step(critic, classifier, optimizer, fake, ids, eta, update=plain_update, objective=generator_objective):
     """One update of ``G`` on ``-E[D(G(y, z))] + eta * CE(C(G(y, z)), y)`` (lines 21-29).
 
     ``fake = G(y, z)`` must carry the generator's graph; ``D`` and ``C`` should
     not require gradients. Returns the detached loss, before the update.
+    ``objective``: :func:`generator_objective` or a compiled form of it.
     """
-    loss = -critic(fake).mean() + eta * F.cross_entropy(classifier(fake), ids)
+    loss = objective(critic, classifier, fake, ids, eta)
     update(optimizer, loss)
     return loss.detach()
 
