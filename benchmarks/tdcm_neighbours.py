@@ -19,6 +19,12 @@ Parts (``--parts``, default all; each writes its own results file):
 - ``second``: a second set of real images nobody here tuned for (``_common.second_images``:
   UCI's mfeat-pix, 2,000 images of 16 x 15), K = 10, and its classes 0-4 -> 5-9, K = 5.
 
+``--keep-source K ...`` adds, for each transfer task, the transfer whose refinement starts from
+the source encoder with the share K of its weights kept (``TDCMCluster._refine_keep_source``; 1:
+the source encoder as it is, the default before 2026-11-27's fifth session; the default is 0);
+``--transfer-only`` runs the transfer tasks alone. Each transfer task's table ends with the
+margin ``transfer - fitted on the target alone`` seed by seed.
+
 Usage::
 
     python benchmarks/tdcm_neighbours.py [--parts mnist mnist_tr ...] [--no-input] [--no-image]
@@ -128,8 +134,9 @@ def n_clusters(task):
     return len(np.unique(task.yt if task.transfer else task.ys))
 
 
-def tdcm(task, seed, smoke, epochs=None, **params):
-    """The estimator; ``epochs`` = (neighbour, refine) epochs of the neighbour encoder, None: the defaults."""
+def tdcm(task, seed, smoke, epochs=None, keep=None, **params):
+    """The estimator; ``epochs`` = (neighbour, refine) epochs of the neighbour encoder, None: the defaults;
+    ``keep``: the share of the source encoder kept at the start of transfer's refinement (None: the default)."""
     if smoke:
         params.update(max_epochs=2)
         epochs = (2, 1)
@@ -137,13 +144,15 @@ def tdcm(task, seed, smoke, epochs=None, **params):
     if epochs is not None and params.get("representation", "neighbours") == "neighbours":
         # Private class constants, set on the instance (not constructor parameters).
         est._neighbour_epochs, est._refine_epochs = epochs
+    if keep is not None:
+        est._refine_keep_source = float(keep)
     return est
 
 
-def run_tdcm(task, seed, smoke, on_target=False, epochs=None, **params):
+def run_tdcm(task, seed, smoke, on_target=False, epochs=None, keep=None, **params):
     """ACC on the scored set and CPU seconds: fit (+ transfer), or fit on the target alone."""
     task = task.at(seed)
-    est = tdcm(task, seed, smoke, epochs, **params)
+    est = tdcm(task, seed, smoke, epochs, keep, **params)
     c0 = time.process_time()
     if not task.transfer:
         labels, y = est.fit_predict(task.Xs), task.ys
@@ -171,7 +180,7 @@ def run_baseline(task, seed, which):
     return clustering_accuracy(y, labels), time.process_time() - c0
 
 
-def methods(task, with_input, with_image=True, refine_epochs=()):
+def methods(task, with_input, with_image=True, refine_epochs=(), keep_source=()):
     """(row name, callable(seed, smoke) -> (acc, cpu)) for one task.
 
     ``refine_epochs``: for a transfer task, a row per value N: the defaults with the target
@@ -194,6 +203,9 @@ def methods(task, with_input, with_image=True, refine_epochs=()):
         if task.transfer:
             rows.append((name + ", fitted on the target alone", lambda s, sm, kw=kw: run_tdcm(task, s, sm, on_target=True, **kw)))
     if task.transfer:
+        for k in keep_source:
+            rows.append((f"TDCMCluster(), refinement from the source encoder, {k:g} of it kept, fit source + transfer",
+                         lambda s, sm, k=k: run_tdcm(task, s, sm, keep=k)))
         default = TDCMCluster()
         for n in refine_epochs:
             both = (n, n)
@@ -202,6 +214,24 @@ def methods(task, with_input, with_image=True, refine_epochs=()):
             rows.append((f"TDCMCluster(), {n} neighbour epochs, fitted on the target alone",
                          lambda s, sm, both=both: run_tdcm(task, s, sm, on_target=True, epochs=both)))
     return rows
+
+
+def margins(rows):
+    """Markdown lines: each transfer row minus the same image setting fitted on the target alone, seed by seed."""
+    out = []
+    for r in rows:
+        if "fit source + transfer" not in r["method"] or "representation=" in r["method"]:
+            continue
+        shape = r["method"].split("image_shape=")[1].split(")")[0] if "image_shape=" in r["method"] else None
+        alone = next((a for a in rows if a["task"] == r["task"] and "fitted on the target alone" in a["method"]
+                      and "neighbour epochs" not in a["method"]
+                      and (shape is None) == ("image_shape=" not in a["method"])), None)
+        if alone is None:
+            continue
+        gaps = np.asarray(r["acc"]) - np.asarray(alone["acc"])
+        out.append(f"- {r['task']}, {r['method']} - fitted on the target alone: "
+                   + ", ".join(f"{g:+.4f}" for g in gaps) + f" (median {np.median(gaps):+.4f})")
+    return ["", "Transfer minus the same estimator fitted on the target alone, seed by seed:", "", *out] if out else []
 
 
 def fmt(v, digits=3):
@@ -218,6 +248,9 @@ def main():
     parser.add_argument("--no-peer", action="store_true", help="skip the UMAP + GMM rows (umap-learn missing)")
     parser.add_argument("--refine-epochs", type=int, nargs="*", default=[],
                         help="transfer tasks: also the defaults refined N epochs on the target (and N on the target alone)")
+    parser.add_argument("--keep-source", type=float, nargs="*", default=[],
+                        help="transfer tasks: also the transfer whose refinement keeps this share of the source encoder")
+    parser.add_argument("--transfer-only", action="store_true", help="run the transfer tasks only")
     _common.add_smoke_argument(parser)
     args = _common.setup(parser.parse_args())
     smoke = args.smoke
@@ -229,7 +262,10 @@ def main():
         for part in args.parts:
             rows = []
             for task in tasks(part, smoke):
-                for name, fn in methods(task, not args.no_input, not args.no_image, args.refine_epochs):
+                if args.transfer_only and not task.transfer:
+                    continue
+                for name, fn in methods(task, not args.no_input, not args.no_image, args.refine_epochs,
+                                        args.keep_source):
                     if args.no_peer and name.startswith("peer"):
                         continue
                     accs, cpus = [], []
@@ -239,19 +275,25 @@ def main():
                         cpus.append(c)
                         print(f"{part} | {task.name} | {name} | seed {seed}: ACC {a:.3f}, {c:.1f} CPU s", flush=True)
                     rows.append({"task": task.name, "method": name, "acc": accs, "cpu_s": cpus})
+            state = _common.code_state()
             md = [
                 f"# TDCMCluster at its defaults (neighbour representation): {part} ({time.strftime('%Y-%m-%d %H:%M')} UTC, "
                 f"seeds {seeds}, 1 thread{', SMOKE' if smoke else ''})",
                 "",
                 f"`{_common.command_line()}`",
                 "",
-                "| task | method | ACC median [min, max] | CPU s median [min, max] |",
-                "|---|---|---|---|",
+                f"Package at {state['commit']}" + (" with uncommitted changes" if state["dirty"] else "") + ".",
+                "",
+                "| task | method | ACC median [min, max] | ACC per seed | CPU s median [min, max] |",
+                "|---|---|---|---|---|",
             ]
-            md += [f"| {r['task']} | {r['method']} | {fmt(r['acc'])} | {fmt(r['cpu_s'], 1)} |" for r in rows]
+            md += [f"| {r['task']} | {r['method']} | {fmt(r['acc'])} | {', '.join(f'{a:.4f}' for a in r['acc'])} | "
+                   f"{fmt(r['cpu_s'], 1)} |" for r in rows]
+            md += margins(rows)
             stem = out_dir / f"neighbours_{part}{'_' + args.tag if args.tag else ''}"
             stem.with_suffix(".md").write_text("\n".join(md) + "\n")
-            payload = {"machine": _common.machine(), "command": _common.command_line(), "seeds": seeds, "rows": rows}
+            payload = {"machine": _common.machine(), "command": _common.command_line(), "seeds": seeds, "rows": rows,
+                       "code": state}
             stem.with_suffix(".json").write_text(json.dumps(payload, indent=2))
             print("\n".join(md), flush=True)
             print(f"wrote {stem}.md and .json", flush=True)

@@ -718,8 +718,8 @@ def test_neighbours_held_out_rows_of_a_training_cluster_land_in_that_cluster(pix
     np.testing.assert_array_equal(model.predict(X[:7]), model.predict(X)[:7])
 
 
-def test_neighbours_transfer_starts_from_the_source_encoder_and_refines_it_on_the_target(pixel_task, monkeypatch):
-    X, _, Xt = pixel_task
+def _spy_neighbour_training(monkeypatch):
+    """Record (start weights, graph rows, epochs) of every neighbour-encoder training."""
     calls = []
     real = tdcm.train_neighbour_encoder
 
@@ -728,16 +728,34 @@ def test_neighbours_transfer_starts_from_the_source_encoder_and_refines_it_on_th
         return real(encoder, inputs, graph, **kw)
 
     monkeypatch.setattr(tdcm, "train_neighbour_encoder", spy)
+    return calls
+
+
+def test_neighbours_transfer_trains_a_fresh_encoder_on_the_target_and_keeps_the_source_blocks(pixel_task, monkeypatch):
+    X, _, Xt = pixel_task
+    calls = _spy_neighbour_training(monkeypatch)
     model = TDCMCluster(3, random_state=0, **NEIGHBOURS).fit(X[:200])
     fitted = {k: v.clone() for k, v in model.encoder_[0].state_dict().items()}
+    blocks = {k: v.clone() for k, v in model.blocks_.state_dict().items()}
     assert [c[1:] for c in calls] == [(200, model._neighbour_epochs)]
     labels = model.transfer(Xt)
     assert [c[1:] for c in calls[1:]] == [(240, model._refine_epochs)]  # the target's own graph
     start = calls[1][0]
-    assert all(torch.equal(start[k], fitted[k]) for k in fitted)  # refined from the source's weights
-    assert any(not torch.equal(model.encoder_[0].state_dict()[k], fitted[k]) for k in fitted)
+    assert all(not torch.equal(start[k], fitted[k]) for k in fitted)  # a fresh start, not the source's weights
+    assert all(torch.equal(model.blocks_.state_dict()[k], blocks[k]) for k in blocks)  # the source's blocks
     assert {r["phase"] for r in model.history_} == {"neighbours", "fit", "transfer-neighbours"}
     np.testing.assert_array_equal(model.predict(Xt), labels)
+
+
+def test_neighbours_transfer_keeping_the_whole_source_encoder_refines_it_as_it_is(pixel_task, monkeypatch):
+    X, _, Xt = pixel_task
+    calls = _spy_neighbour_training(monkeypatch)
+    model = TDCMCluster(3, random_state=0, **NEIGHBOURS).fit(X[:200])
+    model._refine_keep_source = 1.0  # the behaviour before 2026-11-27's fifth session
+    fitted = {k: v.clone() for k, v in model.encoder_[0].state_dict().items()}
+    model.transfer(Xt)
+    assert all(torch.equal(calls[1][0][k], fitted[k]) for k in fitted)
+    assert any(not torch.equal(model.encoder_[0].state_dict()[k], fitted[k]) for k in fitted)
 
 
 def test_neighbours_graph_uses_the_image_shape_only_when_it_is_passed(pixel_task, monkeypatch):
