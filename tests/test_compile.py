@@ -173,6 +173,7 @@ def test_gan_traced_training_with_its_gradient_penalty_equals_eager(monkeypatch)
     from sktransfer_cluster import PreciseFeatureGAN
 
     monkeypatch.setattr(PreciseFeatureGAN, "_compile_options", {"backend": "aot_eager"})
+    monkeypatch.setattr(PreciseFeatureGAN, "_compile_adversarial", True)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*runs eagerly")  # no fallback to eager mode
         traced = _gan_fit(True, representation=None, classifier="network")
@@ -183,7 +184,10 @@ def test_gan_traced_training_with_its_gradient_penalty_equals_eager(monkeypatch)
     assert (traced.labels_ == eager.labels_).all()
 
 
-def test_gan_without_a_compiler_warns_and_fits_bit_identically(no_cxx):
+def test_gan_without_a_compiler_warns_and_fits_bit_identically(no_cxx, monkeypatch):
+    from sktransfer_cluster import PreciseFeatureGAN
+
+    monkeypatch.setattr(PreciseFeatureGAN, "_compile_adversarial", True)
     eager = _gan_fit(False, representation=None)
     with pytest.warns(UserWarning, match="critic step runs eagerly"):
         fallback = _gan_fit(True, representation=None)

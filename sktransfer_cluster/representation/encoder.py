@@ -212,8 +212,12 @@ def _step_loss(bs, negative_rate, a, b, neighbour_weight, decoder, reconstructio
     return loss_of
 
 
-#: torch.compile's options for the neighbour encoder's step (over base.COMPILE_OPTIONS).
-NEIGHBOUR_COMPILE_OPTIONS = {}
+#: torch.compile's options for the neighbour encoder's step (over base.COMPILE_OPTIONS). Vectorised
+#: kernels (scalar ones made an MNIST-5k epoch 1.85 CPU s against 1.3 eager), with the ISA read
+#: from the CPU's flags: inductor's own check builds and loads a test library per ISA, about 9 CPU s
+#: on a cold cache (a compiler that cannot build the ISA fails the compilation, which then falls
+#: back to eager mode with a warning). docs/notes/performance.md, 2026-11-27.
+NEIGHBOUR_COMPILE_OPTIONS = {"options": {"cpp.vec_isa_ok": True}}
 
 
 # On the package's thread policy (one thread), whatever the process's count: another library

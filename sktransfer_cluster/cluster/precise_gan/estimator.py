@@ -252,16 +252,16 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     log_every : int, default=None
         Generator steps per entry of ``history_``; None gives about 100 entries.
     compile : bool, default=False
-        Compile the losses of the critic, classifier and generator steps (and so
-        their backward passes), and the neighbour encoder's step, with ``torch.compile``
-        (:func:`~sktransfer_cluster.base.compile_step`; the critic's gradient
-        penalty, a ``torch.autograd.grad(create_graph=True)``, is traced into
-        the critic's graph): fused kernels for these small, per-operation-bound
-        networks, after a one-off compilation of tens of CPU seconds (less on a
-        warm inductor cache); worth it for long fits only
-        (``docs/notes/performance.md``). Needs a C++ compiler on the CPU (Triton
-        on CUDA); without one, or if compilation fails, it warns and trains
-        eagerly. Results equal the eager ones within floating-point rounding.
+        Compile the neighbour encoder's training step (``representation``) with
+        ``torch.compile`` (:func:`~sktransfer_cluster.base.compile_step`): about
+        1.15x per epoch on MNIST-5k after a one-off compilation (about 10 CPU s on a
+        cold inductor cache, 4 s warm); worth it for long fits only. The adversarial
+        steps stay eager: compiled (their losses, the critic's gradient penalty
+        traced into its graph) a generator step took 0.78x-0.81x eager's speed at
+        the default widths on one CPU thread (``docs/notes/performance.md``).
+        Needs a C++ compiler on the CPU (Triton on CUDA); without one, or if
+        compilation fails, it warns and trains eagerly. Results equal the eager
+        ones within floating-point rounding.
     keep_best : bool, default=False
         What a ``KeyboardInterrupt`` during training leaves. False: the
         estimator as it was before the call. True: training stops, the three
@@ -721,10 +721,11 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.n_iter_ = run.completed
 
     def _objectives(self):
-        """The steps' losses, each through :func:`~sktransfer_cluster.base.compile_step` (``compile``)."""
+        """The steps' losses, through :func:`~sktransfer_cluster.base.compile_step` when
+        ``compile`` and :attr:`_compile_adversarial`."""
         def step(fn, what, **dynamo_config):
-            return compile_step(fn, self.compile, device=self.device_, what=f"the GAN's {what} step",
-                                dynamo_config=dynamo_config, **self._compile_options)
+            return compile_step(fn, self.compile and self._compile_adversarial, device=self.device_,
+                                what=f"the GAN's {what} step", dynamo_config=dynamo_config, **self._compile_options)
 
         return {
             # The penalty's torch.autograd.grad traced into the graph (else a graph break, and the
@@ -735,8 +736,13 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             "generator": step(generator_objective, "generator", specialize_float=False),
         }
 
-    #: torch.compile's options for compile=True (over base.COMPILE_OPTIONS).
+    #: torch.compile's options for the adversarial steps (over base.COMPILE_OPTIONS).
     _compile_options = {}
+    #: Compile the adversarial steps too with compile=True. Off: on MNIST-5k (seed 0, one CPU
+    #: thread) a compiled generator step took 11.5-11.9 ms against 9.3 ms eager; the critic's
+    #: graphs (the penalty's double backward traced in) cost 0.55-0.83 ms a call, and Adam and
+    #: the guards stay per-operation (benchmarks/results/compile/gan_seed0.md).
+    _compile_adversarial = False
 
     @torch.no_grad()
     def _assign(self, Xt):
