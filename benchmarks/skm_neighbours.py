@@ -248,12 +248,33 @@ def markdown(rows, command, started, smoke, seeds):
     for r in rows:
         if r["task"] != task:
             task = r["task"]
-            lines += ["", f"### {task}", "", "| method | ACC median [min, max] | CPU s median (max) |", "|---|---|---|"]
+            lines += ["", f"### {task}", "", "| method | ACC median [min, max] | ACC per seed | CPU s median (max) |",
+                      "|---|---|---|---|"]
         lines.append(
             f"| {r['method']} | {r['median']:.3f} [{r['min']:.3f}, {r['max']:.3f}] | "
-            f"{r['cpu_median']:.1f} ({r['cpu_max']:.1f}) |"
+            f"{', '.join(f'{a:.4f}' for a in r['acc'])} | {r['cpu_median']:.1f} ({r['cpu_max']:.1f}) |"
         )
+    gaps = _margins(rows)
+    if gaps:
+        lines += ["", "### Transfer minus the same estimator fitted on the target alone, seed by seed", "", *gaps]
     return "\n".join(lines) + "\n"
+
+
+def _margins(rows):
+    """One line per transfer row: its ACC minus the target-alone row of the same task and image setting."""
+    out = []
+    for r in rows:
+        if not r["method"].endswith(": fit(source).transfer(target)"):
+            continue
+        stem = r["method"][: -len(": fit(source).transfer(target)")]
+        alone = next((a for a in rows if a["task"] == r["task"] and a["method"] == f"{stem}: fitted on the target alone"),
+                     None)
+        if alone is None:
+            continue
+        gaps = np.asarray(r["acc"]) - np.asarray(alone["acc"])
+        out.append(f"- {r['task']}, {stem}: " + ", ".join(f"{g:+.4f}" for g in gaps)
+                   + f" (median {np.median(gaps):+.4f}; at or above on {int((gaps >= 0).sum())} of {gaps.size})")
+    return out
 
 
 def main(argv=None):

@@ -230,7 +230,8 @@ def margins(rows):
             continue
         gaps = np.asarray(r["acc"]) - np.asarray(alone["acc"])
         out.append(f"- {r['task']}, {r['method']} - fitted on the target alone: "
-                   + ", ".join(f"{g:+.4f}" for g in gaps) + f" (median {np.median(gaps):+.4f})")
+                   + ", ".join(f"{g:+.4f}" for g in gaps)
+                   + f" (median {np.median(gaps):+.4f}; at or above on {int((gaps >= 0).sum())} of {gaps.size})")
     return ["", "Transfer minus the same estimator fitted on the target alone, seed by seed:", "", *out] if out else []
 
 
