@@ -216,6 +216,54 @@ def test_a_memmap_holding_nan_is_refused_by_fit(tmp_path):
         SinkhornKMeans(2, device="cpu").fit(np.load(tmp_path / "nan.npy", mmap_mode="r"))
 
 
+def test_a_memmap_holding_nan_is_refused_by_predict_and_transfer_and_the_model_stays_usable(tmp_path):
+    from sktransfer_cluster import SinkhornKMeans
+
+    X = np.random.default_rng(0).normal(size=(200, 3))
+    km = SinkhornKMeans(2, random_state=0, device="cpu").fit(X)
+    expected = km.predict(X)
+    bad = X.copy()
+    bad[150, 1] = np.inf
+    np.save(tmp_path / "inf.npy", bad)
+    on_disk = np.load(tmp_path / "inf.npy", mmap_mode="r")
+    for call in (km.predict, km.transfer):
+        with pytest.raises(ValueError, match="NaN or infinity"):
+            call(on_disk)
+    np.testing.assert_array_equal(km.predict(X), expected)
+
+
+def test_predict_checks_a_memmaps_values_chunk_by_chunk_handing_its_pages_back(memmap_file, monkeypatch):
+    from sktransfer_cluster import SinkhornKMeans
+    from sktransfer_cluster.base import streaming
+
+    X = np.load(memmap_file, mmap_mode="r")
+    km = SinkhornKMeans(3, random_state=0, device="cpu").fit(np.array(X))
+    released = []
+    original = streaming.release_pages
+
+    def recording(rows, pages=None):
+        released.append(pages[2] - pages[1] if pages is not None else rows.nbytes)
+        return original(rows, pages)
+
+    monkeypatch.setattr(streaming, "release_pages", recording)
+    streaming.check_finite(X, chunk_size=1000)
+    assert released == [1000 * X.strides[0]] * 3  # three chunks, each released once read
+    np.testing.assert_array_equal(km.predict(X), km.labels_)
+
+
+def test_a_collapsed_fit_counts_distinct_rows_only_up_to_the_number_of_clusters():
+    from sktransfer_cluster.base import contract
+
+    X = np.repeat(np.eye(3), 50, axis=0)
+    signed = X.copy()
+    signed[signed == 0] = -0.0
+    assert contract._distinct_rows_below(X, 4) == 3
+    assert contract._distinct_rows_below(np.vstack([X, signed]), 4) == 3  # -0.0 is 0.0
+    counted = CountingRows(np.random.default_rng(0).normal(size=(10**5, 2)))
+    assert contract._distinct_rows_below(counted, 4) is None
+    assert len(counted.reads) == 1  # stopped within the first chunk
+
+
 def test_predict_runs_on_one_thread_and_gives_the_callers_threads_back(two_threads, monkeypatch):
     from threadpoolctl import threadpool_info
 

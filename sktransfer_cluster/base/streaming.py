@@ -22,8 +22,8 @@ import numpy as np
 
 from .arrays import chunk_rows
 
-__all__ = ["RELEASE_ROWS", "RELEASE_WINDOW", "RowReader", "is_dask_array", "iter_row_chunks", "mapped_pages",
-           "read_rows", "release_pages", "streamed_affine"]
+__all__ = ["RELEASE_ROWS", "RELEASE_WINDOW", "RowReader", "check_finite", "is_dask_array", "iter_row_chunks",
+           "mapped_pages", "read_rows", "release_pages", "streamed_affine"]
 
 
 def mapped_pages(X):
@@ -141,17 +141,49 @@ def iter_row_chunks(X, chunk_size=None, dtype=np.float64):
     Each chunk's file pages are released once it is read, so the resident set grows
     by one chunk, whatever the size of ``X``.
     """
+    pages = mapped_pages(X)
+    for start, stop in _row_ranges(X, chunk_size):
+        rows = np.array(X[start:stop], dtype=dtype, copy=True)
+        _release_rows(X, pages, start, stop)
+        yield start, stop, rows
+
+
+def check_finite(X, chunk_size=None):
+    """Raise ``ValueError`` if ``X`` holds NaN or infinity, reading it chunk by chunk.
+
+    For a memmap, each chunk's file pages are released once checked, so the resident set
+    grows by one chunk: scikit-learn's own check (``ensure_all_finite``) reads the whole
+    array at once and keeps a memmap's every page mapped.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> check_finite(np.ones((5, 2)))
+    >>> check_finite(np.array([[1.0, np.inf]]))
+    Traceback (most recent call last):
+    ...
+    ValueError: Input X contains NaN or infinity.
+    """
+    pages = mapped_pages(X)
+    for start, stop in _row_ranges(X, chunk_size):
+        finite = bool(np.isfinite(X[start:stop]).all())
+        _release_rows(X, pages, start, stop)
+        if not finite:
+            raise ValueError("Input X contains NaN or infinity.")
+
+
+def _row_ranges(X, chunk_size):
     n = X.shape[0]
     chunk_size = chunk_rows(X.shape[1]) if chunk_size is None else int(chunk_size)
-    pages = mapped_pages(X)
-    for start in range(0, n, chunk_size):
-        stop = min(start + chunk_size, n)
-        rows = np.array(X[start:stop], dtype=dtype, copy=True)
-        if pages is not None:
-            mm, begin, _ = pages
-            row_bytes = X.strides[0]
-            release_pages(None, (mm, begin + start * row_bytes, begin + stop * row_bytes))
-        yield start, stop, rows
+    return ((start, min(start + chunk_size, n)) for start in range(0, n, chunk_size))
+
+
+def _release_rows(X, pages, start, stop):
+    """Release the file pages of rows ``start:stop`` of ``X`` (``pages``: its :func:`mapped_pages`)."""
+    if pages is not None:
+        mm, begin, _ = pages
+        row_bytes = X.strides[0]
+        release_pages(None, (mm, begin + start * row_bytes, begin + stop * row_bytes))
 
 
 def streamed_affine(X, chunk_size=None):
