@@ -254,8 +254,8 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     compile : bool, default=False
         Compile the neighbour encoder's training step (``representation``) with
         ``torch.compile`` (:func:`~sktransfer_cluster.base.compile_step`): about
-        1.15x per epoch on MNIST-5k after a one-off compilation (about 10 CPU s on a
-        cold inductor cache, 4 s warm); worth it for long fits only. The adversarial
+        1.1x per epoch on MNIST-5k, after a one-off compilation of about 10 CPU s on
+        a cold inductor cache (3 s warm); worth it for long fits only. The adversarial
         steps stay eager: compiled (their losses, the critic's gradient penalty
         traced into its graph) a generator step took 0.78x-0.81x eager's speed at
         the default widths on one CPU thread (``docs/notes/performance.md``).

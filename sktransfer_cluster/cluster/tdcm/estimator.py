@@ -211,7 +211,7 @@ class TDCMCluster(
         compilation fails, it warns and trains eagerly. Results equal the eager
         ones within floating-point rounding. The neighbour encoder's step
         (``representation="neighbours"``) is compiled too; it is matmul-bound, so it
-        gains less (about 1.15x per epoch; ``docs/notes/performance.md``).
+        gains less (about 1.1x per epoch; ``docs/notes/performance.md``).
     keep_best : bool, default=False
         After a ``KeyboardInterrupt`` in training, True keeps the encoder and
         blocks of the lowest-loss epoch so far and completes with a warning
