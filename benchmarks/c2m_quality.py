@@ -600,6 +600,65 @@ def _synthetic_table(res, title):
     return lines
 
 
+def _synthetic_only_main(args):
+    """The main run's synthetic table ("Our defaults": its training budget, 20 separable blob pools,
+    held-out sets of each kind) for each of ``--seeds``, at PARAMS over the defaults and at
+    ``--baseline-params`` in the same run; medians [min, max] over the seeds."""
+    t_start = time.perf_counter()
+    if args.smoke:
+        budget = _common.smoke_params("C2MCluster")
+        cluster = dict(population=budget["population"], cem_iter=budget["cem_iter"])
+        n_sets, n_train = 1, 2
+    else:
+        budget = dict(population=64, cem_iter=15, max_epochs=20, sets_per_epoch=20)
+        cluster = dict(population=100, cem_iter=30)
+        n_sets, n_train = args.sets, 20
+    settings = {"PARAMS": args.params, "BASELINE": args.baseline_params}
+    out = {name: [] for name in settings}
+    for seed in args.seeds:
+        for name, extra in settings.items():
+            c0 = time.process_time()
+            _, res = _synthetic({**budget, **extra}, cluster, n_train, n_sets, seed)
+            res["cpu_seconds"] = time.process_time() - c0
+            res["seed"] = seed
+            res.pop("history", None)
+            out[name].append(res)
+            print(name, "seed", seed, "done", round(time.perf_counter() - t_start), "s", flush=True)
+    total = time.perf_counter() - t_start
+
+    def med(values, fmt="{:.3f}"):
+        v = np.asarray(values, dtype=float)
+        return f"{fmt.format(np.median(v))} [{fmt.format(v.min())}, {fmt.format(v.max())}]"
+
+    cmd = " ".join(["python benchmarks/c2m_quality.py", *sys.argv[1:]])
+    md = [
+        "# C2MCluster: the synthetic table (metric learned on blob sets, K not given), two settings, seeds",
+        "",
+        f"Command: `{cmd}`; total {total / 60:.1f} min wall. The main run's \"Our defaults\" protocol: "
+        f"training budget {budget}, clustering CEM {cluster}, {n_train} separable blob pools of 1,500 points, "
+        f"{n_sets} held-out sets per kind (the same draws for both settings at a seed). PARAMS "
+        f"`{json.dumps(args.params)}` and BASELINE `{json.dumps(args.baseline_params)}` over the defaults "
+        "(empty: the defaults). Peer: KMeans given the true K. Medians [min, max] over the seeds "
+        f"{list(args.seeds)} of the per-seed means over the sets; CPU s = process time of fit plus all sets.",
+        "",
+        "| test sets | setting | C2M ACC | K exact | mean abs K error | critic prefers truth | KMeans(true K) ACC "
+        "| CPU s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for kind in KINDS:
+        for name in settings:
+            rows = [r["kinds"][kind] for r in out[name]]
+            md.append(
+                f"| {kind} | {name} | {med([r['acc'] for r in rows])} | {med([r['k_exact'] for r in rows], '{:.2f}')} | "
+                f"{med([r['k_abs_error'] for r in rows], '{:.2f}')} | "
+                f"{med([r['critic_prefers_truth'] for r in rows], '{:.2f}')} | "
+                f"{med([r['kmeans_acc'] for r in rows])} | {med([r['cpu_seconds'] for r in out[name]], '{:.0f}')} |"
+            )
+    payload = {"command": cmd, "budget": budget, "cluster_params": cluster, "params": args.params,
+               "baseline_params": args.baseline_params, "runs": out, "total_seconds": total}
+    write("c2m", args.name or "c2m_synthetic_seeds", payload, "\n".join(md))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="few sets and epochs (a smoke run)")
@@ -632,7 +691,13 @@ def main(argv=None):
     ap.add_argument("--pools", choices=["separable", "overlapping", "mixed"], default="separable",
                     help="with --ranking: the training blob pools, linearly separable (the paper's) or as "
                     "make_blobs draws them (touching blobs), or half of each")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="with --defaults-transfer")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
+                    help="with --defaults-transfer / --synthetic-only")
+    ap.add_argument("--synthetic-only", action="store_true",
+                    help="only the synthetic table of the main run, for each --seeds, at --params and at "
+                    "--baseline-params in the same run")
+    ap.add_argument("--baseline-params", type=json.loads, default={},
+                    help="with --synthetic-only: C2MCluster parameters (JSON) of the comparison setting")
     _common.add_smoke_argument(ap)
     args = _common.setup(ap.parse_args(argv))
     if args.ranking:
@@ -640,6 +705,10 @@ def main(argv=None):
 
         with limit_threads(args.threads):
             _ranking_main(args)
+        return
+    if args.synthetic_only:
+        torch.set_num_threads(args.threads)
+        _synthetic_only_main(args)
         return
     if args.defaults_transfer:
         torch.set_num_threads(args.threads)

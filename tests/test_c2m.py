@@ -525,6 +525,30 @@ def test_transfer_refines_a_copy_of_the_source_encoder_each_time():
     np.testing.assert_array_equal(est._source_representation.transform(X), source_codes)
 
 
+@pytest.mark.parametrize(
+    "shift, metric", [(-5.0, "euclidean"), (3.0, "euclidean"), ("intensities", "cosine")]
+)
+def test_encoder_graph_is_euclidean_at_an_arbitrary_origin_and_cosine_for_intensities(shift, metric):
+    """Rows with a negative value, or none at zero, have an arbitrary origin: the encoder's graph
+    is Euclidean; non-negative rows with zeros (pixels, counts) keep the cosine graph."""
+    X, y = make_blobs(90, n_features=6, centers=3, random_state=0)
+    X = np.maximum(X - X.mean(0), 0.0) if shift == "intensities" else X - X.min() + shift
+    est = C2MCluster(**{**FAST, "representation": "auto"}).fit(X, y)
+    assert est.representation_.metric == metric
+
+
+@pytest.mark.parametrize("offset", [1e4, -1e6])
+def test_encoder_graph_does_not_move_when_data_at_an_arbitrary_origin_are_shifted(offset):
+    """The encoder reads the centred rows: shifting every row by the same vector leaves its k-NN
+    graph as it was (the cosine graph did not: its angles are seen from the origin)."""
+    X, y = make_blobs(90, n_features=3, centers=3, random_state=0)
+    auto = {**FAST, "representation": "auto"}
+    near = C2MCluster(**auto).fit(X, y).representation_.graph_
+    far = C2MCluster(**auto).fit(X + offset * np.array([1.0, -1.0, 0.5]), y).representation_.graph_
+    np.testing.assert_array_equal(near.indices, far.indices)
+    np.testing.assert_allclose(near.data, far.data, atol=1e-6)
+
+
 def test_graph_only_critic_scores_do_not_depend_on_where_the_set_lies():
     """Without the coordinates the metric reads the set's k-NN graph only (neighbour agreement and
     spectral embedding): a rotated, scaled and moved copy of a set gets the same score."""
