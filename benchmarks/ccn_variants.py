@@ -361,8 +361,8 @@ def labels(args, out):
         logits = g(xb) if features is None else g.pair_logits(features)
         return logits.softmax(-1)[..., 1]
 
-    def confident_agree(p, knn, idx):
-        nb = pairs.neighbor_pairs(knn, idx)
+    def confident_agree(p, knn, idx, xb=None):  # agree_with_neighbors' signature (xb: radius neighbourhoods)
+        nb = pairs.neighbor_pairs(knn, idx) if torch.is_tensor(knn) else knn.pairs(idx, xb)
         sim = ((p > 0.5) & nb).to(p.dtype)
         known = ((p > 0.5) & nb) | ((p < threshold["t"]) & ~nb)
         return sim, known
