@@ -693,6 +693,20 @@ def test_predict_falls_back_to_the_blocks_for_a_nonlinear_encoder_or_an_indefini
     np.testing.assert_array_equal(model.predict(X), _block_labels(model, X))
 
 
+def test_predict_with_the_neighbour_encoder_folds_its_affine_tail_and_the_block_into_one_head(blobs):
+    X, _ = blobs
+    model = TDCMCluster(3, random_state=0, representation="neighbours", max_epochs=3, device="cpu").fit(X)
+    trunk, W, b = model._folded_head()
+    assert not any(isinstance(m, (torch.nn.BatchNorm1d, model._AFFINE_MODULES[0])) for m in trunk)
+    assert isinstance(trunk[-1], torch.nn.ReLU) and W.shape == (trunk[-2].out_features, 3)
+    np.testing.assert_array_equal(model.predict(X), _block_labels(model, X))
+    np.testing.assert_array_equal(model.predict(X.astype(np.float32)), _block_labels(model, X.astype(np.float32)))
+    with torch.no_grad():  # an indefinite score: the head does not hold, predict runs the blocks
+        model.blocks_[-1].A_q.copy_(-model.blocks_[-1].A_k)
+    assert model._folded_head() is None
+    np.testing.assert_array_equal(model.predict(X), _block_labels(model, X))
+
+
 # --------------------------------------------------------- representation="neighbours" (issue 28)
 
 NEIGHBOURS = dict(representation="neighbours", max_epochs=10, device="cpu")

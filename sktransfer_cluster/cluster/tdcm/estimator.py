@@ -777,7 +777,31 @@ class TDCMCluster(
     def _predict(self, X):
         return self._model().assign(self._embed(X), self._centroids)
 
+    #: Modules that map rows affinely in eval mode (what a linear head can absorb).
+    _AFFINE_MODULES = (model.InputProjection, torch.nn.Linear, torch.nn.BatchNorm1d)
+
+    def _encoder_split(self):
+        """``(trunk, tail)``: the eval-mode encoder's layers up to its last non-affine one, and the affine rest.
+
+        None when the encoder is training or is not a (nested) ``Sequential`` of plain layers.
+        """
+        def layers(m):
+            return [x for c in m for x in layers(c)] if isinstance(m, torch.nn.Sequential) else [m]
+
+        flat = layers(self.encoder_)
+        if any(m.training or next(m.children(), None) is not None for m in flat):
+            return None
+        cut = max((i + 1 for i, m in enumerate(flat) if not isinstance(m, self._AFFINE_MODULES)), default=0)
+        return flat[:cut], flat[cut:]
+
     @torch.no_grad()
+    def _affine_map(self, layers, d):
+        """``(A, c)`` in float64 with ``layers(h) = h @ A + c`` for ``d``-wide rows ``h``: probed at 0 and the unit vectors."""
+        enc = copy.deepcopy(torch.nn.Sequential(*layers)).to(torch.float64)
+        probe = torch.cat([torch.zeros(1, d), torch.eye(d)]).to(device=self.device_, dtype=torch.float64)
+        out = enc(probe)
+        return out[1:] - out[0], out[0]
+
     def _affine_encoder(self):
         """The eval-mode encoder as one map ``x -> x @ A + c`` in float64, or None.
 
@@ -785,33 +809,25 @@ class TDCMCluster(
         (principal-axis projection, Linear, scalar norm) is affine. ``A`` and ``c``
         are probed in float64: the encoder's output at 0 and at the unit vectors.
         """
-        affine = (model.InputProjection, torch.nn.Linear, torch.nn.BatchNorm1d, torch.nn.Sequential)
-        if any(m.training or not isinstance(m, affine) for m in self.encoder_.modules()):
+        split = self._encoder_split()
+        if split is None or split[0]:
             return None
-        enc = copy.deepcopy(self.encoder_).to(torch.float64)
-        d = self.n_features_in_
-        probe = torch.cat([torch.zeros(1, d), torch.eye(d)]).to(device=self.device_, dtype=torch.float64)
-        out = enc(probe)
-        return out[1:] - out[0], out[0]
+        return self._affine_map(split[1], self.n_features_in_)
 
     @torch.no_grad()
-    def _linear_predictor(self):
-        """``(W, b)`` with ``predict(x) = argmax(x @ W + b)``, or None when that does not hold.
+    def _assignment_map(self, A, c):
+        """``(W, b)`` with ``argmax(h @ W + b)`` the last block's labels of codes ``z = h @ A + c``, or None.
 
         The last block scores centroid ``j`` by ``-act(q_j) / tau`` with
         ``q_j = (z - c_j)^T S (z - c_j)``. When ``S`` is positive semi-definite
         every ``q_j >= 0``, the activation is the identity there, and the argmax
         is the argmin of ``q_j``, in which ``z^T S z`` is the same for every
-        ``j``: with an affine encoder ``z = x A + c`` the labels are those of one
-        linear map ``x @ (2 A S C^T) + 2 c S C^T - diag(C S C^T)``, the cost of
-        k-means' assignment, instead of the encoder and the ``(n, K)`` quadratic
-        form (``predict`` folds the input normalisation in). Built in float64.
+        ``j``: the labels are those of one linear map
+        ``h @ (2 A S C^T) + 2 c S C^T - diag(C S C^T)``. Built in float64.
         """
-        encoder = self._affine_encoder()
         block = self.blocks_[-1]
-        if encoder is None or type(block).quadratic is not CentroidUpdateBlock.quadratic:
+        if type(block).quadratic is not CentroidUpdateBlock.quadratic:
             return None
-        A, c = encoder
         WQ, WK = (w.to(torch.float64) for w in block.matrices())
         M = WQ.T @ WK
         S = 0.5 * (M + M.T)
@@ -819,9 +835,52 @@ class TDCMCluster(
             return None
         C = self._centroids.to(torch.float64)
         SC = S @ C.T
-        W = 2.0 * A @ SC
-        b = 2.0 * c @ SC - (C * SC.T).sum(1)
-        return W, b
+        return 2.0 * A @ SC, 2.0 * c @ SC - (C * SC.T).sum(1)
+
+    def _linear_predictor(self):
+        """``(W, b)`` with ``predict(x) = argmax(x @ W + b)``, or None when that does not hold.
+
+        With an affine encoder (the input model's default) the labels are one linear map
+        of the rows (:meth:`_assignment_map`), the cost of k-means' assignment, instead of
+        the encoder and the ``(n, K)`` quadratic form (``predict`` folds the input
+        normalisation in).
+        """
+        encoder = self._affine_encoder()
+        return None if encoder is None else self._assignment_map(*encoder)
+
+    @torch.no_grad()
+    def _folded_head(self):
+        """``(trunk, W, b)``: ``predict(x) = argmax(trunk(x) @ W + b)`` for a non-affine encoder, or None.
+
+        The encoder's affine tail (the neighbour encoder's last ``Linear`` and the
+        scalar norm) and the last block's assignment fold into one ``Linear`` to K
+        outputs (:meth:`_assignment_map`): predict then runs the trunk and a
+        ``(width, K)`` product, as the autoencoder's predict does, instead of the
+        tail, the norm and the ``(n, K)`` quadratic form as separate passes.
+        """
+        split = self._encoder_split()
+        if split is None or not split[0] or not split[1]:
+            return None
+        trunk = torch.nn.Sequential(*split[0])
+        width = trunk(torch.zeros(1, self.n_features_in_, device=self.device_, dtype=self._dtype())).shape[1]
+        head = self._assignment_map(*self._affine_map(split[1], width))
+        if head is None:
+            return None
+        W, b = (t.to(device=self.device_, dtype=self._dtype()) for t in head)
+        return trunk, W, b
+
+    def _labels(self, X):
+        """:meth:`predict` of validated rows: through :meth:`_folded_head` where it holds."""
+        head = self._folded_head()
+        if head is None:
+            return super()._labels(X)
+        trunk, W, b = head
+
+        def labels(rows):
+            return torch.addmm(b, trunk(self._tensor(rows)), W).argmax(1).cpu().numpy()
+
+        with self._input_fold(X):
+            return self._chunked(labels, X, dtype=np.int64, chunk_size=self._inference_rows(X))
 
     def transform(self, X):
         """Embed ``X`` with the encoder.
