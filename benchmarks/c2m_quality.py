@@ -289,7 +289,7 @@ def _defaults_transfer_main(args):
     total = time.perf_counter() - t_start
     med = lambda v: f"{np.median(v):.3f} [{np.min(v):.3f}, {np.max(v):.3f}]"  # noqa: E731
     medi = lambda v: f"{np.median(v):g} [{np.min(v):g}, {np.max(v):g}]"  # noqa: E731
-    cmd = " ".join(["python benchmarks/c2m_quality.py", *sys.argv[1:]])
+    cmd = _common.command_line()
     md = [
         "# C2MCluster at its defaults on whole transfer tasks (K not given)",
         "",
@@ -493,7 +493,7 @@ def _ranking_main(args):
             )
             print(f"seed {seed} MNIST: {out['MNIST 5-9'][-1]['truth_first']:.2f} first", flush=True)
     total = time.perf_counter() - t_start
-    cmd = " ".join(["python benchmarks/c2m_quality.py", *sys.argv[1:]])
+    cmd = _common.command_line()
     md = [
         "# C2MCluster: does the critic rank the true labelling first? (issue 29)",
         "",
@@ -630,7 +630,7 @@ def _synthetic_only_main(args):
         v = np.asarray(values, dtype=float)
         return f"{fmt.format(np.median(v))} [{fmt.format(v.min())}, {fmt.format(v.max())}]"
 
-    cmd = " ".join(["python benchmarks/c2m_quality.py", *sys.argv[1:]])
+    cmd = _common.command_line()
     md = [
         "# C2MCluster: the synthetic table (metric learned on blob sets, K not given), two settings, seeds",
         "",
