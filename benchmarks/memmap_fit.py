@@ -3,7 +3,8 @@
     python benchmarks/memmap_fit.py [--n 2000000] [--d 16] [--k 10] [--std 4.0] [--seeds 0 1 2]
         [--no-full] [--no-peer] [--name NAME] [--smoke]
     python benchmarks/memmap_fit.py --neural [--n 1000000] [--d 784] [--k 10] [--std 0.3]
-        [--epochs 50] [--landmarks M] [--methods ae tdcm ccn] [--tdcm-epochs 1] [--neighbour-epochs 40]
+        [--epochs 50] [--landmarks M] [--methods ae paper tdcm ccn] [--tdcm-epochs 1] [--neighbour-epochs 40]
+        [--paper-epochs 1 1] [--paper-inference]
         [--ccn-params JSON] [--ccn-source-rows 20000] [--seeds 0] [--no-peer] [--name NAME] [--smoke]
 
 ``--neural`` (the streamed neural fit): ``SinkhornKMeans(embedding="autoencoder")`` at its
@@ -16,6 +17,15 @@ defaults over the same memmap, each in a fresh process; CPU s, peak RSS growth, 
 and computes codes chunk by chunk; the peak does not depend on ``--epochs`` (every epoch
 runs the same steps on the same landmarks), the CPU time does. Goal (issue 31): peak RSS
 growth <= 1 GiB at 10^6 x 784.
+
+``--methods paper`` adds the paper's autoencoder, ``SinkhornKMeans(K, **PAPER_PARAMS)``
+(``neighbour_weight=0``: 500-250-10, batch 300, no graph) but ``pretrain_epochs, max_epochs =
+--paper-epochs``, over the same memmap: past ``LANDMARK_ROWS`` rows every minibatch is read by
+index, the codes chunk by chunk, the OT k-means start is chosen on the codes of that many rows,
+and the final assignment is chunked. Every epoch reads the same number of batches of the same
+size, so only the CPU time grows with the epochs. ``--paper-inference`` also measures, in the
+same process after the fit (peak reset before each), ``predict(X)`` and ``transfer(X)`` at its
+defaults (no joint epochs, no restarts) on the same memmap.
 
 ``--methods tdcm`` adds ``TDCMCluster(K)`` at its defaults (``representation="neighbours"``)
 but ``max_epochs=--tdcm-epochs`` over the same memmap: past ``LANDMARK_ROWS`` its neighbour
@@ -114,6 +124,7 @@ def cell(job):
     from sklearn.metrics import adjusted_rand_score
 
     from sktransfer_cluster import CCNCluster, SinkhornKMeans, TDCMCluster
+    from sktransfer_cluster.cluster.sinkhorn_kmeans import PAPER_PARAMS
 
     torch.set_num_threads(1)
     folder, method, seed, k = Path(job["folder"]), job["method"], job["seed"], job["k"]
@@ -136,6 +147,10 @@ def cell(job):
     elif method == "SinkhornKMeans-AE":
         est = SinkhornKMeans(k, embedding="autoencoder", pretrain_epochs=job["epochs"], random_state=seed,
                              device="cpu")
+    elif method == "SinkhornKMeans-AE-paper":
+        pretrain, joint = job["paper_epochs"]
+        est = SinkhornKMeans(k, **{**PAPER_PARAMS, "pretrain_epochs": pretrain, "max_epochs": joint},
+                             random_state=seed, device="cpu")
     elif method == "MiniBatchKMeans-defaults":
         est = MiniBatchKMeans(k, batch_size=8192, random_state=seed)
     elif method == "SinkhornKMeans-full":
@@ -154,8 +169,17 @@ def cell(job):
     labels = est.labels_
     np.save(folder / f"labels_{method}_{seed}.npy", labels)
     passes = int(est.n_iter_) if not method.startswith("MiniBatchKMeans") else float(est.n_steps_ * 8192 / X.shape[0])
-    return {"method": method, "seed": seed, "cpu_s": cpu, "wall_s": wall, "peak_extra_mib": peak / 2**20,
-            "ari": float(adjusted_rand_score(y, labels)), "passes": passes}
+    out = {"method": method, "seed": seed, "cpu_s": cpu, "wall_s": wall, "peak_extra_mib": peak / 2**20,
+           "ari": float(adjusted_rand_score(y, labels)), "passes": passes}
+    if job.get("inference") and method == "SinkhornKMeans-AE-paper":
+        # After the fit, in this process: each call's own peak over the resident set before it.
+        predicted, cpu, wall, peak = _common.measured(lambda: est.predict(X))
+        out["predict"] = {"cpu_s": cpu, "wall_s": wall, "peak_extra_mib": peak / 2**20,
+                          "agrees_with_labels": float(np.mean(predicted == labels))}
+        transferred, cpu, wall, peak = _common.measured(lambda: est.transfer(X))
+        out["transfer"] = {"cpu_s": cpu, "wall_s": wall, "peak_extra_mib": peak / 2**20,
+                           "ari": float(adjusted_rand_score(y, transferred))}
+    return out
 
 
 def run_cell(job):
@@ -207,6 +231,9 @@ def neural_markdown(rows, args):
     settings = []
     if "ae" in args.methods:
         settings.append(f"SinkhornKMeans-AE with pretrain_epochs={args.epochs}")
+    if "paper" in args.methods:
+        settings.append("SinkhornKMeans-AE-paper (PAPER_PARAMS) with pretrain_epochs={}, max_epochs={}".format(
+            *args.paper_epochs))
     if "tdcm" in args.methods:
         settings.append(f"TDCM with max_epochs={args.tdcm_epochs} and {args.neighbour_epochs} neighbour-encoder epochs")
     named = ", ".join(f"{key}={value!r}" for key, value in args.ccn_params.items()) or "its defaults"
@@ -220,12 +247,20 @@ def neural_markdown(rows, args):
           "| method | seed | CPU s | peak RSS growth MiB | ARI |", "|---|---|---|---|---|"]
     for r in rows:
         md.append(f"| {r['method']} | {r['seed']} | {r['cpu_s']:.1f} | {r['peak_extra_mib']:.0f} | {r['ari']:.4f} |")
+        for call in ("predict", "transfer"):
+            if call in r:
+                c = r[call]
+                score = (f"{c['ari']:.4f}" if "ari" in c else
+                         f"(agrees with labels_ on {c['agrees_with_labels']:.4f})")
+                md.append(f"| {r['method']}: {call}(X) after the fit | {r['seed']} | {c['cpu_s']:.1f} | "
+                          f"{c['peak_extra_mib']:.0f} | {score} |")
     return "\n".join(md)
 
 
 def main_neural(args):
     if args.smoke:
         args.n, args.d, args.seeds, args.epochs, args.landmarks = 3000, 64, [0], 1, 1000
+        args.paper_epochs = [1, 1]
         args.tdcm_epochs, args.neighbour_epochs = 1, 1
         args.ccn_source_rows = min(args.ccn_source_rows, 1000)
         args.ccn_params = {"embedding_epochs": 1, "similarity_epochs": 1, "clustering_epochs": 1,
@@ -239,9 +274,12 @@ def main_neural(args):
         for seed in args.seeds:
             job = {"folder": tmp, "seed": seed, "k": args.k, "epochs": args.epochs, "landmarks": args.landmarks,
                    "tdcm_epochs": args.tdcm_epochs, "neighbour_epochs": args.neighbour_epochs,
-                   "ccn_params": args.ccn_params, "ccn_source_rows": args.ccn_source_rows}
+                   "ccn_params": args.ccn_params, "ccn_source_rows": args.ccn_source_rows,
+                   "paper_epochs": args.paper_epochs, "inference": args.paper_inference}
             if "ae" in args.methods:
                 rows.append(run_cell({**job, "method": "SinkhornKMeans-AE"}))
+            if "paper" in args.methods:
+                rows.append(run_cell({**job, "method": "SinkhornKMeans-AE-paper"}))
             if "tdcm" in args.methods:
                 rows.append(run_cell({**job, "method": "TDCM"}))
             if "ccn" in args.methods:
@@ -254,6 +292,7 @@ def main_neural(args):
                                          "epochs": args.epochs, "tdcm_epochs": args.tdcm_epochs,
                                          "neighbour_epochs": args.neighbour_epochs, "landmarks": args.landmarks,
                                          "ccn_params": args.ccn_params, "ccn_source_rows": args.ccn_source_rows,
+                                         "paper_epochs": args.paper_epochs, "paper_inference": args.paper_inference,
                                          "code": _common.code_state()},
                   neural_markdown(rows, args))
 
@@ -271,8 +310,14 @@ def main():
     parser.add_argument("--epochs", type=int, default=50, help="--neural: pretrain_epochs")
     parser.add_argument("--landmarks", type=int, default=None,
                         help="--neural: representation.LANDMARK_ROWS for the fit (default: the package's)")
-    parser.add_argument("--methods", nargs="+", choices=["ae", "tdcm", "ccn", "ccn-transfer"], default=["ae", "tdcm"],
-                        help="--neural: the estimators measured (SinkhornKMeans-AE, TDCM, CCN fit, CCN transfer)")
+    parser.add_argument("--methods", nargs="+", choices=["ae", "paper", "tdcm", "ccn", "ccn-transfer"],
+                        default=["ae", "tdcm"],
+                        help="--neural: the estimators measured (SinkhornKMeans-AE, the paper's autoencoder, TDCM, "
+                             "CCN fit, CCN transfer)")
+    parser.add_argument("--paper-epochs", type=int, nargs=2, default=[1, 1], metavar=("PRETRAIN", "JOINT"),
+                        help="--neural, paper: pretrain_epochs and max_epochs of the paper's autoencoder")
+    parser.add_argument("--paper-inference", action="store_true",
+                        help="--neural, paper: also measure predict(X) and transfer(X) after the fit")
     parser.add_argument("--tdcm-epochs", type=int, default=1, help="--neural: TDCM's max_epochs")
     parser.add_argument("--neighbour-epochs", type=int, default=40,
                         help="--neural: epochs of TDCM's neighbour encoder (its _neighbour_epochs)")

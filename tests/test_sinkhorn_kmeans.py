@@ -885,3 +885,146 @@ def test_euclidean_graph_of_signed_rows_does_not_depend_on_their_offset(separate
     far = SinkhornKMeans(3, **params).fit(X + 1e6)  # float32 raw rows would round the clusters away
     edges = lambda G: G.tocsr().astype(bool)  # noqa: E731
     assert (edges(near._neighbour_graph(X)) != edges(far._neighbour_graph(X + 1e6))).nnz == 0
+
+
+# ------------------------------------------------ the paper's autoencoder past LANDMARK_ROWS (issue 31)
+class _RowsTouched(np.ndarray):
+    """A view of an array that records the rows every indexing of it asks for.
+
+    A slice that is only cut into smaller slices (the consistency check's blocks of
+    2^20 rows, cut into predict's chunks) reads nothing: its entry is zeroed when it
+    is indexed in turn.
+    """
+
+    log = []
+
+    def __getitem__(self, index):
+        entry = getattr(self, "_entry", None)
+        if entry is not None:
+            _RowsTouched.log[entry] = 0
+        out = super().__getitem__(index)
+        first = index[0] if isinstance(index, tuple) else index
+        if isinstance(first, slice) or np.ndim(first) > 0:
+            _RowsTouched.log.append(out.shape[0])
+            if isinstance(out, _RowsTouched):
+                out._entry = len(_RowsTouched.log) - 1
+        return out
+
+
+# Small enough to be quick; batch_size rows per step, 1 pre-training and 1 joint epoch.
+PAPER_STREAMED = dict(embedding="autoencoder", neighbour_weight=0.0, hidden_dims=(32, 4), batch_size=100,
+                      pretrain_epochs=1, max_epochs=1, n_init=2, device="cpu", random_state=0)
+
+
+def _paper_rows(n, d, seed=0):
+    X, y = make_blobs(n_samples=n, centers=3, n_features=d, cluster_std=1.0, center_box=(-4, 4), random_state=seed)
+    return (X + 5.0).astype(np.float32), y  # an offset: the normalisation must be the fitted one
+
+
+def test_papers_autoencoder_past_the_landmark_count_reads_minibatches_and_chunks_never_the_whole_array(
+        tmp_path, monkeypatch):
+    from sktransfer_cluster.base.arrays import chunk_rows
+    from sktransfer_cluster.representation import landmarks
+
+    X, _ = _paper_rows(6000, 200)
+    np.save(tmp_path / "X.npy", X)
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 500)
+    tensors = []
+    validate, tensor = SinkhornKMeans._validate_input, SinkhornKMeans._tensor
+
+    def counted_input(self, X, **kwargs):
+        return validate(self, X, **kwargs).view(_RowsTouched)
+
+    def counted_tensor(self, X):
+        tensors.append(X.shape[0])
+        return tensor(self, X)
+
+    monkeypatch.setattr(SinkhornKMeans, "_validate_input", counted_input)
+    monkeypatch.setattr(SinkhornKMeans, "_tensor", counted_tensor)
+    on_disk = np.load(tmp_path / "X.npy", mmap_mode="r")
+    chunk = chunk_rows(200)
+    assert chunk < 6000
+    for call in ("fit", "transfer", "predict"):
+        _RowsTouched.log = []
+        if call == "fit":
+            km = SinkhornKMeans(3, **PAPER_STREAMED).fit(on_disk)
+            assert km.labels_.shape == (6000,)
+        elif call == "transfer":
+            assert km.transfer(on_disk, fine_tune_epochs=1, n_restarts=2).shape == (6000,)
+        else:
+            assert km.predict(on_disk).shape == (6000,)
+        assert _RowsTouched.log, "the memmap was never read through the view"
+        # Minibatches by index (in pieces of RowReader's RELEASE_ROWS), the statistics, codes and
+        # labels chunk by chunk: at most one chunk of X at a time.
+        assert max(_RowsTouched.log + tensors) <= chunk, call
+
+
+def test_papers_streamed_fit_on_a_memmap_equals_it_on_the_array_in_memory(tmp_path, monkeypatch):
+    from sktransfer_cluster.representation import landmarks
+
+    X, _ = _paper_rows(1500, 30)
+    np.save(tmp_path / "X.npy", X)
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 400)
+    fits = [SinkhornKMeans(3, **PAPER_STREAMED).fit(data) for data in (np.load(tmp_path / "X.npy", mmap_mode="r"), X)]
+    np.testing.assert_array_equal(fits[0].cluster_centers_, fits[1].cluster_centers_)
+    np.testing.assert_array_equal(fits[0].labels_, fits[1].labels_)
+    assert fits[0].inertia_ == fits[1].inertia_ and fits[0].reg_ == fits[1].reg_
+    target = [km.transfer(data, fine_tune_epochs=1, n_restarts=2)
+              for km, data in zip(fits, (np.load(tmp_path / "X.npy", mmap_mode="r")[::-1], X[::-1]))]
+    np.testing.assert_array_equal(*target)
+
+
+def test_papers_streamed_minibatches_are_the_in_memory_tensors_rows_to_the_bit(tmp_path):
+    from sktransfer_cluster.cluster.sinkhorn_kmeans.streamed import IndexedRows
+
+    X, _ = _paper_rows(700, 13)
+    X = X * 1e3 + 1e4  # large offset and spread: float64 before the one rounding to float32
+    np.save(tmp_path / "X.npy", X)
+    km = SinkhornKMeans(3, **PAPER_STREAMED).fit(X)
+    shift, scale = km._input_affine
+    idx = torch.randperm(700, generator=torch.Generator().manual_seed(0))[:250]
+    expected = km._tensor(X)[idx]
+    for data in (X, np.load(tmp_path / "X.npy", mmap_mode="r")):
+        rows = IndexedRows(data, shift, scale, km._dtype(), km.device_)
+        assert rows.shape == X.shape and rows.device == expected.device
+        got = rows[idx]
+        assert got.dtype == expected.dtype
+        assert torch.equal(got, expected)
+
+
+def _paper_fits_either_side_of_the_landmark_count(monkeypatch, X, params):
+    """Fits of ``X`` with LANDMARK_ROWS = n (in memory) and n - 1 (streamed), and the rows each
+    minibatch read by index asked for in each."""
+    from sktransfer_cluster.cluster.sinkhorn_kmeans import streamed
+    from sktransfer_cluster.representation import landmarks
+
+    reads = []
+    original = streamed.IndexedRows.__getitem__
+    monkeypatch.setattr(streamed.IndexedRows, "__getitem__", lambda self, idx: reads.append(len(idx)) or
+                        original(self, idx))
+    out = []
+    for count in (X.shape[0], X.shape[0] - 1):
+        monkeypatch.setattr(landmarks, "LANDMARK_ROWS", count)
+        reads.clear()
+        out += [SinkhornKMeans(3, **params).fit(X), list(reads)]
+    return out
+
+
+def test_papers_autoencoder_streams_only_past_the_landmark_count(monkeypatch):
+    X, _ = _paper_rows(600, 20)
+    _, in_memory_reads, km, streamed_reads = _paper_fits_either_side_of_the_landmark_count(
+        monkeypatch, X, PAPER_STREAMED)
+    assert in_memory_reads == []  # every row in memory, as before the streamed path existed
+    # One read per step of each epoch; a last batch of one row joins the previous one.
+    assert len(streamed_reads) == 2 * 6 and max(streamed_reads) <= PAPER_STREAMED["batch_size"] + 1
+    assert km.labels_.shape == (600,)
+
+
+def test_papers_streamed_pretraining_equals_the_in_memory_pretraining_to_the_bit(monkeypatch):
+    X, _ = _paper_rows(600, 20)
+    params = {**PAPER_STREAMED, "pretrain_epochs": 2, "max_epochs": 0}
+    in_memory, _, streamed_fit, _ = _paper_fits_either_side_of_the_landmark_count(monkeypatch, X, params)
+    # The same minibatches in the same order: the pre-trained networks are equal to the bit.
+    for a, b in zip(in_memory.autoencoder_.state_dict().values(), streamed_fit.autoencoder_.state_dict().values()):
+        assert torch.equal(a, b)
+    assert in_memory.history_ == streamed_fit.history_

@@ -38,7 +38,7 @@ from ...nn import image_channels_shape, init_module
 from .networks import AutoEncoder, ConvAutoEncoder, GraphAutoEncoder
 from ...ot import plan_from_potentials, semi_dual_newton
 from ...base.streaming import is_dask_array
-from .streamed import StreamedOTKMeansMixin
+from .streamed import CODE_CHUNK_ROWS, IndexedRows, StreamedOTKMeansMixin
 
 __all__ = ["SinkhornKMeans", "PAPER_PARAMS"]
 
@@ -156,7 +156,11 @@ class SinkhornKMeans(
         :data:`~sktransfer_cluster.representation.LANDMARK_ROWS` (50,000) rows the
         graph is that of as many landmark rows drawn by index, the network trains
         on it, and every row's code is computed chunk by chunk: X, in memory or an
-        ``np.memmap``, is never copied (``docs/notes/representation.md``).
+        ``np.memmap``, is never copied (``docs/notes/representation.md``). The
+        paper's autoencoder (``neighbour_weight=0``) past as many rows reads each
+        minibatch by index (the rows the in-memory fit would draw), computes the
+        codes chunk by chunk and chooses its OT k-means start on the codes of
+        50,000 rows drawn by index: no copy of X either.
     hidden_dims : "auto" or tuple of int, default="auto"
         Encoder widths, at least one, all positive; the last one is the
         embedding dimension. With ``image_shape`` the leading entries are the
@@ -227,9 +231,10 @@ class SinkhornKMeans(
         no copy of X is made, so an ``np.memmap`` larger than memory fits.
         ``"auto"``: ``"minibatch"`` when a float64 copy of X would pass 1 GiB,
         else ``"full"``. A dask array is always fitted on its workers
-        (:meth:`fit`). Ignored with an embedding: the graph embeddings read X
-        by landmarks and chunks past 50,000 rows (see ``embedding``), the
-        paper's autoencoder (``neighbour_weight=0``) holds it in memory.
+        (:meth:`fit`). Ignored with an embedding: past 50,000 rows the graph
+        embeddings read X by landmarks and chunks, the paper's autoencoder
+        (``neighbour_weight=0``) by minibatches and chunks (see ``embedding``);
+        up to 50,000 rows both hold a normalised copy.
     keep_best : bool, default=False
         What a ``KeyboardInterrupt`` during the embedding training leaves. False:
         the estimator as it was before the call. True: fitting stops, the
@@ -558,18 +563,50 @@ class SinkhornKMeans(
                 run.end_epoch()
         return (None if recon_only else centers.detach()), run.completed
 
-    def _finish(self, Z, centers, reg, n_iter):
+    def _finish(self, Z, centers, reg, n_iter, chunk_rows=None):
+        """Keep the centres and label the codes ``Z``; ``chunk_rows``: label them that many rows at a time."""
         self.cluster_centers_ = centers.detach().cpu().numpy()
         if self._encoder() is None:
             self.cluster_centers_ = self.cluster_centers_ + self._input_affine[0]  # back from centred X
         self._centers = centers.detach()
         self.reg_ = float(reg)
         self.n_iter_ = int(n_iter)
+        if chunk_rows is not None:
+            self.labels_, self.inertia_ = self._chunked_labels(Z, chunk_rows)
+            return self.labels_
         D = squared_distances(Z.detach(), self._centers)
         mins, labels = D.min(1)
         self.inertia_ = float(mins.sum().item())
         self.labels_ = labels.cpu().numpy().astype(np.int64)
         return self.labels_
+
+    def _chunked_labels(self, Z, chunk_rows):
+        """Nearest-centre labels and inertia of the codes ``Z``, holding one chunk's (rows, K) costs."""
+        labels = np.empty(Z.shape[0], dtype=np.int64)
+        inertia = 0.0
+        with torch.no_grad():
+            for start in range(0, Z.shape[0], chunk_rows):
+                mins, lab = squared_distances(Z[start : start + chunk_rows], self._centers).min(1)
+                labels[start : start + lab.shape[0]] = lab.cpu().numpy()
+                inertia += float(mins.sum(dtype=torch.float64))
+        return labels, inertia
+
+    def _chunked_reg(self, Z, centers, chunk_rows=CODE_CHUNK_ROWS):
+        """:func:`lloyd.relative_reg` of the codes ``Z`` at ``centers``, the mean cost summed chunk by chunk."""
+        total = 0.0
+        with torch.no_grad():
+            for start in range(0, Z.shape[0], chunk_rows):
+                total += float(squared_distances(Z[start : start + chunk_rows], centers).sum(dtype=torch.float64))
+        mean = total / max(1, Z.shape[0] * centers.shape[0])
+        return max(self.epsilon * mean, float(torch.finfo(Z.dtype).tiny))
+
+    def _lloyd_from_landmarks(self, Z, index, starts, what):
+        """OT-Lloyd from ``starts`` (B, K, d) on the landmarks' codes ``Z[index]``, the cheapest run
+        kept, then OT-Lloyd on all of ``Z`` from it: one (n, K) buffer, not B of them."""
+        ZL = Z[torch.as_tensor(index, device=Z.device)]
+        _, start, _, _ = self._lloyd(ZL, starts, "the OT k-means start on the landmarks' codes")
+        del ZL
+        return self._lloyd(Z, start.unsqueeze(0), what)
 
     # -------------------------------------------------------------- protocol
     def _neighbour_graph(self, X, normalised=False):
@@ -716,18 +753,85 @@ class SinkhornKMeans(
 
         with torch.no_grad():
             Z = codes()
-            ZL = Z[torch.as_tensor(index, device=Z.device)]
-            _, start, _, _ = self._lloyd(ZL, self._kmeanspp(ZL, self.n_init, rng),
-                                         "the OT k-means start on the landmarks' codes")
-            del ZL
-            _, centers, reg, n_iter = self._lloyd(
-                Z, start.unsqueeze(0), "the final plan of fit (OT k-means on the codes)"
+            starts = self._kmeanspp(Z[torch.as_tensor(index, device=Z.device)], self.n_init, rng)
+            _, centers, reg, n_iter = self._lloyd_from_landmarks(
+                Z, index, starts, "the final plan of fit (OT k-means on the codes)"
             )
         if self.autoencoder_ is not None:
             self._finish(*self._joint_graph_phase(None, inputs, Z, centers, reg, n_iter, torch_gen, "train", graph,
-                                                  "fit", codes=codes))
+                                                  "fit", codes=codes), chunk_rows=CODE_CHUNK_ROWS)
         else:
-            self._finish(Z, centers, reg, n_iter)
+            self._finish(Z, centers, reg, n_iter, chunk_rows=CODE_CHUNK_ROWS)
+
+    def _paper_codes(self, X):
+        """The paper autoencoder's codes of every row of ``X``, read and encoded chunk by chunk."""
+        from ...representation import encode_chunks
+
+        shift, scale = self._input_affine
+        return encode_chunks(self.autoencoder_.encoder, X, shift, scale).to(self.device_, self._dtype())
+
+    def _fit_paper_streamed(self, X, rng, torch_gen):
+        """The paper's autoencoder (``neighbour_weight=0``) past ``LANDMARK_ROWS`` rows, X never copied.
+
+        The same phases as in memory: pre-training on reconstruction, OT k-means on
+        the codes, the joint phase. Every minibatch is read by index
+        (:class:`~.streamed.IndexedRows`: the rows, bits and order the in-memory
+        tensor would give), the codes are computed chunk by chunk, the OT k-means
+        start is chosen on the landmarks' codes (``n_init`` k-means++ starts, the
+        cheapest OT-Lloyd run kept) and OT-Lloyd then runs on all codes from it, and
+        the final assignment is chunked.
+        """
+        from ...representation import landmark_indices
+
+        shift, scale = self._input_affine
+        rows = IndexedRows(X, shift, scale, self._dtype(), self.device_)
+        ae = self._make_autoencoder(X.shape[1])
+        self.autoencoder_ = init_module(ae, torch_gen).to(device=self.device_, dtype=self._dtype())
+        self._train_embedding(rows, None, self.pretrain_epochs, torch_gen, "pretrain")
+        with torch.no_grad():
+            Z = self._paper_codes(X)
+            index = landmark_indices(X.shape[0], rng)
+            starts = self._kmeanspp(Z[torch.as_tensor(index, device=Z.device)], self.n_init, rng)
+            _, centers, _, n_iter = self._lloyd_from_landmarks(
+                Z, index, starts, "the final plan of fit (OT k-means on the codes)"
+            )
+            del Z
+        centers, n_epochs = self._train_embedding(rows, centers, self._max_epochs(), torch_gen, "train")
+        with torch.no_grad():
+            Z = self._paper_codes(X)
+            reg = self._chunked_reg(Z, centers)
+        self.autoencoder_.eval()
+        self._finish(Z, centers, reg, n_iter + n_epochs, chunk_rows=CODE_CHUNK_ROWS)
+
+    def _transfer_paper_streamed(self, X, rng, torch_gen, fine_tune_epochs, n_restarts):
+        """``transfer`` of the paper's autoencoder to a target past ``LANDMARK_ROWS`` rows, X never copied.
+
+        As in memory (joint epochs on the target, then OT-Lloyd from the source
+        centres) with minibatches read by index and codes chunk by chunk; with
+        restarts, the start is chosen among the source centres and the k-means++
+        starts on the landmarks' codes, and OT-Lloyd then runs on all codes from it.
+        """
+        from ...representation import landmark_indices
+
+        centers = self._centers
+        if fine_tune_epochs > 0:
+            shift, scale = self._input_affine
+            rows = IndexedRows(X, shift, scale, self._dtype(), self.device_)
+            self.autoencoder_.train()
+            centers, _ = self._train_embedding(rows, centers, fine_tune_epochs, torch_gen, "transfer")
+            self.autoencoder_.eval()
+        with torch.no_grad():
+            Z = self._paper_codes(X)
+            starts = centers.unsqueeze(0).to(Z.dtype)
+            what = "the final plan of transfer"
+            if n_restarts > 0 and Z.shape[0] >= self.n_clusters:
+                index = landmark_indices(X.shape[0], rng)
+                starts = torch.cat([starts, self._kmeanspp(Z[torch.as_tensor(index, device=Z.device)],
+                                                           int(n_restarts), rng)])
+                _, centers, reg, n_iter = self._lloyd_from_landmarks(Z, index, starts, what)
+            else:
+                _, centers, reg, n_iter = self._lloyd(Z, starts, what)
+        return self._finish(Z, centers, reg, n_iter, chunk_rows=CODE_CHUNK_ROWS)
 
     def _joint_graph_phase(self, X, Xt, Z, centers, reg, n_iter, torch_gen, phase, graph, what, codes=None):
         """``max_epochs`` passes of graph + reconstruction + OT loss from ``centers``, then OT-Lloyd on the codes.
@@ -795,13 +899,17 @@ class SinkhornKMeans(
         if self._streams(X):
             self._fit_minibatch(X, rng)
             return
-        if self._uses_graph():
+        if self.embedding is not None:
             from ...representation import auto_metric, uses_landmarks
 
-            # Chosen on the source's values and kept for transfer's target graph.
-            self._graph_metric = auto_metric(X)
+            if self._uses_graph():
+                # Chosen on the source's values and kept for transfer's target graph.
+                self._graph_metric = auto_metric(X)
             if uses_landmarks(X.shape[0]):
-                self._fit_graph_on_landmarks(X, rng, torch_gen)
+                if self._uses_graph():
+                    self._fit_graph_on_landmarks(X, rng, torch_gen)
+                else:
+                    self._fit_paper_streamed(X, rng, torch_gen)
                 return
         Xt = self._tensor(X)
         if self.embedding == "neighbours":
@@ -841,8 +949,11 @@ class SinkhornKMeans(
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Target data, same features as the source.
+        X : array-like or np.memmap of shape (n_samples, n_features)
+            Target data, same features as the source. With the paper's
+            autoencoder, past 50,000 rows it is read by minibatches and chunks
+            (never copied) and the restarts are drawn on the codes of 50,000
+            rows, the cheapest start then run on all codes.
         fine_tune_epochs : int or None, default=None
             On the graph (``embedding="neighbours"`` or the default
             autoencoder): passes over the target's own k-NN graph that refine
@@ -892,11 +1003,16 @@ class SinkhornKMeans(
             k-means++ starts on the target beside the source centres (None:
             ``n_init`` on the graph, else 0).
         """
-        Xt = self._tensor(X)
-        centers = self._centers
+        from ...representation import uses_landmarks
+
         # What was fitted decides, not the current parameters.
         graph_ae = isinstance(self.autoencoder_, GraphAutoEncoder)
         graph = getattr(self, "encoder_", None) is not None or graph_ae
+        if self.autoencoder_ is not None and not graph and uses_landmarks(X.shape[0]):
+            return self._transfer_paper_streamed(X, rng, torch_gen, 0 if fine_tune_epochs is None else
+                                                 int(fine_tune_epochs), 0 if n_restarts is None else int(n_restarts))
+        Xt = self._tensor(X)
+        centers = self._centers
         epochs = 0
         if graph:
             if fine_tune_epochs is not None:

@@ -18,13 +18,15 @@ import numpy as np
 import torch
 from sklearn.utils._available_if import available_if
 
+from ...base.arrays import normalise_rows
 from ...base.runtime import compute_threads, make_generators, resolve_device, working_dtype
 from ...base.streaming import RowReader, iter_row_chunks
 from . import lloyd
 from .minibatch import MinibatchState, minibatch_passes, minibatch_step
 from .objective import squared_distances
 
-__all__ = ["STREAM_BATCH_ROWS", "STREAM_BYTES", "STREAM_INIT_ROWS", "StreamedOTKMeansMixin"]
+__all__ = ["CODE_CHUNK_ROWS", "IndexedRows", "STREAM_BATCH_ROWS", "STREAM_BYTES", "STREAM_INIT_ROWS",
+           "StreamedOTKMeansMixin"]
 
 #: Rows per batch of the minibatch fit: large enough that a batch holds hundreds of rows
 #: of each of tens of clusters, and the per-batch overhead of torch stays small.
@@ -34,9 +36,48 @@ STREAM_BATCH_ROWS = 8192
 STREAM_INIT_ROWS = 3 * STREAM_BATCH_ROWS
 #: ``algorithm="auto"`` fits by minibatches when a float64 copy of X would pass this.
 STREAM_BYTES = 2**30
+#: Rows of codes per chunk of a streamed fit's final assignment: the (rows, K) costs of a chunk,
+#: not of every row (10^7 rows x 10 clusters would be 400 MB of float32 costs).
+CODE_CHUNK_ROWS = 2**16
 # Check of the start's plan (a report only), as the full fit's.
 _CHECK_TOL = 1e-3
 _CHECK_MAX_ITER = 10 * lloyd.SINKHORN_MAX_ITER
+
+
+class IndexedRows:
+    """The rows of ``X`` normalised as ``_tensor`` does it, read by index a minibatch at a time.
+
+    Stands for the whole normalised tensor where a training loop only takes
+    ``rows.shape``, ``rows.device`` and minibatches ``rows[idx]``: ``rows[idx]`` reads
+    the rows at ``idx`` (any order, as drawn) in sorted order through
+    :class:`~sktransfer_cluster.base.streaming.RowReader` (a memmap's pages handed back
+    as it goes), normalises them in float64 with one rounding to ``dtype``
+    (:func:`~sktransfer_cluster.base.arrays.normalise_rows`, element by element, so the
+    bits of ``_tensor``'s rows) and returns them in the order asked for. Beyond the
+    batch nothing of ``X`` is held.
+
+    Parameters
+    ----------
+    X : ndarray or np.memmap of shape (n_samples, n_features)
+    shift : ndarray of shape (n_features,)
+    scale : float
+    dtype : torch.dtype
+    device : torch.device
+    """
+
+    def __init__(self, X, shift, scale, dtype, device):
+        self.X, self.shift, self.scale = X, shift, scale
+        self.dtype, self.device = dtype, torch.device(device)
+        self.shape = tuple(X.shape)
+        self._read = RowReader(X)
+
+    def __getitem__(self, idx):
+        index = idx.cpu().numpy() if torch.is_tensor(idx) else np.asarray(idx)
+        order = np.argsort(index, kind="stable")
+        rows = normalise_rows(self._read(index[order]), self.shift, self.scale, self.dtype, "cpu")
+        out = torch.empty_like(rows)
+        out[torch.from_numpy(order)] = rows
+        return out.to(self.device)
 
 
 class StreamedOTKMeansMixin:
