@@ -659,9 +659,9 @@ def test_transfer_refines_the_encoder_as_many_epochs_as_fit_trains_it(wide_blobs
     seen = []
     original = PreciseFeatureGAN._train_representation
 
-    def record(self, X, Xt, n_epochs, torch_gen, phase):
+    def record(self, X, Xt, n_epochs, torch_gen, phase, **kwargs):
         seen.append((phase, n_epochs))
-        return original(self, X, Xt, n_epochs, torch_gen, phase)
+        return original(self, X, Xt, n_epochs, torch_gen, phase, **kwargs)
 
     monkeypatch.setattr(PreciseFeatureGAN, "_train_representation", record)
     model = PreciseFeatureGAN(3, **{**WIDE, "representation_epochs": 3}).fit(wide_blobs[0])
@@ -791,3 +791,111 @@ def test_a_pickled_model_with_an_encoder_predicts_the_same(wide_blobs):
     again = pickle.loads(pickle.dumps(model))
     np.testing.assert_array_equal(again.predict(wide_blobs[0]), model.predict(wide_blobs[0]))
     np.testing.assert_allclose(again.predict_proba(wide_blobs[0]), model.predict_proba(wide_blobs[0]))
+
+
+# ------------------------------------------------------------- streamed fits past LANDMARK_ROWS (issue 31)
+STREAM = dict(TINY, n_iter=5, representation_epochs=1, random_state=0)
+# The encoder's codes (more than 20 features), the rows themselves, and the rows with the
+# nearest-point classifier (its Lloyd steps pass over every row).
+ROUTES = {"codes": {}, "rows": {"representation": None}, "rows-nearest": {"representation": None, "classifier": "nearest"}}
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_a_fit_past_the_landmark_count_reads_landmarks_batches_and_chunks_never_the_whole_array(
+        tmp_path, monkeypatch, route):
+    from tests.test_scale import landmark_memmap_reads
+
+    model, largest, chunk = landmark_memmap_reads(
+        PreciseFeatureGAN, lambda: PreciseFeatureGAN(3, **STREAM, **ROUTES[route]), tmp_path, monkeypatch)
+    assert chunk < 6000
+    # Landmarks in pieces, the critic's real rows by index, every pass in chunks.
+    assert largest <= max(500, chunk)
+    assert model.labels_.shape == (6000,)
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_the_landmark_fit_on_a_memmap_equals_it_on_the_array_in_memory(tmp_path, monkeypatch, route):
+    from tests.test_scale import landmark_fits_on_memmap_and_array
+
+    mapped, in_memory = landmark_fits_on_memmap_and_array(
+        lambda: PreciseFeatureGAN(3, **STREAM, **ROUTES[route]), tmp_path, monkeypatch)
+    np.testing.assert_array_equal(mapped.labels_, in_memory.labels_)
+    np.testing.assert_array_equal(mapped.cluster_centers_, in_memory.cluster_centers_)
+
+
+@pytest.mark.parametrize("route", ["rows", "rows-nearest"])
+def test_the_gan_on_rows_read_by_index_equals_it_on_the_rows_in_memory(tmp_path, monkeypatch, route):
+    # Without an encoder the landmark count changes only where the rows are read from: the same
+    # minibatches, bitwise the same standardised rows. The Lloyd steps' per-cell sums are added
+    # chunk by chunk when streamed (other rounding, the same cells).
+    from sktransfer_cluster.representation import landmarks
+    from tests.test_scale import _nonnegative_blobs
+
+    X, _ = _nonnegative_blobs(1500, 30)
+    np.save(tmp_path / "X.npy", X)
+    streamed = PreciseFeatureGAN(3, **STREAM, **ROUTES[route])
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 400)
+    streamed.fit(np.load(tmp_path / "X.npy", mmap_mode="r"))
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 1500)
+    in_memory = PreciseFeatureGAN(3, **STREAM, **ROUTES[route]).fit(X)
+    np.testing.assert_array_equal(streamed.labels_, in_memory.labels_)
+    np.testing.assert_allclose(streamed.cluster_centers_, in_memory.cluster_centers_, rtol=1e-5, atol=1e-6)
+
+
+def test_the_landmark_path_starts_only_past_the_landmark_count(monkeypatch):
+    import sktransfer_cluster.representation as representation
+    from sklearn.metrics import adjusted_rand_score
+
+    from sktransfer_cluster.representation import landmarks
+    from tests.test_scale import _nonnegative_blobs
+
+    X, y = _nonnegative_blobs(600, 30)
+    reads = []
+    original = representation.read_landmarks
+    monkeypatch.setattr(representation, "read_landmarks", lambda X, index, *a: reads.append(len(index)) or
+                        original(X, index, *a))
+    params = {**STREAM, "representation_epochs": 3, "n_iter": 20}
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 600)
+    PreciseFeatureGAN(3, **params).fit(X)
+    assert reads == []  # every row, in memory, as before landmarks existed
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 599)
+    model = PreciseFeatureGAN(3, **params).fit(X)
+    assert reads and set(reads) == {599}  # the landmarks only (read again normalised for the cosine graph)
+    assert adjusted_rand_score(y, model.labels_) == 1.0  # separated blobs, every row labelled by its code
+
+
+@pytest.mark.parametrize("refit", [False, True])
+def test_a_transfer_past_the_landmark_count_equals_it_on_the_array_in_memory(tmp_path, monkeypatch, refit):
+    from sktransfer_cluster.representation import landmarks
+    from tests.test_scale import _nonnegative_blobs
+
+    X, y = _nonnegative_blobs(1600, 30, k=4)
+    np.save(tmp_path / "target.npy", X[y >= 2])
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 400)
+    model = PreciseFeatureGAN(2, **STREAM).fit(X[y < 2])
+    fitted = [copy.deepcopy(model) for _ in range(2)]
+    labels = [m.transfer(data, refit=refit) for m, data in zip(fitted, (np.load(tmp_path / "target.npy", mmap_mode="r"),
+                                                                      X[y >= 2]))]
+    np.testing.assert_array_equal(*labels)
+    assert fitted[0].transfer_agreement_ == fitted[1].transfer_agreement_
+    assert (fitted[0].transfer_agreement_ is not None) == refit
+
+
+@pytest.mark.filterwarnings("ignore:.*fewer than n_clusters")
+def test_a_transfer_past_the_landmark_count_reads_landmarks_and_chunks_never_the_whole_target(tmp_path, monkeypatch):
+    from sktransfer_cluster.base.arrays import chunk_rows
+    from sktransfer_cluster.representation import landmarks
+    from tests.test_scale import RowsTouched, _nonnegative_blobs
+
+    X, _ = _nonnegative_blobs(6000, 200)
+    np.save(tmp_path / "X.npy", X)
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 500)
+    model = PreciseFeatureGAN(3, **STREAM).fit(X[:400])
+    tensors, tensor, validate = [], PreciseFeatureGAN._tensor, PreciseFeatureGAN._validate_input
+    monkeypatch.setattr(PreciseFeatureGAN, "_tensor", lambda self, X: tensors.append(X.shape[0]) or tensor(self, X))
+    # Validation hands on a plain view of the memmap: every later read goes through the counting view.
+    monkeypatch.setattr(PreciseFeatureGAN, "_validate_input", lambda self, X, **kw: validate(self, X, **kw).view(RowsTouched))
+    RowsTouched.log = []
+    labels = model.transfer(np.load(tmp_path / "X.npy", mmap_mode="r"), refit=True)
+    assert RowsTouched.log and labels.shape == (6000,)
+    assert max(RowsTouched.log + tensors) <= max(500, chunk_rows(200)) < 6000

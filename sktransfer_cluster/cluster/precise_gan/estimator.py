@@ -37,11 +37,12 @@ from sklearn.base import BaseEstimator, ClusterMixin, clone
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
-from ...base import (COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_image_shape, chunked,
+from ...base import (COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_image_shape, chunk_rows, chunked,
                     compact_labels, compile_step, compute_threads, make_generators)
 from .networks import (build_networks, classifier_objective, classifier_step, critic_objective, critic_step,
                        default_eta_step, draw_ids, eta_schedule, generator_objective, generator_step, latent,
                        mean_entropy, set_requires_grad)
+from .streamed import StreamedRows, landmark_graph_inputs, landmark_graph_rows
 
 __all__ = ["PreciseFeatureGAN", "PAPER_PARAMS", "eta_schedule", "neighbour_agreement"]
 
@@ -358,6 +359,18 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     increasing order (``cluster_ids_``), so labels are consecutive from 0;
     ``predict``/``predict_proba`` then choose among the used ids only.
 
+    Inputs too large to copy (an ``np.memmap``): past
+    :data:`~sktransfer_cluster.representation.LANDMARK_ROWS` rows (50,000)
+    ``fit`` and ``transfer`` hold no float copy of ``X``. The input statistics
+    come from one streamed pass; the neighbour encoder trains on the graph of
+    as many landmark rows drawn by index, and every row's code is computed
+    chunk by chunk, so ``G``, ``D`` and ``C`` train on the ``n x 10`` codes;
+    without an encoder the critic's real minibatches are read from ``X`` by
+    index and every pass over the rows reads them in chunks
+    (:mod:`~sktransfer_cluster.cluster.precise_gan.streamed`); ``refit=True``
+    measures the neighbour agreement on the landmarks. Fits on up to that many
+    rows are those of every row in memory.
+
     Rows far beyond the fit data (standardised magnitude above 1e15, e.g.
     ``X * 1e150``) are scored by float64 copies of the networks, where
     float32 would overflow.
@@ -564,10 +577,42 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         """Standardised codes of the standardised rows ``Xt`` (``Xt`` itself without an encoder)."""
         if encoder is None:
             return Xt
+        with torch.no_grad():
+            return self._standard_codes(chunked(encoder, Xt))
+
+    def _standard_codes(self, Z):
+        """The codes ``Z`` standardised by the source's code statistics (``_code_affine``)."""
         shift, scale = self._code_affine
         with torch.no_grad():
-            Z = chunked(encoder, Xt)
-        return (Z - torch.as_tensor(shift, dtype=Z.dtype, device=Z.device)) / scale
+            return (Z - torch.as_tensor(shift, dtype=Z.dtype, device=Z.device)) / scale
+
+    def _raw_codes(self, X, Xt):
+        """``encoder_`` of every row: of the standardised rows ``Xt``, or (``Xt`` None, past the
+        landmark count) of ``X`` read and standardised chunk by chunk."""
+        if Xt is not None:
+            return chunked(self.encoder_, Xt)
+        from ...representation import encode_chunks
+
+        shift, scale = self._input_affine or (None, 1.0)
+        return encode_chunks(self.encoder_, X, shift, scale).to(self.device_, self._dtype())
+
+    @staticmethod
+    def _landmarks(X, rng):
+        """Sorted landmark rows of ``X`` past :data:`~sktransfer_cluster.representation.LANDMARK_ROWS`
+        rows, else None (every row, in memory, as before landmarks existed).
+
+        Past the count no step holds a float copy of ``X``: the encoder trains on the
+        landmarks' graph, codes are computed chunk by chunk, and without an encoder the
+        GAN reads its real minibatches by index (:mod:`.streamed`).
+        """
+        from ...representation import landmark_indices, uses_landmarks
+
+        return landmark_indices(X.shape[0], rng) if uses_landmarks(X.shape[0]) else None
+
+    def _streamed_rows(self, X):
+        """The standardised rows of ``X`` read on demand (:class:`~.streamed.StreamedRows`)."""
+        shift, scale = self._input_affine or (None, 1.0)
+        return StreamedRows(X, shift, scale, self.device_, self._dtype())
 
     def _networks(self, exact=False):
         """``(encoder_, classifier_)``, or float64 copies of both (``exact``)."""
@@ -617,9 +662,11 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         return "linear" if n_features >= self.n_clusters - 1 else "network"
 
     # ---------------------------------------------------------- representation
-    def _train_representation(self, X, Xt, n_epochs, torch_gen, phase):
+    def _train_representation(self, X, Xt, n_epochs, torch_gen, phase, index=None):
         """Train ``encoder_`` in place on the k-NN graph of the rows ``X``, its inputs the
         standardised rows ``Xt``: ``n_epochs`` passes over the graph's edges, on the CPU.
+        ``index`` (with ``Xt`` None): the landmark rows, whose graph it is instead, read
+        from ``X`` by index (:func:`~.streamed.landmark_graph_inputs`).
 
         The graph's distance is ``_graph_metric`` (:func:`~sktransfer_cluster.representation.auto_metric`
         of the source's values): the cosine of the raw rows for non-negative rows that reach
@@ -627,23 +674,21 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         ``Xt``, whose neighbours do not depend on the data's offset or units (the cosine of
         rows at an offset of 1e8 sees every row point the same way).
         """
-        from ...representation import neighbour_graph, steps_per_epoch, train_neighbour_encoder
+        from ...representation import steps_per_epoch, train_neighbour_encoder
 
         if n_epochs == 0 or X.shape[0] < 3:
             return
-        image = self.image_shape is not None
         metric = getattr(self, "_graph_metric", "cosine")  # models pickled before the rule: cosine
-        rows = X if metric == "cosine" else Xt.detach().to("cpu", torch.float32).numpy()
-        graph = neighbour_graph(
-            rows, min(_NEIGHBOURS, X.shape[0] - 1), metric=metric,
-            image_shape=tuple(self.image_shape) if image else None,
-            max_shift=_MAX_SHIFT if image else 0, blur=_BLUR if image else 0.0, shared_neighbours=True,
-        )
+        if index is not None:
+            shift, scale = self._input_affine or (None, 1.0)
+            graph, inputs = landmark_graph_inputs(X, index, metric, shift, scale, self._graph_of)
+        else:
+            graph = self._graph_of(X if metric == "cosine" else Xt.detach().to("cpu", torch.float32).numpy())
+            inputs = Xt.detach().to("cpu", torch.float32).numpy()
         n_edges = int((graph.data > 0).sum())
         steps = steps_per_epoch(n_edges, _EDGES_PER_STEP)
         encoder = self.encoder_.to(device="cpu", dtype=torch.float32)
         set_requires_grad(encoder, True)
-        inputs = Xt.detach().to("cpu", torch.float32).numpy()
         with self._training(phase, n_epochs, state=[encoder], unit="epoch", keeps_model=False) as run:
             step = run.step_callback(steps)
 
@@ -653,9 +698,22 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.encoder_ = encoder.eval().to(device=self.device_, dtype=self._dtype())
         set_requires_grad(self.encoder_, False)
 
+    def _graph_of(self, rows):
+        """The representation's k-NN graph of ``rows`` (raw rows for the cosine, else standardised):
+        ``_graph_metric``, 15 neighbours, shared-neighbour weights, image blur and shifts with ``image_shape``."""
+        from ...representation import neighbour_graph
+
+        image = self.image_shape is not None
+        return neighbour_graph(
+            rows, min(_NEIGHBOURS, rows.shape[0] - 1), metric=getattr(self, "_graph_metric", "cosine"),
+            image_shape=tuple(self.image_shape) if image else None,
+            max_shift=_MAX_SHIFT if image else 0, blur=_BLUR if image else 0.0, shared_neighbours=True,
+        )
+
     # ----------------------------------------------------------------- training
     def _train(self, Xt, n_steps, torch_gen, phase):
-        """Algorithm 1 for ``n_steps`` generator steps on the standardised rows ``Xt``."""
+        """Algorithm 1 for ``n_steps`` generator steps on the standardised rows ``Xt`` (a tensor, or
+        :class:`~.streamed.StreamedRows`: each generator step reads its critic's real rows by index)."""
         G, D, C = self.generator_, self.critic_, self.classifier_
         # foreach: one multi-tensor kernel per Adam update instead of one per parameter.
         opt_g, opt_d, opt_c = (torch.optim.Adam(m.parameters(), lr=self.learning_rate, betas=self._betas,
@@ -674,7 +732,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             objective = self._objectives()
             for t in run.epochs():
                 eta_t = float(eta_schedule(t, self.eta, self.eta_gamma, eta_step))
-                zero = Xt.new_zeros(())
+                zero = torch.zeros((), dtype=Xt.dtype, device=Xt.device)
                 # G does not change during the critic and classifier steps: each phase's
                 # minibatches (their own ids, noise, real rows and weights) come from one
                 # forward pass of G and one draw of each random quantity.
@@ -683,11 +741,13 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
                     fake_c, ids_c = self._fake(ncl * bs, torch_gen)
                 rows = torch.randint(n, (self.n_critic * bs,), generator=torch_gen).to(Xt.device)
                 eps = torch.rand(self.n_critic * bs, generator=torch_gen, dtype=Xt.dtype).to(Xt.device)
+                # The real rows of all critic steps in one read (one call of a streamed reader).
+                reals = Xt[rows] if self.n_critic else None
                 set_requires_grad(D, True)
                 s_d, s_w, s_gp = zero, zero, zero
                 for i in range(self.n_critic):
                     sl = slice(i * bs, (i + 1) * bs)
-                    real = Xt[rows[sl]]
+                    real = reals[sl]
                     loss_d, w_est, gp = critic_step(D, opt_d, real, fake_d[sl], self.gp_weight, eps=eps[sl], update=update,
                                                      objective=objective["critic"])
                     s_d, s_w, s_gp = s_d + loss_d, s_w + w_est, s_gp + gp
@@ -777,7 +837,9 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             w = np.asarray(self.cluster_weights, dtype=np.float64).ravel()
             self.weights_ = w / w.sum()
         self._betas = tuple(float(b) for b in self.betas)
-        Xt = self._tensor(X)
+        index = self._landmarks(X, rng)
+        # Past the landmark count no step holds a float copy of X (.streamed).
+        Xt = self._tensor(X) if index is None else None
         self.encoder_, self._code_affine = None, None
         represented = self._represents(X)
         if represented:
@@ -786,16 +848,21 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             # Chosen on the source's values and kept for transfer's target graph.
             self._graph_metric = auto_metric(X)
             self.encoder_ = make_encoder(X.shape[1], _CODE_DIM, _ENCODER_HIDDEN, generator=torch_gen)
-            self._train_representation(X, Xt, int(self.representation_epochs), torch_gen, "representation")
+            self._train_representation(X, Xt, int(self.representation_epochs), torch_gen, "representation",
+                                       index=index)
             self.encoder_ = self.encoder_.eval().to(device=self.device_, dtype=self._dtype())
             set_requires_grad(self.encoder_, False)
-            with torch.no_grad():
-                Z = chunked(self.encoder_, Xt).double()
+            Z = self._raw_codes(X, Xt)
             # The codes' own standardisation (centre, one RMS scale), as for the rows.
-            shift = Z.mean(0)
-            scale = max(float((Z - shift).pow(2).mean().sqrt()), 1e-12)
+            with torch.no_grad():
+                Zd = Z.double()
+                shift = Zd.mean(0)
+                scale = max(float((Zd - shift).pow(2).mean().sqrt()), 1e-12)
+            del Zd
             self._code_affine = (shift.cpu().numpy(), scale)
-            Xt = self._codes(Xt, self.encoder_)
+            Xt = self._standard_codes(Z)
+        elif index is not None:
+            Xt = self._streamed_rows(X)
         self._kind = self._classifier_kind(Xt.shape[1], represented)
         self._build(Xt.shape[1], represented, torch_gen)
         self._train(Xt, int(self.n_iter), torch_gen, "fit")
@@ -870,10 +937,13 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         """
         if transfer_iter is None:
             transfer_iter = self.transfer_iter if self.transfer_iter is not None else max(1, self.n_iter // 4)
-        Xt = self._tensor(X)
+        index = self._landmarks(X, rng)
+        Xt = self._tensor(X) if index is None else None
         if getattr(self, "encoder_", None) is not None:
-            self._train_representation(X, Xt, int(self.representation_epochs), torch_gen, "refine")
-        Xt = self._codes(Xt, getattr(self, "encoder_", None))
+            self._train_representation(X, Xt, int(self.representation_epochs), torch_gen, "refine", index=index)
+            Xt = self._standard_codes(self._raw_codes(X, Xt))
+        elif index is not None:
+            Xt = self._streamed_rows(X)
         self._train(Xt, int(transfer_iter), torch_gen, "transfer")
         if getattr(self, "_kind", None) == "nearest":
             self._nearest_point_classifier(Xt)
@@ -899,9 +969,9 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             fresh = clone(self)
             fresh.callbacks = self.callbacks  # the same observers, not copies
             fresh.fit(X)
-            neighbours = self._neighbour_indices(X)
-            agree = {"source": neighbour_agreement(labels, neighbours),
-                     "refit": neighbour_agreement(fresh.labels_, neighbours)}
+            rows, neighbours = self._neighbour_indices(X)
+            agree = {"source": neighbour_agreement(labels[rows], neighbours),
+                     "refit": neighbour_agreement(fresh.labels_[rows], neighbours)}
             if agree["refit"] > agree["source"]:
                 kept = {"n_features_in_", "feature_names_in_"}
                 self.__dict__.update({k: v for k, v in vars(fresh).items() if k not in kept})
@@ -910,19 +980,31 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         return labels
 
     def _neighbour_indices(self, X):
-        """The ``_NEIGHBOURS`` nearest neighbours of each row of ``X`` (indices), by the distance of
-        the representation's graph (:meth:`_train_representation`; image blur and shifts with
-        ``image_shape``), ``auto_metric`` of ``X`` where the model has no encoder."""
+        """``(rows, idx)``: rows of ``X`` and the ``_NEIGHBOURS`` nearest neighbours of each among them
+        (indices into ``rows``), by the distance of the representation's graph
+        (:meth:`_train_representation`; image blur and shifts with ``image_shape``),
+        ``auto_metric`` of ``X`` where the model has no encoder.
+
+        ``rows`` is every row (a slice), or past
+        :data:`~sktransfer_cluster.representation.LANDMARK_ROWS` rows as many landmarks
+        drawn by a generator of their own and read by index: the agreement of a partition
+        with the neighbourhoods is then measured on a uniform sample of the rows.
+        """
         from ...representation import auto_metric, knn, prepare_rows
 
         metric = getattr(self, "_graph_metric", None) or auto_metric(X)
-        rows = X if metric == "cosine" else self._tensor(X).detach().to("cpu", torch.float32).numpy()
+        index = self._landmarks(X, np.random.default_rng(0))
+        if index is not None:
+            shift, scale = self._input_affine or (None, 1.0)
+            rows = X = landmark_graph_rows(X, index, metric, shift, scale)
+        else:
+            rows = X if metric == "cosine" else self._tensor(X).detach().to("cpu", torch.float32).numpy()
         image = self.image_shape is not None and self._represents(X)
         shape = tuple(self.image_shape) if image else None
         with compute_threads(blas=True):
             rows = prepare_rows(rows, metric=metric, image_shape=shape, blur=_BLUR if image else 0.0)
             idx, _ = knn(rows, min(_NEIGHBOURS, X.shape[0] - 1), image_shape=shape, max_shift=_MAX_SHIFT if image else 0)
-        return idx
+        return (slice(None) if index is None else index), idx
 
     @torch.no_grad()
     def _quantisation_error(self, Xt):
@@ -965,9 +1047,8 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
                 if labels is not None and torch.equal(new, labels):
                     break
                 labels = new
-                rows = Xt.reshape(Xt.shape[0], -1).to(P.dtype)
                 counts = torch.bincount(labels, minlength=self.n_clusters).to(P.dtype)
-                sums = torch.zeros_like(P).index_add_(0, labels, rows)
+                sums = self._cell_sums(Xt, labels, P)
                 used = counts > 0
                 P[used] = sums[used] / counts[used, None]
         if _LLOYD_STEPS > 0 and not torch.equal(P, start):
@@ -975,6 +1056,17 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         with torch.no_grad():
             P = self.generator_(latent).reshape(self.n_clusters, -1)
             self.classifier_ = self._nearest_point_linear(P, Xt)
+
+    @staticmethod
+    def _cell_sums(Xt, labels, P):
+        """Per-label sums of the rows ``Xt`` (a tensor, or streamed rows read in chunks) in ``P``'s dtype."""
+        if torch.is_tensor(Xt):
+            return torch.zeros_like(P).index_add_(0, labels, Xt.reshape(Xt.shape[0], -1).to(P.dtype))
+        sums, step = torch.zeros_like(P), chunk_rows(P.shape[1])
+        for start in range(0, Xt.shape[0], step):
+            part = Xt[start : start + step]
+            sums.index_add_(0, labels[start : start + step], part.reshape(part.shape[0], -1).to(P.dtype))
+        return sums
 
     def _place_points(self, latent, P):
         """Fit ``G`` by least squares so that ``G(latent) = P`` (``_PLACE_STEPS`` Adam steps)."""
