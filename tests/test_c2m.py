@@ -34,7 +34,7 @@ from sktransfer_cluster.cluster.c2m.critic import (
 torch.set_num_threads(1)
 
 # representation=None: these tests read the rows as they are (the paper's path); the
-# neighbour encoder's own tests name representation="auto".
+# neighbour encoder's own tests name representation="auto" or "neighbours".
 FAST = dict(
     representation=None,
     critic_dims=(16, 16),
@@ -497,16 +497,69 @@ def test_same_random_state_gives_identical_transfer_labels():
     np.testing.assert_array_equal(a.transfer(X[::-1]), b.transfer(X[::-1]))
 
 
-def test_representation_auto_encodes_one_source_data_set_but_not_grouped_sets():
-    """``representation="auto"``: a source that is one data set gets a neighbour encoder; a
-    source split into small separate sets by ``groups`` is read as it is (the paper)."""
-    X, y = make_blobs(90, centers=3, random_state=0)
-    auto = {**FAST, "representation": "auto"}
-    assert C2MCluster(**auto).fit(X, y).representation_ is not None
+def _intensities(X):
+    """Non-negative rows with zeros (pixels, counts): what ``auto_metric`` reads as intensities."""
+    return np.maximum(X - X.mean(0), 0.0)
+
+
+@pytest.mark.parametrize("d", [3, 784])
+def test_representation_auto_encodes_one_intensity_data_set_only(d):
+    """``representation="auto"`` (the default): a source that is one data set of intensities gets
+    a neighbour encoder; a source split into small separate sets by ``groups`` (the paper), or
+    rows at an arbitrary origin, are read as they are, whatever the number of columns."""
+    X, y = make_blobs(90, n_features=d, centers=3, random_state=0)
     groups = np.repeat([0, 1], 45)
-    assert C2MCluster(**auto).fit(X, y, groups=groups).representation_ is None
-    assert C2MCluster(**FAST).fit(X, y).representation_ is None
+    auto = {**FAST, "representation": "auto"}
+    assert C2MCluster(**auto).fit(_intensities(X), y).representation_ is not None
+    assert C2MCluster(**auto).fit(_intensities(X), y, groups=groups).representation_ is None
+    assert C2MCluster(**auto).fit(X, y).representation_ is None
+    assert C2MCluster(**FAST).fit(_intensities(X), y).representation_ is None
     assert C2MCluster(**{**FAST, "representation": "neighbours"}).fit(X, y, groups=groups).representation_ is not None
+
+
+def test_by_default_one_intensity_data_set_is_read_through_the_encoder_with_the_image_route():
+    X, y = make_blobs(90, n_features=4, centers=3, random_state=0)
+    defaults = {k: v for k, v in FAST.items() if k != "representation"}
+    est = C2MCluster(**defaults).fit(_intensities(X), y)
+    assert est.representation_ is not None and est.critic_.size_features
+
+
+# The "auto" companions, spelled out: the route measured on MNIST, digits and mfeat-pix on the
+# codes (docs/notes/c2m.md, sixth session), the previous defaults on the rows.
+_ON_CODES = dict(candidate_fakes=True, size_features=True, sets_per_epoch=30, max_cem_samples=5000)
+_ON_ROWS = dict(candidate_fakes=False, size_features=False, sets_per_epoch=10, max_cem_samples=60)
+_AUTO = dict(candidate_fakes="auto", size_features="auto", sets_per_epoch="auto", max_cem_samples="auto")
+
+
+def _same_fit(a, b):
+    return np.array_equal(a.labels_, b.labels_) and all(
+        torch.equal(p, q) for p, q in zip(a.critic_.parameters(), b.critic_.parameters())
+    )
+
+
+def test_auto_companions_on_the_encoders_codes_are_the_image_route():
+    """On the codes, "auto" trains against every k-means candidate, reads cluster sizes, takes 30
+    critic steps an epoch and searches up to 5,000 rows whole: the same fit, bit for bit."""
+    X, y = make_blobs(150, n_features=5, centers=4, random_state=0)
+    X = _intensities(X)
+    small = {**FAST, "max_clusters": 6, "set_size": 60, "representation": "auto"}
+    auto = C2MCluster(**{**small, **_AUTO}).fit(X, y)
+    assert auto.representation_ is not None and auto.critic_.size_features
+    assert _same_fit(auto, C2MCluster(**{**small, **_ON_CODES}).fit(X, y))
+    assert not _same_fit(auto, C2MCluster(**{**small, **_ON_ROWS}).fit(X, y))
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+def test_auto_companions_leave_the_rows_path_as_it_was(grouped):
+    """On the rows (grouped sets, or one set at an arbitrary origin), "auto" is the previous
+    defaults: no candidate fakes, no size features, 10 steps an epoch, a ``set_size`` search."""
+    X, y, groups = make_c2m_sets("blobs", n_sets=3, n_points=150, random_state=0)
+    groups = groups if grouped else None
+    small = {**FAST, "max_clusters": 6, "set_size": 60}
+    auto = C2MCluster(**{**small, **_AUTO}).fit(X, y, groups=groups)
+    assert auto.representation_ is None and not auto.critic_.size_features
+    assert _same_fit(auto, C2MCluster(**{**small, **_ON_ROWS}).fit(X, y, groups=groups))
+    assert not _same_fit(auto, C2MCluster(**{**small, **_ON_CODES}).fit(X, y, groups=groups))
 
 
 def test_transfer_refines_a_copy_of_the_source_encoder_each_time():
@@ -515,7 +568,7 @@ def test_transfer_refines_a_copy_of_the_source_encoder_each_time():
     the target's encoder and reproduces labels_."""
     X, y = make_blobs(150, n_features=5, centers=3, random_state=0)
     Xt, _ = make_blobs(120, n_features=5, centers=3, random_state=1)
-    est = C2MCluster(**{**FAST, "representation": "auto"}).fit(X, y)
+    est = C2MCluster(**{**FAST, "representation": "neighbours"}).fit(X, y)
     source_codes = est.representation_.transform(X)
     first = est.transfer(Xt)
     np.testing.assert_array_equal(est.predict(Xt), first)
@@ -533,7 +586,7 @@ def test_encoder_graph_is_euclidean_at_an_arbitrary_origin_and_cosine_for_intens
     is Euclidean; non-negative rows with zeros (pixels, counts) keep the cosine graph."""
     X, y = make_blobs(90, n_features=6, centers=3, random_state=0)
     X = np.maximum(X - X.mean(0), 0.0) if shift == "intensities" else X - X.min() + shift
-    est = C2MCluster(**{**FAST, "representation": "auto"}).fit(X, y)
+    est = C2MCluster(**{**FAST, "representation": "neighbours"}).fit(X, y)
     assert est.representation_.metric == metric
 
 
@@ -542,7 +595,7 @@ def test_encoder_graph_does_not_move_when_data_at_an_arbitrary_origin_are_shifte
     """The encoder reads the centred rows: shifting every row by the same vector leaves its k-NN
     graph as it was (the cosine graph did not: its angles are seen from the origin)."""
     X, y = make_blobs(90, n_features=3, centers=3, random_state=0)
-    auto = {**FAST, "representation": "auto"}
+    auto = {**FAST, "representation": "neighbours"}
     near = C2MCluster(**auto).fit(X, y).representation_.graph_
     far = C2MCluster(**auto).fit(X + offset * np.array([1.0, -1.0, 0.5]), y).representation_.graph_
     np.testing.assert_array_equal(near.indices, far.indices)

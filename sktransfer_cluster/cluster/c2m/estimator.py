@@ -62,6 +62,11 @@ __all__ = ["C2MCluster", "PAPER_PARAMS"]
 _SAME_AS_TRUTH = 0.99
 # augment=True: the largest standard deviation of the noise added to a standardised training set.
 _AUGMENT_NOISE = 0.5
+# What the "auto" companions resolve to, on the rows as they are (the paper's grouped sets) and on
+# the encoder's codes of a one-data-set source (docs/notes/c2m.md, sixth session): critic steps per
+# epoch, and the largest set CEM clusters directly.
+_SETS_PER_EPOCH = {"rows": 10, "codes": 30}
+_CODES_CEM_SAMPLES = 5000
 
 #: The paper's configuration (Alami, Kaddah & Read, Sec. 4: critic 256-256-512-512,
 #: RMSprop lr 0.01 decay 0.95, WGAN weight clipping, GAE 32-16, CEM MLP hidden 16,
@@ -158,13 +163,17 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         (:func:`~sktransfer_cluster.cluster.c2m.graph.kmeans_candidates`), and keep the
         best-scored of all -- in training (the proposals the critic learns
         against) and in clustering. ``False``: CEM alone (the paper).
-    candidate_fakes : bool, default=False
+    candidate_fakes : bool or "auto", default="auto"
         In training, every k-means candidate of a training set (with
         ``kmeans_candidates``) that differs from the true labelling (clustering
         accuracy below 0.99) joins the fakes of its critic step, so the critic
         learns to rank the truth above every number of clusters, not only above
         the labelling the search currently returns. ``False``: the search's
-        pick and the ``n_negatives`` corruptions only.
+        pick and the ``n_negatives`` corruptions only. ``"auto"``: on when the
+        metric reads the neighbour encoder's codes (``representation_`` set
+        by ``fit``), off on the rows: it lowers two moons in the paper's
+        synthetic table (0.823 -> 0.742, ``docs/notes/c2m.md``, fifth session,
+        D6).
     augment : bool, default=False
         Vary each training set: keep a random 2..C of its C classes, rotate
         it at random and add Gaussian noise of a random strength (standard
@@ -234,7 +243,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         scale-free account of gaps, so a metric learned on blobs can rank two
         rings or two moons above one cluster and above a cut through a dense
         part, whatever the clusters' shapes.
-    size_features : bool, default=False
+    size_features : bool or "auto", default="auto"
         Give the metric's encoder the size of each point's cluster relative
         to an equal share, ``log(k |C| / n)``
         (:func:`~sktransfer_cluster.cluster.c2m.critic.cluster_size_features`).
@@ -242,6 +251,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         metric cannot see cluster sizes: a metric learned on classes of
         similar sizes can then not tell a labelling that merges two of them
         by the sizes it leaves (``docs/notes/c2m.md``, fifth session).
+        ``"auto"``: on the codes, as ``candidate_fakes``.
     smooth_truth : bool, default=True
         The real labelling of each critic step is the true one with every
         point relabelled by the majority of itself and its ``n_neighbors``
@@ -273,9 +283,14 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         the paper's "decay rate of 0.95".
     max_epochs : int, default=20
         Critic training epochs.
-    sets_per_epoch : int, default=10
+    sets_per_epoch : int or "auto", default="auto"
         Sub-sets drawn per epoch; each costs one CEM clustering and one critic
-        step.
+        step. ``"auto"``: 10 on the rows; 30 on the codes, where the critic
+        learns from one source's classes seen through many random sub-sets:
+        at 200 steps it rated one cluster above the truth of digits 5-9 (seed
+        2 found 9 clusters), at 600 it ranked the truth above one cluster and
+        every other k-means cut (``docs/notes/c2m.md``, D6). The epoch count
+        (``max_epochs``) stays the budget ``compare`` scales.
     set_size : int, default=200
         Points per training sub-set (the paper's 200); a smaller group is used
         whole.
@@ -283,7 +298,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         Centre each set and divide it by its mean per-feature standard
         deviation before the metric and the clustering MLP see it, so the
         metric does not depend on the set's location and scale.
-    representation : {"auto", "neighbours"} or None, default=None
+    representation : {"auto", "neighbours"} or None, default="auto"
         What the metric and the search read. ``"neighbours"``: ``fit`` trains
         a neighbour-graph encoder
         (:class:`~sktransfer_cluster.representation.NeighbourEmbedding`, 10
@@ -292,21 +307,23 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         target's own k-NN graph and clusters the target's codes; ``predict``
         and ``score`` encode their rows with the current encoder. ``None``:
         the rows themselves (the paper). ``"auto"``: ``"neighbours"`` when the
-        source is one data set (``fit`` without ``groups``), ``None`` when
-        ``groups`` splits it into separate small sets, whose coordinates are
-        not one space (the paper's synthetic protocol: each set is read as
-        it is). The encoder's graph is cosine where the rows' origin means
-        something (no negative value, some zeros: images, counts) and
-        Euclidean on the centred rows elsewhere, so shifting such data
-        changes nothing (:func:`~sktransfer_cluster.representation.auto_metric`,
-        CCN's rule). On MNIST 0-4 -> 5-9 (K unknown, ``max_clusters=20``) it
-        is what lets the metric find about 5 clusters: with
-        ``candidate_fakes=True, size_features=True, max_cem_samples=None,
-        max_epochs=60`` K 6, 6, 5 and ACC 0.862 [0.846, 0.956] over seeds 0-2,
-        where the pixels give K 20, 16, 4; digits 0-4 -> 5-9 K 6, 6, 4 and
-        0.876 [0.757, 0.881]. Not the default: ``candidate_fakes`` and
-        ``size_features`` lower two moons in the synthetic table (0.823 ->
-        0.742, ``docs/notes/c2m.md``, 2026-11-27, helper D6).
+        source is one data set (``fit`` without ``groups``) whose rows look like
+        intensities or counts (no negative value, some zeros: images, spectra,
+        histograms; :func:`~sktransfer_cluster.representation.auto_metric`'s
+        cosine case, CCN's ``image_data`` rule, read from the values, never from
+        the number of columns); ``None`` when ``groups`` splits the source into
+        separate small sets, whose coordinates are not one space (the paper's
+        synthetic protocol), and for rows at an arbitrary origin (tables,
+        coordinates), where the codes lost (tdcm-shift, K = 5, seeds 0-2:
+        ACC 0.601 on the rows, 0.526 on the codes; ``docs/notes/c2m.md``,
+        sixth session). With ``"neighbours"`` such rows get a Euclidean graph
+        on the centred rows, so shifting them changes nothing. On the codes
+        the ``"auto"`` companions (``candidate_fakes``, ``size_features``,
+        ``sets_per_epoch``, ``max_cem_samples``) take the route measured on
+        images: MNIST 0-4 -> 5-9 (K unknown, ``max_clusters=20``) K 6, 6, 5
+        and ACC 0.862 [0.846, 0.956] over seeds 0-2, where the pixels gave K
+        20, 16, 4; digits 0-4 -> 5-9 K 6, 6, 4, 0.876 [0.757, 0.881];
+        mfeat-pix 0-4 -> 5-9 K 5, 5, 5, 0.982.
     image_shape : tuple of int or None, default=None
         ``(h, w)`` or ``(c, h, w)`` of each row, passed to the neighbour
         encoder (its k-NN graph then ignores small translations and blurs);
@@ -314,9 +331,14 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     max_cem_samples : int, "auto" or None, default="auto"
         Largest set CEM clusters directly; a larger ``X`` is clustered through
         a random subsample of this size and every row is then assigned by the
-        best MLP, which bounds the cost. ``"auto"``: ``set_size``, so the
-        metric scores sets of the size it was trained on (its k-NN features
-        depend on the density of the set). ``None``: no limit.
+        best MLP, which bounds the cost. ``"auto"``: on the rows ``set_size``,
+        so the metric scores sets of the size it was trained on (its k-NN
+        features depend on the density of the set); on the codes 5,000 (or
+        ``set_size`` if larger): with hundreds of rows a class, cutting where
+        two unseen classes touch costs the neighbour features less than in a
+        200-row set (MNIST seed 0: K 4, 0.774 on 200 rows; 6, 0.846 on the
+        whole target), and 5,000 rows keep one CEM iteration to seconds.
+        ``None``: no limit.
     keep_best : bool, default=False
         On a ``KeyboardInterrupt`` during training, keep the critic of the last
         finished epoch (adversarial losses do not rank critics) and complete
@@ -415,7 +437,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         "cem_min_std": [Interval(Real, 0, None, closed="left")],
         "n_init": [Interval(Integral, 1, None, closed="left")],
         "kmeans_candidates": ["boolean"],
-        "candidate_fakes": ["boolean"],
+        "candidate_fakes": ["boolean", StrOptions({"auto"})],
         "augment": ["boolean"],
         "spectral_candidates": ["boolean"],
         "tree_candidates": ["boolean"],
@@ -429,7 +451,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         "critic_spectral": [Interval(Integral, 1, None, closed="left"), None],
         "critic_coordinates": ["boolean"],
         "tree_features": ["boolean"],
-        "size_features": ["boolean"],
+        "size_features": ["boolean", StrOptions({"auto"})],
         "smooth_truth": ["boolean"],
         "n_negatives": [Interval(Integral, 0, None, closed="left")],
         "lipschitz": [StrOptions({"gp", "clip"})],
@@ -438,7 +460,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "rmsprop_decay": [Interval(Real, 0, 1, closed="neither")],
         "max_epochs": [Interval(Integral, 1, None, closed="left")],
-        "sets_per_epoch": [Interval(Integral, 1, None, closed="left")],
+        "sets_per_epoch": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "set_size": [Interval(Integral, 2, None, closed="left")],
         "standardize": ["boolean"],
         "representation": [StrOptions({"auto", "neighbours"}), None],
@@ -459,7 +481,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         cem_min_std=0.0,
         n_init=1,
         kmeans_candidates=True,
-        candidate_fakes=False,
+        candidate_fakes="auto",
         augment=False,
         spectral_candidates=False,
         tree_candidates=False,
@@ -473,7 +495,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         critic_spectral=None,
         critic_coordinates=True,
         tree_features=False,
-        size_features=False,
+        size_features="auto",
         smooth_truth=True,
         n_negatives=4,
         lipschitz="gp",
@@ -482,10 +504,10 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         learning_rate=1e-3,
         rmsprop_decay=0.95,
         max_epochs=20,
-        sets_per_epoch=10,
+        sets_per_epoch="auto",
         set_size=200,
         standardize=True,
-        representation=None,
+        representation="auto",
         image_shape=None,
         max_cem_samples="auto",
         keep_best=False,
@@ -600,6 +622,23 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         """Tree-cut columns of the clustering MLP's inputs (``tree_candidates``)."""
         return max(1, self.max_clusters - 1) if self.tree_candidates else 0
 
+    def _reads_codes(self):
+        """Whether the metric reads the neighbour encoder's codes (decided by ``fit``)."""
+        return getattr(self, "_source_representation", None) is not None
+
+    def _resolved(self, name):
+        """Parameter ``name`` with ``"auto"`` resolved by what the metric reads: the rows as they
+        are (the paper's path, unchanged) or the encoder's codes of a one-data-set source."""
+        value = getattr(self, name)
+        if not isinstance(value, str) or value != "auto":
+            return value
+        codes = self._reads_codes()
+        if name == "sets_per_epoch":
+            return _SETS_PER_EPOCH["codes" if codes else "rows"]
+        if name == "max_cem_samples":
+            return max(self.set_size, _CODES_CEM_SAMPLES) if codes else self.set_size
+        return codes  # candidate_fakes, size_features
+
     def _mlp_state(self, Xs, spectral=True):
         """What :func:`mlp_inputs` needs for the set ``Xs`` (None: the coordinates alone)."""
         n_spec = (self.spectral_features or 0) if spectral else 0
@@ -628,7 +667,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         Xt = self._tensor(X)
         Xs, mean, scale = standardize(Xt, self.standardize)
         n = Xs.shape[0]
-        cap = self.set_size if self.max_cem_samples == "auto" else self.max_cem_samples
+        cap = self._resolved("max_cem_samples")
         if cap is not None and n > cap:
             sub = np.sort(rng.choice(n, size=cap, replace=False))
             Xc = Xs[torch.as_tensor(sub, device=Xs.device)]
@@ -696,7 +735,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         else:
             y_real = y_true
         wrong = [y_hat] + corrupt_labels(Xs.cpu().numpy(), y_true, rng, self.n_negatives)
-        if self.candidate_fakes and candidates is not None:
+        if self._resolved("candidate_fakes") and candidates is not None:
             # Every k-means labelling that is not the truth is a fake too: the critic then learns to
             # rank the truth above each number of clusters, not only above the search's current pick.
             for lab in mlp_labels_population(candidates, H, self.cem_hidden, self.max_clusters):
@@ -728,7 +767,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             n_spectral=self.critic_spectral or 0,
             coordinates=self.critic_coordinates,
             tree_features=self.tree_features,
-            size_features=self.size_features,
+            size_features=self._resolved("size_features"),
         )
         critic = init_module(critic, torch_gen).to(device=self.device_, dtype=self._dtype())
         self.critic_ = critic
@@ -738,7 +777,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             for _ in run.epochs():
                 steps = [
                     self._critic_step(critic, opt, Xall, codes, sets, rng, torch_gen, run)
-                    for _ in range(self.sets_per_epoch)
+                    for _ in range(self._resolved("sets_per_epoch"))
                 ]
                 loss, real, fake, acc = (float(np.mean(column)) for column in zip(*steps))
                 run.end_epoch(loss, real_score=real, fake_score=fake, proposal_accuracy=acc)
@@ -748,10 +787,20 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         return run.completed
 
     # -------------------------------------------------------------- protocol
-    def _uses_representation(self, groups):
-        if self.representation == "auto":
-            return groups is None
-        return self.representation == "neighbours"
+    def _encoder_metric(self, X, groups):
+        """The metric of the encoder's graph when the metric reads codes of ``X``, else None.
+
+        ``"auto"`` takes the encoder only for a source that is one data set whose rows look
+        like intensities or counts (:func:`~sktransfer_cluster.representation.auto_metric`'s
+        cosine case, CCN's ``image_data`` rule; read from the values, never the width)."""
+        if self.representation is None or (self.representation == "auto" and groups is not None):
+            return None
+        from ...representation import auto_metric
+
+        metric = auto_metric(X)
+        if self.representation == "auto" and metric != "cosine":
+            return None
+        return metric
 
     def _encoder_rows(self, X):
         """``X`` (less the source's column means where the graph is Euclidean) times the power of
@@ -773,15 +822,15 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.representation_ = self._source_representation = None
         self._rep_exponent = 0
         self._rep_shift = None
-        if self._uses_representation(groups):
-            from ...representation import NeighbourEmbedding, auto_metric
+        metric = self._encoder_metric(X, groups)
+        if metric is not None:
+            from ...representation import NeighbourEmbedding
 
             shape = None if self.image_shape is None else tuple(self.image_shape)
             seed = int(rng.integers(2**31 - 1))
             # Cosine only where the origin means something (intensities, counts: no negative value,
             # some zeros); rows at an arbitrary origin get Euclidean distances, which no shift moves,
             # read from the centred rows (the encoder's graph is built in float32).
-            metric = auto_metric(X)
             if metric == "euclidean":
                 self._rep_shift = X.mean(0, dtype=np.float64)
             peak = float(np.abs(self._encoder_rows(X)).max())
