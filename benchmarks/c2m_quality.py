@@ -266,26 +266,66 @@ def _second_images_transfer():
     return TransferTask(X[src], y[src], X[tgt], y[tgt], name="mfeat-pix")
 
 
-def _defaults_transfer_main(args):
-    tasks = [("digits 0-4 -> 5-9", load_digits_transfer, 10)]
+def _shift_tasks(seed, smoke=False):
+    """Issue 29's domain-shift check on mfeat-pix, as ``heldout_images.py`` builds it: every class
+    split in two halves at random (``seed``); ``same``: fit on one half, transfer to the other;
+    ``shift``: the same with the target blurred (1 px) and noised (0.1) (``_common.domain_shift``)."""
+    import heldout_images
+
+    X, y, shape, _ = heldout_images.load("mfeat-pix", None, smoke)
+    return heldout_images.make_tasks("mfeat-pix", X, y, shape, seed, smoke)
+
+
+def _task_loaders(args):
+    """(name, loader(seed) -> TransferTask, bound) of the tasks ``--defaults-transfer`` runs."""
+    from sktransfer_cluster.datasets import TransferTask, make_tdcm_transfer
+
+    digits = load_digits_transfer()
+    tasks = [] if args.only_images else [("digits 0-4 -> 5-9", lambda seed: digits, 10)]
     if args.mnist:
         from sktransfer_cluster.datasets import load_mnist_transfer
 
-        tasks.append(("MNIST 0-4 -> 5-9", load_mnist_transfer, 20))
+        mnist = load_mnist_transfer()
+        tasks.append(("MNIST 0-4 -> 5-9", lambda seed: mnist, 20))
     if args.second_images:
-        tasks.append(("mfeat-pix 0-4 -> 5-9", _second_images_transfer, 20))
-    if args.only_images:
-        tasks = tasks[1:]
+        mfeat = _second_images_transfer()
+        tasks.append(("mfeat-pix 0-4 -> 5-9", lambda seed: mfeat, 20))
+    if args.shift:
+        def shifted(which):
+            def load(seed):
+                t = _shift_tasks(seed, args.smoke)[which]
+                return TransferTask(t.X_source, t.y_source, t.X_target, t.y_target, name=f"mfeat-pix {which}")
+            return load
+
+        tasks.append(("mfeat-pix same classes, clean target", shifted("same"), 20))
+        tasks.append(("mfeat-pix same classes, shifted target", shifted("shift"), 20))
+    if args.tabular:
+        # The compare arena's table task (2-D Gaussians whose centres move; rows at an arbitrary origin).
+        tasks.append(("tdcm-shift-k5 (table)", lambda seed: make_tdcm_transfer(n_clusters=5, shift=3.0,
+                                                                               random_state=seed), 10))
+    return tasks
+
+
+def _defaults_transfer_main(args):
+    tasks = _task_loaders(args)
+    settings = {"defaults": args.params}
+    if args.baseline_params is not None:
+        settings["BASELINE"] = args.baseline_params
     t_start = time.perf_counter()
     out = {}
     for name, loader, bound in tasks:
-        task = loader()
-        rows = []
-        for seed in args.seeds:
-            rows.append(_defaults_transfer(task, bound, seed, args.params))
-            r = rows[-1]
-            print(f"{name} seed {seed}: K {r['k_found']} ACC {r['acc']:.3f} fit {r['fit_cpu_s']:.0f} s", flush=True)
-        out[name] = {"max_clusters": bound, "rows": rows}
+        for setting, params in settings.items():
+            rows = []
+            for seed in args.seeds:
+                task = loader(seed)
+                if args.smoke:
+                    task = _common.shrink_task(task, seed)
+                rows.append(_defaults_transfer(task, bound, seed, params))
+                r = rows[-1]
+                print(f"{name} ({setting}) seed {seed}: K {r['k_found']} ACC {r['acc']:.3f} fit {r['fit_cpu_s']:.0f} s",
+                      flush=True)
+            key = name if setting == "defaults" else f"{name} [BASELINE]"
+            out[key] = {"max_clusters": bound, "rows": rows, "params": params}
     total = time.perf_counter() - t_start
     med = lambda v: f"{np.median(v):.3f} [{np.min(v):.3f}, {np.max(v):.3f}]"  # noqa: E731
     medi = lambda v: f"{np.median(v):g} [{np.min(v):g}, {np.max(v):g}]"  # noqa: E731
@@ -295,15 +335,17 @@ def _defaults_transfer_main(args):
         "",
         f"Command: `{cmd}`; total {total / 60:.1f} min, {args.threads} torch thread(s). "
         "`C2MCluster(max_clusters=B, random_state=seed, **PARAMS).fit(X_source, y_source).transfer(X_target)`"
-        f" with PARAMS `{json.dumps(args.params)}` (empty: the defaults); "
+        f" with PARAMS `{json.dumps(args.params)}` (empty: the defaults)"
+        + (f"; rows marked [BASELINE]: PARAMS `{json.dumps(args.baseline_params)}`, same run"
+           if args.baseline_params is not None else "") + "; "
         "KMeans is given the true K (on the raw target rows); the peers UMAP(n_components=10, n_neighbors=15, "
         "min_dist=0.0) + GaussianMixture(K, n_init=3) and, K unknown, + HDBSCAN(min_cluster_size=n // 20, "
         "min_samples=10) run on the whole target in the same run. Medians [min, max] over the seeds; times are process (CPU) "
         "seconds.",
         "",
-        "| task | B | seeds | K found (true 5) | ACC | NMI | KMeans(5) ACC | UMAP+GMM (K given) ACC "
+        "| task | B | seeds | K found (true K) | ACC | NMI | KMeans(true K) ACC | UMAP+GMM (K given) ACC "
         "| UMAP+HDBSCAN (K unknown) K / ACC | truth above one cluster "
-        "| fit CPU s | transfer CPU s | fit / KMeans(5) time |",
+        "| fit CPU s | transfer CPU s | fit / KMeans time |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, d in out.items():
@@ -312,7 +354,8 @@ def _defaults_transfer_main(args):
         ratio = [r["fit_cpu_s"] / max(r["kmeans_cpu_s"], 1e-9) for r in rows]
         md.append(
             f"| {name} | {d['max_clusters']} | {get('seed')} | {get('k_found')} (median "
-            f"{np.median(get('k_found')):g}) | {med(get('acc'))} | {med(get('nmi'))} | {med(get('kmeans_acc'))} | "
+            f"{np.median(get('k_found')):g}; true {rows[0]['k_true']}) | "
+            f"{med(get('acc'))} | {med(get('nmi'))} | {med(get('kmeans_acc'))} | "
             f"{med(get('peer_gmm_acc'))} | {get('peer_hdbscan_k')} / {med(get('peer_hdbscan_acc'))} | "
             f"{sum(get('truth_above_one_cluster'))}/{len(rows)} | {medi(np.round(get('fit_cpu_s'), 1))} | "
             f"{medi(np.round(get('transfer_cpu_s'), 1))} | {np.median(ratio):.0f}x |"
@@ -613,7 +656,9 @@ def _synthetic_only_main(args):
         budget = dict(population=64, cem_iter=15, max_epochs=20, sets_per_epoch=20)
         cluster = dict(population=100, cem_iter=30)
         n_sets, n_train = args.sets, 20
-    settings = {"PARAMS": args.params, "BASELINE": args.baseline_params}
+    settings = {"PARAMS": args.params, "BASELINE": args.baseline_params or {}}
+    if args.no_baseline:
+        settings.pop("BASELINE")
     out = {name: [] for name in settings}
     for seed in args.seeds:
         for name, extra in settings.items():
@@ -687,7 +732,12 @@ def main(argv=None):
     ap.add_argument("--second-images", action="store_true",
                     help="with --defaults-transfer: also mfeat-pix 0-4 -> 5-9 (B = 20; _common.second_images)")
     ap.add_argument("--only-images", action="store_true",
-                    help="with --defaults-transfer: skip the digits task (the image tasks only)")
+                    help="with --defaults-transfer: skip the digits task (the other tasks only)")
+    ap.add_argument("--shift", action="store_true",
+                    help="with --defaults-transfer: also issue 29's domain shift on mfeat-pix (heldout_images.py's "
+                    "same/shift tasks: K = 10, B = 20)")
+    ap.add_argument("--tabular", action="store_true",
+                    help="with --defaults-transfer: also the arena's table task tdcm-shift-k5 (B = 10)")
     ap.add_argument("--pools", choices=["separable", "overlapping", "mixed"], default="separable",
                     help="with --ranking: the training blob pools, linearly separable (the paper's) or as "
                     "make_blobs draws them (touching blobs), or half of each")
@@ -696,8 +746,10 @@ def main(argv=None):
     ap.add_argument("--synthetic-only", action="store_true",
                     help="only the synthetic table of the main run, for each --seeds, at --params and at "
                     "--baseline-params in the same run")
-    ap.add_argument("--baseline-params", type=json.loads, default={},
-                    help="with --synthetic-only: C2MCluster parameters (JSON) of the comparison setting")
+    ap.add_argument("--baseline-params", type=json.loads, default=None,
+                    help="with --synthetic-only / --defaults-transfer: C2MCluster parameters (JSON) of a "
+                    "comparison setting run on the same tasks (--synthetic-only: {} when not given)")
+    ap.add_argument("--no-baseline", action="store_true", help="with --synthetic-only: PARAMS only")
     _common.add_smoke_argument(ap)
     args = _common.setup(ap.parse_args(argv))
     if args.ranking:
