@@ -26,7 +26,7 @@ from scipy.sparse.linalg import lobpcg
 from sklearn.cluster import KMeans
 from sklearn.utils.validation import check_consistent_length, column_or_1d
 
-from ...base import chunked, compact_labels, on_compute_threads
+from ...base import chunk_rows, chunked, compact_labels, on_compute_threads
 from .cem import cross_entropy_method
 from ...losses import gradient_penalty
 from ...nn import knn_indices
@@ -417,10 +417,79 @@ def spectral_reference(Xref, n_components, n_neighbors, n_cuts=0):
     return out
 
 
-# nearest_reference: up to this many reference rows, a blocked exact search; beyond, nn.knn_indices.
+# nearest_reference: up to this many reference rows, a blocked search; beyond, nn.knn_indices.
 _SMALL_REFERENCE = 4096
-# nearest_reference: distances per block (row block x reference rows), a block that stays in cache.
+# nearest_reference: distances per block (row block x reference rows), a float64 block that stays
+# in cache (1 MiB) between the product and the selection.
 _BLOCK_ELEMENTS = 2**17
+# nearest_reference: rows whose sorted keys prove nothing are searched again, at least this many
+# at a time: MKL gives 1-3-row products other last bits than larger blocks, and such a row's
+# distances must not depend on how many rows came with it.
+_MIN_EXACT_ROWS = 8
+
+
+def _exact_nearest(ref, k, query, norms):
+    """``topk`` of the distances ``|r|^2 - 2 q.r`` (``addmm``, blocks of ``_BLOCK_ELEMENTS``)."""
+    rows = max(1, _BLOCK_ELEMENTS // ref.shape[0])
+    out = torch.empty((query.shape[0], k), dtype=torch.long, device=ref.device)
+    for s in range(0, query.shape[0], rows):
+        dist = torch.addmm(norms, query[s : s + rows], ref.T, alpha=-2.0)
+        out[s : s + rows] = dist.topk(k, dim=1, largest=False).indices
+    return out
+
+
+def _sorted_nearest(ref, k, query, norms):
+    """:func:`_exact_nearest`'s indices on the CPU, from a sort of float32 keys where it proves them.
+
+    ``topk`` costs about 1.5 us per row of 200 columns (a heap vector and an ``nth_element``
+    per row), four times the product; numpy sorts float32 rows with vector instructions in a
+    seventh of that. Per block, the same ``addmm`` as the exact search gives the distances
+    ``d``; each key is ``d - min(row)`` (float64, then rounded to float32: never negative) with
+    its low ``b`` mantissa bits replaced by its column, so that one sort of values returns the
+    columns. A key is within ``rho |key|`` of the exact ``d - min(row)`` (``rho = 2^(b - 23)``
+    and the two roundings, with margin). Where each of the first ``k`` gaps between sorted
+    keys (up to the ``k + 1``-th) exceeds ``rho`` times its two keys, the distances are
+    strictly in that order: the columns are ``topk``'s, in ``topk``'s order, with no tie for
+    it to break. The other rows (ties and near-ties) are searched again by
+    :func:`_exact_nearest`, at least ``_MIN_EXACT_ROWS`` rows per product.
+    """
+    n = ref.shape[0]
+    m = query.shape[0]
+    bits = max(1, (n - 1).bit_length())
+    low = (1 << bits) - 1
+    rho = (2.0 ** (bits - 23) + 2.0**-24 + 2.0**-52) * 1.02
+    width = min(k + 1, n)  # the k-th gap is to the (k + 1)-th key; with k = n there is none
+    rows = max(1, _BLOCK_ELEMENTS // n)
+    # Blocks reused across the loop: fresh ones are page-faulted in anew for every block.
+    shape = (min(rows, m), n)
+    dist_buffer, shifted = torch.empty(shape, dtype=ref.dtype), torch.empty(shape, dtype=ref.dtype)
+    keys = torch.empty(shape, dtype=torch.float32)
+    cols = torch.arange(n, dtype=torch.int32)
+    top = np.empty((m, width), dtype=np.float32)
+    for s in range(0, m, rows):
+        q = query[s : s + rows]
+        b = q.shape[0]
+        dist = torch.addmm(norms, q, ref.T, alpha=-2.0, out=dist_buffer[:b])
+        torch.sub(dist, dist.amin(1, keepdim=True), out=shifted[:b])
+        kb = keys[:b]
+        kb.copy_(shifted[:b])
+        kb.view(torch.int32).bitwise_and_(~low).bitwise_or_(cols)
+        kn = kb.numpy()
+        kn.sort(axis=1)
+        top[s : s + b] = kn[:, :width]
+    out = torch.from_numpy((top[:, :k].view(np.int32) & np.int32(low)).astype(np.int64))
+    if width > 1:
+        # Keys are >= 0 and sorted: the two keys of any gap are at most the last one. A gap is
+        # the difference of two float32 keys rounded to float32: up to 2^-24 of it too large.
+        gaps = np.subtract(top[:, 1:], top[:, :-1]).min(1)
+        proved = gaps > ((2.0 * rho) * top[:, -1].astype(np.float64) + 2.0 ** (bits - 140)) * (1.0 + 2.0**-22)
+        if not proved.all():
+            idx = torch.from_numpy(np.flatnonzero(~proved))
+            sub = query[idx]
+            if sub.shape[0] < _MIN_EXACT_ROWS:
+                sub = torch.cat([sub, sub[:1].expand(_MIN_EXACT_ROWS - sub.shape[0], -1)])
+            out[idx] = _exact_nearest(ref, k, sub, norms)[: idx.shape[0]]
+    return out
 
 
 @on_compute_threads
@@ -431,9 +500,11 @@ def nearest_reference(ref, k, query):
     capped at n; a query row that is a reference row finds itself first), faster for the
     small reference sets of C2M (at most ``_SMALL_REFERENCE`` rows: the CEM subset): one
     product ``|r|^2 - 2 q.r`` per block of query rows (the query's own ``|q|^2`` and the
-    square root change no ranking) whose distances stay in cache for ``topk``, instead of
-    ``cdist`` over blocks of millions of distances, which spent most of C2M's predict
-    (issue 31). Larger reference sets go to ``knn_indices`` (its KD-tree in few dimensions).
+    square root change no ranking) whose distances stay in cache for the selection, instead
+    of ``cdist`` over blocks of millions of distances (issue 31). On the CPU the selection
+    is a sort of float32 keys that proves ``topk``'s answer for all but near-tied rows
+    (:func:`_sorted_nearest`), at a third of ``topk``'s cost; the result is ``topk``'s.
+    Larger reference sets go to ``knn_indices`` (its KD-tree in few dimensions).
 
     Returns
     -------
@@ -444,12 +515,9 @@ def nearest_reference(ref, k, query):
     if n > _SMALL_REFERENCE or k < 1:
         return knn_indices(ref, k, query=query)
     norms = (ref * ref).sum(1)
-    rows = max(1, _BLOCK_ELEMENTS // n)
-    out = torch.empty((query.shape[0], k), dtype=torch.long, device=ref.device)
-    for s in range(0, query.shape[0], rows):
-        dist = torch.addmm(norms, query[s : s + rows], ref.T, alpha=-2.0)
-        out[s : s + rows] = dist.topk(k, dim=1, largest=False).indices
-    return out
+    if ref.device.type != "cpu" or query.shape[0] < _MIN_EXACT_ROWS:
+        return _exact_nearest(ref, k, query, norms)
+    return _sorted_nearest(ref, k, query, norms)
 
 
 def mlp_inputs(Xs, reference):
@@ -459,9 +527,9 @@ def mlp_inputs(Xs, reference):
     the mean spectral embedding of each row's ``k`` nearest reference points
     (itself included when it is one), so that a row gets the same features
     whichever other rows come with it, and, with tree cuts, the nearest
-    reference point's sides. One neighbour search per chunk of rows
-    (:func:`nearest_reference`) serves both: the nearest point is the first of
-    the ``k`` nearest.
+    reference point's sides. One neighbour search (:func:`nearest_reference`)
+    serves both: the nearest point is the first of the ``k`` nearest. The
+    columns are written into one array, chunk by chunk (no concatenated copies).
     """
     if reference is None:
         return Xs
@@ -470,18 +538,24 @@ def mlp_inputs(Xs, reference):
     n_spec = emb.shape[1]
     if not n_spec and cuts is None:
         return Xs
+    d = Xs.shape[1]
+    n_cuts = 0 if cuts is None else cuts.shape[1]
+    H = torch.empty((Xs.shape[0], d + n_spec + n_cuts), dtype=Xs.dtype, device=Xs.device)
+    H[:, :d] = Xs.detach()
 
-    def features(rows):
+    def features(s, rows):
         nb = nearest_reference(ref, k if n_spec else 1, rows)
-        parts = [rows]
         if n_spec:
-            parts.append(emb[nb].mean(1))
+            H[s : s + rows.shape[0], d : d + n_spec] = emb[nb].mean(1)
         if cuts is not None:
             # The nearest reference point's sides: a row of the reference set keeps its own, exactly.
-            parts.append(cuts[nb[:, 0]])
-        return torch.cat(parts, 1)
+            H[s : s + rows.shape[0], d + n_spec :] = cuts[nb[:, 0]]
 
-    return chunked(features, Xs)
+    step = chunk_rows(d)
+    with torch.no_grad():
+        for s in range(0, Xs.shape[0], step):
+            features(s, Xs[s : s + step])
+    return H
 
 
 def corrupt_labels(X, y, rng, n):
