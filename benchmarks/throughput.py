@@ -18,12 +18,13 @@ Everything runs in one process with one thread (``torch.set_num_threads(1)``; st
   (read from the class's ``_cpu_dtype``) are fitted and timed twice: as shipped and with the
   class's ``_cpu_dtype`` set to float64. FLOPs per row come from
   ``torch.utils.flop_counter.FlopCounterMode`` on a 8,192-row predict (matmuls and
-  convolutions), plus ``2 d n_ref`` for C2M's k-NN distances (``cdist`` is not counted by it).
+  convolutions; C2M's distances to its reference rows are one of them, an ``addmm``).
 * **roofline** (issue 31, item 4): each method's ``predict`` on ``--predict-n`` x 64 float32
   rows (fitted as in *predict*, as shipped), timed best of 2; then the same predict run once under
   a dispatch mode that records every matrix product it executes (``mm``, ``addmm``, ``bmm``, and
   ``cdist`` as the product it amounts to), with shapes and dtype. FLOPs per row = 2 m k n of
-  those products over the rows (C2M's ``cdist`` counted as 2 n m d). The *same-shape matmul
+  those products over the rows (C2M's distances to its reference rows are an ``addmm``; its
+  selection of the k nearest, a sort, is not a product). The *same-shape matmul
   time* replays each recorded product (same shapes, dtype, the second operand transposed as
   ``linear`` passes it) as often as it ran, best of 2, in the same process at 1 thread; the
   *share of the matmul rate* is that time over the predict's time, i.e. the predict's GFLOP/s
@@ -121,11 +122,8 @@ def predict_flops_per_row(method, est, X):
     rows = X[:8192]
     with FlopCounterMode(display=False) as fc:
         est.predict(rows)
-    flops = fc.get_total_flops() / rows.shape[0]
-    if method == "C2MCluster" and est._mlp_ref is not None:
-        ref = est._mlp_ref["ref"]
-        flops += 2 * ref.shape[1] * ref.shape[0]  # k-NN distances to the reference rows (cdist)
-    return flops
+    # C2M's distances to its reference rows are an addmm (graph.nearest_reference), counted here.
+    return fc.get_total_flops() / rows.shape[0]
 
 
 def _predict_data_and_kmeans(args):
