@@ -161,7 +161,8 @@ def predict_part(args, rates, methods):
 
 
 class MatmulRecorder(TorchDispatchMode):
-    """Records the matrix products run under it: ``(kind, (m, k, n) or (b, m, k, n), dtype)``.
+    """Records the matrix products run under it, any overload (``out=`` too): ``(kind, (m, k, n) or
+    (b, m, k, n), dtype)``.
 
     ``cdist(x1 (m, k), x2 (n, k))`` (``_cdist_forward`` or, for large inputs, ``_euclidean_dist``)
     is recorded as the ``mm`` it amounts to (the matmul rate is
@@ -173,15 +174,19 @@ class MatmulRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         aten = torch.ops.aten
-        if func is aten.mm.default:
+        # Any overload: ``out=`` variants (``addmm.out``: C2M's distance blocks) are products too.
+        # They are replayed the same way (into a kept result: no allocation per call).
+        packet = getattr(func, "overloadpacket", None)
+        out = "_out" if "out" in (kwargs or {}) else ""
+        if packet is aten.mm:
             (m, k), n = args[0].shape, args[1].shape[1]
-            self.calls.append(("mm", (m, k, n), args[0].dtype))
-        elif func is aten.addmm.default:
+            self.calls.append(("mm" + out, (m, k, n), args[0].dtype))
+        elif packet is aten.addmm:
             (m, k), n = args[1].shape, args[2].shape[1]
-            self.calls.append(("addmm", (m, k, n), args[1].dtype))
-        elif func is aten.bmm.default:
+            self.calls.append(("addmm" + out, (m, k, n), args[1].dtype))
+        elif packet is aten.bmm:
             b, m, k = args[0].shape
-            self.calls.append(("bmm", (b, m, k, args[1].shape[2]), args[0].dtype))
+            self.calls.append(("bmm" + out, (b, m, k, args[1].shape[2]), args[0].dtype))
         elif func in (aten._cdist_forward.default, aten._euclidean_dist.default):
             *_, m, k = args[0].shape
             self.calls.append(("mm", (m, k, args[1].shape[-2]), args[0].dtype))
@@ -189,7 +194,7 @@ class MatmulRecorder(TorchDispatchMode):
 
 
 def call_flops(kind, shape):
-    if kind == "bmm":
+    if kind.startswith("bmm"):
         b, m, k, n = shape
         return 2 * b * m * k * n
     m, k, n = shape
@@ -200,14 +205,22 @@ def replay_matmuls(calls, repeat=2):
     """Process seconds of torch's own matmul on the recorded products (same shapes, dtype, count)."""
     total = 0.0
     for (kind, shape, dtype), count in sorted(_count(calls).items(), key=str):
-        if kind == "bmm":
+        kw = {}
+        if kind.startswith("bmm"):
             b, m, k, n = shape
             a, w = torch.randn(b, m, k, dtype=dtype), torch.randn(b, k, n, dtype=dtype)
-            op = lambda: torch.bmm(a, w)  # noqa: E731
+            if kind.endswith("_out"):
+                kw["out"] = torch.empty(b, m, n, dtype=dtype)
+            op = lambda: torch.bmm(a, w, **kw)  # noqa: E731
         else:
             m, k, n = shape
             a, w, bias = torch.randn(m, k, dtype=dtype), torch.randn(n, k, dtype=dtype).t(), torch.randn(n, dtype=dtype)
-            op = (lambda: torch.addmm(bias, a, w)) if kind == "addmm" else (lambda: torch.mm(a, w))
+            if kind.endswith("_out"):
+                kw["out"] = torch.empty(m, n, dtype=dtype)
+            if kind.startswith("addmm"):
+                op = lambda: torch.addmm(bias, a, w, **kw)  # noqa: E731
+            else:
+                op = lambda: torch.mm(a, w, **kw)  # noqa: E731
 
         def run(op=op, count=count):
             for _ in range(count):
