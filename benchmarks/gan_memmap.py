@@ -1,7 +1,8 @@
 """PreciseFeatureGAN fitted (and transferred) on a memory-mapped array (issue 31, item 1).
 
     python benchmarks/gan_memmap.py [--n 1000000] [--d 784] [--k 10] [--std 0.3] [--seeds 0]
-        [--n-iter 2000] [--representation-epochs 1] [--source-rows 20000] [--landmarks M]
+        [--n-iter 2000] [--representation-epochs 1] [--representation {auto,none}] [--source-rows 20000]
+        [--landmarks M]
         [--cells fit transfer peer] [--name NAME] [--smoke]
 
 Writes ``--n`` x ``--d`` float32 non-negative blob rows to a ``.npy`` file in a temporary
@@ -20,6 +21,8 @@ before it; file pages mapped by reading the memmap count):
   first ``--source-rows`` rows, then ``transfer`` on the whole memmap (the encoder refined
   on the target's landmarks, the GAN fine-tuned on its codes, ``transfer_iter`` at its
   default ``n_iter // 4``).
+* ``--representation none``: the same cells with ``representation=None``: the GAN on the
+  standardised rows themselves, each generator step reading its critic's real rows by index.
 * ``MiniBatchKMeans-defaults``: ``MiniBatchKMeans(K, batch_size=8192)`` at its other
   defaults on the same memmap, the peer, in the same run.
 
@@ -68,8 +71,9 @@ def cell(job):
         est, cpu, wall, peak = _common.measured(lambda: est.fit(X))
         labels = est.labels_
     else:
+        representation = None if job.get("representation", "auto") == "none" else "auto"
         gan = PreciseFeatureGAN(k, n_iter=job["n_iter"], representation_epochs=job["representation_epochs"],
-                                random_state=seed, device="cpu")
+                                representation=representation, random_state=seed, device="cpu")
         if method == "GAN-transfer":
             # The source: the first rows, in memory, fitted before the measurement.
             gan.fit(np.array(X[: job["source_rows"]]))
@@ -106,7 +110,9 @@ def markdown(rows, args):
     md = [(f"{args.n:,} x {args.d} float32 non-negative blob rows (K = {args.k}, noise std {args.std}), a `.npy` "
            f"memmap of {args.n * args.d * 4 / 2**20:,.0f} MiB; one fresh process per cell, 1 thread; "
            f"PreciseFeatureGAN(K) at its defaults but n_iter={args.n_iter}, "
-           f"representation_epochs={args.representation_epochs}; landmarks min(n, {landmarks:,}); transfer after a "
+           + ("representation=None (the GAN on the rows, real minibatches read by index); " if args.representation == "none"
+              else f"representation_epochs={args.representation_epochs}; ")
+           + f"landmarks min(n, {landmarks:,}); transfer after a "
            f"fit (in memory) on the first {args.source_rows:,} rows."), "",
           "| method | seed | CPU s | peak RSS growth MiB | ARI | labels | predict CPU s | predict peak MiB |",
           "|---|---|---|---|---|---|---|---|"]
@@ -126,6 +132,8 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--n-iter", type=int, default=2000, help="PreciseFeatureGAN's n_iter")
     parser.add_argument("--representation-epochs", type=int, default=1, help="PreciseFeatureGAN's representation_epochs")
+    parser.add_argument("--representation", choices=["auto", "none"], default="auto",
+                        help="PreciseFeatureGAN's representation ('none': the GAN on the rows, read by index)")
     parser.add_argument("--source-rows", type=int, default=20000, help="rows of the in-memory source before transfer")
     parser.add_argument("--landmarks", type=int, default=None,
                         help="representation.LANDMARK_ROWS for the cells (default: the package's)")
@@ -147,7 +155,8 @@ def main():
         write_nonnegative_blobs(Path(tmp), args.n, args.d, args.k, args.std)
         for seed in args.seeds:
             job = {"folder": tmp, "seed": seed, "k": args.k, "n_iter": args.n_iter, "landmarks": args.landmarks,
-                   "representation_epochs": args.representation_epochs, "source_rows": args.source_rows}
+                   "representation_epochs": args.representation_epochs, "source_rows": args.source_rows,
+                   "representation": args.representation}
             for name, method in (("fit", "GAN-fit"), ("transfer", "GAN-transfer"), ("peer", "MiniBatchKMeans-defaults")):
                 if name in args.cells:
                     rows.append(run_cell({**job, "method": method}))
