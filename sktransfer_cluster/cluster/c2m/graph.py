@@ -546,7 +546,8 @@ def mlp_inputs(Xs, reference):
     def features(s, rows):
         nb = nearest_reference(ref, k if n_spec else 1, rows)
         if n_spec:
-            H[s : s + rows.shape[0], d : d + n_spec] = emb[nb].mean(1)
+            # emb[nb].mean(1), bit for bit, through index_select (a third less time than the indexing).
+            H[s : s + rows.shape[0], d : d + n_spec] = emb.index_select(0, nb.view(-1)).view(*nb.shape, n_spec).mean(1)
         if cuts is not None:
             # The nearest reference point's sides: a row of the reference set keeps its own, exactly.
             H[s : s + rows.shape[0], d + n_spec :] = cuts[nb[:, 0]]
