@@ -444,45 +444,52 @@ def _sorted_nearest(ref, k, query, norms):
     ``topk`` costs about 1.5 us per row of 200 columns (a heap vector and an ``nth_element``
     per row), four times the product; numpy sorts float32 rows with vector instructions in a
     seventh of that. Per block, the same ``addmm`` as the exact search gives the distances
-    ``d``; each key is ``d - min(row)`` (float64, then rounded to float32: never negative) with
+    ``d``; each key is ``d`` rounded to float32, less the row's smallest (never negative), with
     its low ``b`` mantissa bits replaced by its column, so that one sort of values returns the
-    columns. A key is within ``rho |key|`` of the exact ``d - min(row)`` (``rho = 2^(b - 23)``
-    and the two roundings, with margin). Where each of the first ``k`` gaps between sorted
-    keys (up to the ``k + 1``-th) exceeds ``rho`` times its two keys, the distances are
-    strictly in that order: the columns are ``topk``'s, in ``topk``'s order, with no tie for
-    it to break. The other rows (ties and near-ties) are searched again by
+    columns. The roundings and the packed bits move a key by at most ``u |offset|`` plus
+    ``(2 u + 2^(b - 23))`` times the key (``u = 2^-24``). Where each of the first ``k`` gaps
+    between sorted keys (up to the ``k + 1``-th) exceeds twice that, the distances are strictly
+    in that order: the columns are ``topk``'s, in ``topk``'s order, with no tie for it to
+    break. The other rows (ties and near-ties) are searched again by
     :func:`_exact_nearest`, at least ``_MIN_EXACT_ROWS`` rows per product.
     """
     n = ref.shape[0]
     m = query.shape[0]
     bits = max(1, (n - 1).bit_length())
     low = (1 << bits) - 1
-    rho = (2.0 ** (bits - 23) + 2.0**-24 + 2.0**-52) * 1.02
     width = min(k + 1, n)  # the k-th gap is to the (k + 1)-th key; with k = n there is none
     rows = max(1, _BLOCK_ELEMENTS // n)
     # Blocks reused across the loop: fresh ones are page-faulted in anew for every block.
     shape = (min(rows, m), n)
-    dist_buffer, shifted = torch.empty(shape, dtype=ref.dtype), torch.empty(shape, dtype=ref.dtype)
+    dist_buffer = torch.empty(shape, dtype=ref.dtype)
     keys = torch.empty(shape, dtype=torch.float32)
     cols = torch.arange(n, dtype=torch.int32)
     top = np.empty((m, width), dtype=np.float32)
+    offsets = torch.empty(m, dtype=torch.float32)
     for s in range(0, m, rows):
         q = query[s : s + rows]
         b = q.shape[0]
-        dist = torch.addmm(norms, q, ref.T, alpha=-2.0, out=dist_buffer[:b])
-        torch.sub(dist, dist.amin(1, keepdim=True), out=shifted[:b])
         kb = keys[:b]
-        kb.copy_(shifted[:b])
+        kb.copy_(torch.addmm(norms, q, ref.T, alpha=-2.0, out=dist_buffer[:b]))
+        # The row offset after rounding: float32 passes cost half of float64 ones.
+        offset = kb.amin(1, keepdim=True)
+        kb.sub_(offset)
+        offsets[s : s + b] = offset[:, 0]
         kb.view(torch.int32).bitwise_and_(~low).bitwise_or_(cols)
         kn = kb.numpy()
         kn.sort(axis=1)
         top[s : s + b] = kn[:, :width]
     out = torch.from_numpy((top[:, :k].view(np.int32) & np.int32(low)).astype(np.int64))
     if width > 1:
-        # Keys are >= 0 and sorted: the two keys of any gap are at most the last one. A gap is
+        # Keys are >= 0 and sorted: the two keys of any gap are at most the last one, v. Each
+        # rounded distance is within u |d| <= u (|offset| + v) of d (the common offset cancels
+        # in a gap), the subtraction within u v, the packed bits within 2^(b - 23) v; a gap is
         # the difference of two float32 keys rounded to float32: up to 2^-24 of it too large.
+        v = top[:, -1].astype(np.float64)
+        u = 2.0**-24
+        bound = 2.0 * (u * np.abs(offsets.numpy().astype(np.float64)) + (2.0 * u + 2.0 ** (bits - 23)) * v)
         gaps = np.subtract(top[:, 1:], top[:, :-1]).min(1)
-        proved = gaps > ((2.0 * rho) * top[:, -1].astype(np.float64) + 2.0 ** (bits - 140)) * (1.0 + 2.0**-22)
+        proved = gaps > (bound * 1.02 + 2.0 ** (bits - 140)) * (1.0 + 2.0**-22)
         if not proved.all():
             idx = torch.from_numpy(np.flatnonzero(~proved))
             sub = query[idx]
