@@ -899,3 +899,20 @@ def test_a_transfer_past_the_landmark_count_reads_landmarks_and_chunks_never_the
     labels = model.transfer(np.load(tmp_path / "X.npy", mmap_mode="r"), refit=True)
     assert RowsTouched.log and labels.shape == (6000,)
     assert max(RowsTouched.log + tensors) <= max(500, chunk_rows(200)) < 6000
+
+
+def test_streamed_rows_read_scattered_rows_a_few_at_a_time_and_a_chunk_at_once():
+    # A page fault maps a whole page-cache folio (2 MiB for a random row on this kernel): scattered
+    # rows are read READ_ROWS at a time, each group's pages released before the next.
+    from sktransfer_cluster.cluster.precise_gan.streamed import READ_ROWS, StreamedRows
+    from tests.test_scale import RowsTouched
+
+    X = np.random.default_rng(0).normal(size=(1000, 3)).astype(np.float32)
+    rows = StreamedRows(X.view(RowsTouched), None, 1.0, "cpu", torch.float32)
+    index = torch.as_tensor(np.random.default_rng(1).integers(0, 1000, 300))
+    RowsTouched.log = []
+    np.testing.assert_array_equal(rows[index].numpy(), X[index.numpy()])
+    assert max(RowsTouched.log) <= READ_ROWS < 300
+    RowsTouched.log = []
+    np.testing.assert_array_equal(rows[100:400].numpy(), X[100:400])
+    assert RowsTouched.log == [300]
