@@ -4,7 +4,7 @@
         [--no-full] [--no-peer] [--name NAME] [--smoke]
     python benchmarks/memmap_fit.py --neural [--n 1000000] [--d 784] [--k 10] [--std 0.3]
         [--epochs 50] [--landmarks M] [--methods ae paper tdcm ccn] [--tdcm-epochs 1] [--neighbour-epochs 40]
-        [--paper-epochs 1 1] [--paper-inference]
+        [--paper-epochs 1 1] [--paper-inference] [--methods ae-transfer] [--transfer-source-rows 20000]
         [--ccn-params JSON] [--ccn-source-rows 20000] [--seeds 0] [--no-peer] [--name NAME] [--smoke]
 
 ``--neural`` (the streamed neural fit): ``SinkhornKMeans(embedding="autoencoder")`` at its
@@ -26,6 +26,14 @@ and the final assignment is chunked. Every epoch reads the same number of batche
 size, so only the CPU time grows with the epochs. ``--paper-inference`` also measures, in the
 same process after the fit (peak reset before each), ``predict(X)`` and ``transfer(X)`` at its
 defaults (no joint epochs, no restarts) on the same memmap.
+
+``--methods ae-transfer`` measures ``transfer(X, fine_tune_epochs=--epochs)`` of the default
+(graph) autoencoder on the whole memmap: ``SinkhornKMeans(K, embedding="autoencoder",
+pretrain_epochs=--epochs)`` is fitted, before the measurement, on the first
+``--transfer-source-rows`` rows in memory; past ``LANDMARK_ROWS`` target rows the refinement and
+the joint phase train on the graph of that many target rows drawn by index, the codes come chunk
+by chunk, and the ``n_init`` restarts are drawn on the landmarks' codes. The ARI is that of the
+target's labels.
 
 ``--methods tdcm`` adds ``TDCMCluster(K)`` at its defaults (``representation="neighbours"``)
 but ``max_epochs=--tdcm-epochs`` over the same memmap: past ``LANDMARK_ROWS`` its neighbour
@@ -135,7 +143,10 @@ def cell(job):
 
         landmarks.LANDMARK_ROWS = int(job["landmarks"])
     fit_y = ()
-    if method == "CCN-transfer":
+    if method == "SinkhornKMeans-AE-transfer":
+        model = SinkhornKMeans(k, embedding="autoencoder", pretrain_epochs=job["epochs"], random_state=seed,
+                               device="cpu").fit(np.array(X[: job["transfer_source_rows"]]))
+    elif method == "CCN-transfer":
         source = slice(0, job["ccn_source_rows"])
         model = CCNCluster(k, random_state=seed, device="cpu", **job["ccn_params"]).fit(np.array(X[source]), y[source])
     elif method == "CCN":
@@ -164,6 +175,9 @@ def cell(job):
     torch.ones(8, 8) @ torch.ones(8, 8)
     if method == "CCN-transfer":
         est, cpu, wall, peak = _common.measured(lambda: model.transfer(X) is not None and model)
+    elif method == "SinkhornKMeans-AE-transfer":
+        est, cpu, wall, peak = _common.measured(
+            lambda: model.transfer(X, fine_tune_epochs=job["epochs"]) is not None and model)
     else:
         est, cpu, wall, peak = _common.measured(lambda: est.fit(X, *fit_y))
     labels = est.labels_
@@ -231,6 +245,9 @@ def neural_markdown(rows, args):
     settings = []
     if "ae" in args.methods:
         settings.append(f"SinkhornKMeans-AE with pretrain_epochs={args.epochs}")
+    if "ae-transfer" in args.methods:
+        settings.append(f"SinkhornKMeans-AE transfer(X, fine_tune_epochs={args.epochs}) after a fit on the first "
+                        f"{args.transfer_source_rows:,} rows with pretrain_epochs={args.epochs}")
     if "paper" in args.methods:
         settings.append("SinkhornKMeans-AE-paper (PAPER_PARAMS) with pretrain_epochs={}, max_epochs={}".format(
             *args.paper_epochs))
@@ -261,6 +278,7 @@ def main_neural(args):
     if args.smoke:
         args.n, args.d, args.seeds, args.epochs, args.landmarks = 3000, 64, [0], 1, 1000
         args.paper_epochs = [1, 1]
+        args.transfer_source_rows = min(args.transfer_source_rows, 1000)
         args.tdcm_epochs, args.neighbour_epochs = 1, 1
         args.ccn_source_rows = min(args.ccn_source_rows, 1000)
         args.ccn_params = {"embedding_epochs": 1, "similarity_epochs": 1, "clustering_epochs": 1,
@@ -280,6 +298,9 @@ def main_neural(args):
                 rows.append(run_cell({**job, "method": "SinkhornKMeans-AE"}))
             if "paper" in args.methods:
                 rows.append(run_cell({**job, "method": "SinkhornKMeans-AE-paper"}))
+            if "ae-transfer" in args.methods:
+                rows.append(run_cell({**job, "method": "SinkhornKMeans-AE-transfer",
+                                      "transfer_source_rows": args.transfer_source_rows}))
             if "tdcm" in args.methods:
                 rows.append(run_cell({**job, "method": "TDCM"}))
             if "ccn" in args.methods:
@@ -293,6 +314,7 @@ def main_neural(args):
                                          "neighbour_epochs": args.neighbour_epochs, "landmarks": args.landmarks,
                                          "ccn_params": args.ccn_params, "ccn_source_rows": args.ccn_source_rows,
                                          "paper_epochs": args.paper_epochs, "paper_inference": args.paper_inference,
+                                         "transfer_source_rows": args.transfer_source_rows,
                                          "code": _common.code_state()},
                   neural_markdown(rows, args))
 
@@ -310,10 +332,12 @@ def main():
     parser.add_argument("--epochs", type=int, default=50, help="--neural: pretrain_epochs")
     parser.add_argument("--landmarks", type=int, default=None,
                         help="--neural: representation.LANDMARK_ROWS for the fit (default: the package's)")
-    parser.add_argument("--methods", nargs="+", choices=["ae", "paper", "tdcm", "ccn", "ccn-transfer"],
+    parser.add_argument("--methods", nargs="+", choices=["ae", "ae-transfer", "paper", "tdcm", "ccn", "ccn-transfer"],
                         default=["ae", "tdcm"],
-                        help="--neural: the estimators measured (SinkhornKMeans-AE, the paper's autoencoder, TDCM, "
-                             "CCN fit, CCN transfer)")
+                        help="--neural: the estimators measured (SinkhornKMeans-AE fit, its transfer, the paper's "
+                             "autoencoder, TDCM, CCN fit, CCN transfer)")
+    parser.add_argument("--transfer-source-rows", type=int, default=20000,
+                        help="--neural, ae-transfer: the rows (the first ones) the autoencoder is fitted on before transfer(X)")
     parser.add_argument("--paper-epochs", type=int, nargs=2, default=[1, 1], metavar=("PRETRAIN", "JOINT"),
                         help="--neural, paper: pretrain_epochs and max_epochs of the paper's autoencoder")
     parser.add_argument("--paper-inference", action="store_true",

@@ -1028,3 +1028,58 @@ def test_papers_streamed_pretraining_equals_the_in_memory_pretraining_to_the_bit
     for a, b in zip(in_memory.autoencoder_.state_dict().values(), streamed_fit.autoencoder_.state_dict().values()):
         assert torch.equal(a, b)
     assert in_memory.history_ == streamed_fit.history_
+
+
+# ------------------------------------------------ transfer of a graph embedding past LANDMARK_ROWS (issue 31)
+def _nonnegative_rows(n, d, k=3, seed=0):
+    """Rows with zeros among non-negative values: the cosine graph, as for images."""
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(0, 1, (k, d)) * (rng.random((k, d)) < 0.4)
+    y = rng.integers(0, k, n)
+    return np.clip(centres[y] + 0.2 * rng.normal(size=(n, d)), 0, None).astype(np.float32), y
+
+
+GRAPH_TRANSFER = dict(pretrain_epochs=1, n_init=2, device="cpu", random_state=0)
+
+
+@pytest.mark.parametrize("embedding", ["autoencoder", "neighbours"])
+def test_graph_transfer_past_the_landmark_count_reads_landmarks_and_chunks_never_the_whole_array(
+        tmp_path, monkeypatch, embedding):
+    from sktransfer_cluster.base.arrays import chunk_rows
+    from sktransfer_cluster.representation import landmarks
+
+    X, _ = _nonnegative_rows(6400, 200)
+    np.save(tmp_path / "target.npy", X[400:])
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 500)
+    km = SinkhornKMeans(3, embedding=embedding, max_epochs=1, **GRAPH_TRANSFER).fit(X[:400])  # in memory
+    tensors = []
+    validate, tensor = SinkhornKMeans._validate_input, SinkhornKMeans._tensor
+    monkeypatch.setattr(SinkhornKMeans, "_validate_input",
+                        lambda self, X, **kwargs: validate(self, X, **kwargs).view(_RowsTouched))
+    monkeypatch.setattr(SinkhornKMeans, "_tensor", lambda self, X: tensors.append(X.shape[0]) or tensor(self, X))
+    _RowsTouched.log = []
+    labels = km.transfer(np.load(tmp_path / "target.npy", mmap_mode="r"), fine_tune_epochs=1)
+    assert labels.shape == (6000,) and _RowsTouched.log
+    chunk = chunk_rows(200)
+    assert chunk < 6000
+    # The target's landmarks in pieces, every pass over its rows in chunks: never the whole target.
+    assert max(_RowsTouched.log + tensors) <= max(500, chunk)
+
+
+def test_graph_transfer_past_the_landmark_count_on_a_memmap_equals_it_on_the_array_in_memory(tmp_path, monkeypatch):
+    from sktransfer_cluster.representation import landmarks
+
+    X, _ = _nonnegative_rows(1900, 30)
+    np.save(tmp_path / "target.npy", X[400:])
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 400)
+    source = SinkhornKMeans(3, embedding="autoencoder", max_epochs=1, **GRAPH_TRANSFER).fit(X[:400])
+    fitted = [copy_of(source) for _ in range(2)]
+    labels = [km.transfer(data) for km, data in zip(fitted, (np.load(tmp_path / "target.npy", mmap_mode="r"), X[400:]))]
+    np.testing.assert_array_equal(*labels)
+    np.testing.assert_array_equal(fitted[0].cluster_centers_, fitted[1].cluster_centers_)
+
+
+def copy_of(model):
+    import copy
+
+    return copy.deepcopy(model)

@@ -724,7 +724,7 @@ class SinkhornKMeans(
         OT-Lloyd run kept) and OT-Lloyd then runs on all codes from it
         (``docs/notes/representation.md``).
         """
-        from ...representation import encode_chunks, landmark_indices, make_encoder, normalise_rows, read_landmarks
+        from ...representation import encode_chunks, landmark_indices, make_encoder
 
         shift, scale = self._input_affine
         index = landmark_indices(X.shape[0], rng)
@@ -736,14 +736,7 @@ class SinkhornKMeans(
             ae = self._make_autoencoder(X.shape[1], torch_gen).eval()
             self.autoencoder_ = ae.to(device=self.device_, dtype=self._dtype())
             phase = "pretrain"
-        # The graph of the raw landmark rows (cosine) or of the rows the network reads (Euclidean,
-        # as _neighbour_graph); the network's inputs are then normalised in place, as _tensor does.
-        euclidean = getattr(self, "_graph_metric", "cosine") == "euclidean"
-        rows = read_landmarks(X, index, *((shift, scale) if euclidean else (None, 1.0)))
-        graph = self._neighbour_graph(rows, normalised=euclidean)
-        if not euclidean:
-            normalise_rows(rows, shift, scale, out=rows)
-        inputs = torch.from_numpy(rows)
+        graph, inputs = self._landmark_graph(X, index)
         self._train_neighbours(None, inputs, self.pretrain_epochs, torch_gen, phase, graph=graph)
         if self.encoder_ is not None:
             self.encoder_ = self.encoder_.to(device=self.device_, dtype=self._dtype())
@@ -762,6 +755,60 @@ class SinkhornKMeans(
                                                   "fit", codes=codes), chunk_rows=CODE_CHUNK_ROWS)
         else:
             self._finish(Z, centers, reg, n_iter, chunk_rows=CODE_CHUNK_ROWS)
+
+    def _landmark_graph(self, X, index):
+        """``(graph, inputs)``: the neighbour graph of the landmark rows ``X[index]`` and those rows normalised.
+
+        The graph of the raw landmark rows (cosine) or of the rows the network reads
+        (Euclidean, as :meth:`_neighbour_graph`); the network's inputs are then
+        normalised in place, as ``_tensor`` does it. One float32 copy of the landmarks.
+        """
+        from ...representation import normalise_rows, read_landmarks
+
+        shift, scale = self._input_affine
+        euclidean = getattr(self, "_graph_metric", "cosine") == "euclidean"
+        rows = read_landmarks(X, index, *((shift, scale) if euclidean else (None, 1.0)))
+        graph = self._neighbour_graph(rows, normalised=euclidean)
+        if not euclidean:
+            normalise_rows(rows, shift, scale, out=rows)
+        return graph, torch.from_numpy(rows)
+
+    def _transfer_graph_on_landmarks(self, X, rng, torch_gen, epochs, n_restarts, graph_ae):
+        """``transfer`` of a graph embedding to a target past ``LANDMARK_ROWS`` rows, X never copied.
+
+        As in memory, on the target's landmarks: the refinement (``epochs`` passes)
+        and, for the graph autoencoder, the joint phase train on the neighbour graph
+        of ``LANDMARK_ROWS`` target rows drawn by index; every row's code is computed
+        chunk by chunk; the start is chosen among the source centres and
+        ``n_restarts`` k-means++ starts on the landmarks' codes, and OT-Lloyd then
+        runs on all codes from it.
+        """
+        from ...representation import encode_chunks, landmark_indices
+
+        shift, scale = self._input_affine
+        index = landmark_indices(X.shape[0], rng)
+        graph = inputs = None
+        if epochs > 0:
+            graph, inputs = self._landmark_graph(X, index)
+            self._refine_on_graph(X, inputs, epochs, torch_gen, graph)
+
+        def codes():
+            return encode_chunks(self._encoder(), X, shift, scale).to(self.device_, self._dtype())
+
+        what = "the final plan of transfer"
+        with torch.no_grad():
+            Z = codes()
+            starts = self._centers.unsqueeze(0).to(Z.dtype)
+            if n_restarts > 0 and Z.shape[0] >= self.n_clusters:
+                starts = torch.cat([starts, self._kmeanspp(Z[torch.as_tensor(index, device=Z.device)],
+                                                           int(n_restarts), rng)])
+                _, centers, reg, n_iter = self._lloyd_from_landmarks(Z, index, starts, what)
+            else:
+                _, centers, reg, n_iter = self._lloyd(Z, starts, what)
+        if graph_ae and epochs > 0:
+            return self._finish(*self._joint_graph_phase(None, inputs, Z, centers, reg, n_iter, torch_gen, "transfer",
+                                                         graph, "transfer", codes=codes), chunk_rows=CODE_CHUNK_ROWS)
+        return self._finish(Z, centers, reg, n_iter, chunk_rows=CODE_CHUNK_ROWS)
 
     def _paper_codes(self, X):
         """The paper autoencoder's codes of every row of ``X``, read and encoded chunk by chunk."""
@@ -950,10 +997,13 @@ class SinkhornKMeans(
         Parameters
         ----------
         X : array-like or np.memmap of shape (n_samples, n_features)
-            Target data, same features as the source. With the paper's
-            autoencoder, past 50,000 rows it is read by minibatches and chunks
-            (never copied) and the restarts are drawn on the codes of 50,000
-            rows, the cheapest start then run on all codes.
+            Target data, same features as the source. With an embedding, past
+            :data:`~sktransfer_cluster.representation.LANDMARK_ROWS` (50,000)
+            rows it is never copied: on the graph the refinement and joint phase
+            train on the graph of as many target rows drawn by index, the
+            paper's autoencoder reads its minibatches by index; the codes are
+            computed chunk by chunk and the restarts drawn on the codes of those
+            50,000 rows, the cheapest start then run on all codes.
         fine_tune_epochs : int or None, default=None
             On the graph (``embedding="neighbours"`` or the default
             autoencoder): passes over the target's own k-NN graph that refine
@@ -1011,8 +1061,6 @@ class SinkhornKMeans(
         if self.autoencoder_ is not None and not graph and uses_landmarks(X.shape[0]):
             return self._transfer_paper_streamed(X, rng, torch_gen, 0 if fine_tune_epochs is None else
                                                  int(fine_tune_epochs), 0 if n_restarts is None else int(n_restarts))
-        Xt = self._tensor(X)
-        centers = self._centers
         epochs = 0
         if graph:
             if fine_tune_epochs is not None:
@@ -1021,6 +1069,12 @@ class SinkhornKMeans(
                 # The autoencoder refines for as long as a fit trains: MNIST 0-4 -> 5-9 seed 0, 20 passes
                 # 0.949, 50 passes 0.959, the same fitted on the target alone 0.958 (section 11 of the notes).
                 epochs = int(self.pretrain_epochs) if graph_ae else _NEIGHBOUR_REFINE_EPOCHS
+            if uses_landmarks(X.shape[0]):
+                return self._transfer_graph_on_landmarks(
+                    X, rng, torch_gen, epochs, self.n_init if n_restarts is None else int(n_restarts), graph_ae)
+        Xt = self._tensor(X)
+        centers = self._centers
+        if graph:
             G = self._neighbour_graph(X) if epochs > 0 else None
             self._refine_on_graph(X, Xt, epochs, torch_gen, G)
         fine_tune_epochs = 0 if fine_tune_epochs is None else fine_tune_epochs
