@@ -42,7 +42,7 @@ from ...base import (COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_i
 from .networks import (build_networks, classifier_objective, classifier_step, critic_objective, critic_step,
                        default_eta_step, draw_ids, eta_schedule, generator_objective, generator_step, latent,
                        mean_entropy, set_requires_grad)
-from .streamed import StreamedRows, landmark_graph_inputs, landmark_graph_rows
+from .streamed import StreamedRows, landmark_graph_inputs, landmark_graph_rows, map_rows
 
 __all__ = ["PreciseFeatureGAN", "PAPER_PARAMS", "eta_schedule", "neighbour_agreement"]
 
@@ -807,7 +807,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     @torch.no_grad()
     def _assign(self, Xt):
         """Labels of a data set (standardised tensor); sets ``cluster_ids_`` and the centres."""
-        ids = chunked(lambda part: self.classifier_(part).argmax(1), Xt).cpu().numpy()
+        ids = map_rows(lambda part: self.classifier_(part).argmax(1), Xt).cpu().numpy()
         labels, self.cluster_ids_ = compact_labels(ids, self.n_clusters)
         self.n_clusters_ = int(self.cluster_ids_.shape[0])
         self._used = torch.as_tensor(self.cluster_ids_, device=self.device_)
@@ -1012,7 +1012,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         point ``G(y, z=0)``: how well the generator's points cover the data, no labels needed."""
         every = torch.arange(self.n_clusters, device=self.device_)
         P = self.generator_(self._latent(every, None, zero_noise=True)).reshape(self.n_clusters, -1)
-        nearest = chunked(lambda part: torch.cdist(part.reshape(part.shape[0], -1), P).pow(2).min(1).values, Xt)
+        nearest = map_rows(lambda part: torch.cdist(part.reshape(part.shape[0], -1), P).pow(2).min(1).values, Xt)
         return float(nearest.double().mean())
 
     def _nearest_point_classifier(self, Xt):
@@ -1043,7 +1043,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             P, labels = start.clone(), None
             for _ in range(_LLOYD_STEPS):
                 C = self._nearest_point_linear(P, Xt)
-                new = chunked(lambda part: C(part.reshape(part.shape[0], -1)).argmax(1), Xt)
+                new = map_rows(lambda part: C(part.reshape(part.shape[0], -1)).argmax(1), Xt)
                 if labels is not None and torch.equal(new, labels):
                     break
                 labels = new
@@ -1084,7 +1084,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     def _nearest_point_linear(self, P, Xt):
         """The linear layer of the nearest point of ``P`` (rows: points), ``s2`` from the rows ``Xt``."""
         d = P.shape[1]
-        nearest = chunked(lambda part: torch.cdist(part.reshape(part.shape[0], -1), P).pow(2).min(1).values, Xt)
+        nearest = map_rows(lambda part: torch.cdist(part.reshape(part.shape[0], -1), P).pow(2).min(1).values, Xt)
         s2 = max(float(nearest.double().mean()) / d, 1e-12)
         C = torch.nn.Linear(d, self.n_clusters).to(device=self.device_, dtype=P.dtype)
         C.weight.copy_(P / s2)
