@@ -135,6 +135,20 @@ def test_the_pages_of_a_read_only_or_shared_memmap_are_found_and_released_withou
     assert [stop for _, stop, _ in iter_row_chunks(X, chunk_size=1000)] == [1000, 2000, 3000]
 
 
+def test_a_row_reader_hands_pages_back_after_every_release_rows_rows_of_one_call(memmap_file, monkeypatch):
+    from sktransfer_cluster.base import streaming
+    # A fault can map a whole large folio (up to 2 MiB) per row read, so the pages held at once
+    # are bounded by how many rows are read between two releases, not by the size of the call.
+    X = np.load(memmap_file, mmap_mode="r")
+    reader = streaming.RowReader(X)
+    released = []
+    monkeypatch.setattr(reader, "_release", lambda rows: released.append(rows.shape[0]))
+    index = np.arange(0, 3000, 3)
+    rows = reader(index)
+    np.testing.assert_array_equal(rows, np.asarray(X)[index])
+    assert sum(released) == index.shape[0] and max(released) <= streaming.RELEASE_ROWS
+
+
 def test_copy_on_write_memmaps_and_arrays_in_memory_are_never_released(memmap_file):
     assert mapped_pages(np.load(memmap_file, mmap_mode="c")) is None
     assert mapped_pages(np.ones((3, 2))) is None

@@ -83,18 +83,21 @@ def read_rows(X, index, pages=None, dtype=np.float64):
 #: fault on a file mapping also maps the cached pages around it (the kernel's fault-around,
 #: 64 KiB by default), so 24,576 random rows of a 1.28 GB memmap mapped the whole file.
 RELEASE_WINDOW = 2**17
-#: Rows a :class:`RowReader` reads between two releases: their windows bound the pages mapped
-#: at once (1,024 x 128 KiB = 128 MiB at most).
-RELEASE_ROWS = 1024
+#: Rows a :class:`RowReader` reads between two releases. A fault may map more than its
+#: window: with large page-cache folios (Linux 6.18 here) it maps the whole folio, up to
+#: 2 MiB per row read at random, so 1,024 rows between releases mapped 264 MiB of a
+#: 784-column float32 memmap at once and 32 rows 53 MiB (3,000 sorted random rows per call,
+#: 1.7 us more per row; docs/notes/performance.md, sixth session).
+RELEASE_ROWS = 32
 
 
 class RowReader:
     """Reads rows of ``X`` by sorted indices as float64 copies, releasing memmap pages as it goes.
 
     Every :data:`RELEASE_ROWS` rows, the aligned :data:`RELEASE_WINDOW` windows around
-    the rows just read are handed back (a few hundred ``madvise`` calls per batch; one
-    call over the whole mapping costs 2 ms per 128 MB), so the resident set grows by
-    at most ``RELEASE_ROWS * RELEASE_WINDOW`` whatever the size of ``X``.
+    the rows just read are handed back (``madvise`` calls coalesced over runs of windows;
+    one call over the whole mapping costs 2 ms per 128 MB), so the resident set grows by
+    the pages of at most ``RELEASE_ROWS`` rows whatever the size of ``X`` and of the index.
 
     Parameters
     ----------

@@ -25,9 +25,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..base.arrays import normalised_blocks
+from ..base.arrays import chunk_rows, normalised_blocks
 from ..base.runtime import on_compute_threads
-from ..base.streaming import RELEASE_ROWS, RowReader, iter_row_chunks
+from ..base.streaming import RowReader, iter_row_chunks
 
 __all__ = ["LANDMARK_ROWS", "encode_chunks", "landmark_indices", "normalise_rows", "read_landmarks", "row_reader",
            "uses_landmarks"]
@@ -104,9 +104,9 @@ def read_landmarks(X, index, shift=None, scale=1.0):
     """The rows of ``X`` at sorted ``index`` as one float32 array, normalised when ``shift`` is given.
 
     Read through :class:`~sktransfer_cluster.base.streaming.RowReader` in pieces of
-    :data:`~sktransfer_cluster.base.streaming.RELEASE_ROWS` rows: beyond the result,
-    memory holds one float64 piece, and a memmap's file pages are handed back as
-    they are read.
+    4 MiB of float64 (:func:`~sktransfer_cluster.base.arrays.chunk_rows`): beyond the
+    result, memory holds one float64 piece, and a memmap's file pages are handed back
+    as they are read (every :data:`~sktransfer_cluster.base.streaming.RELEASE_ROWS` rows).
 
     Parameters
     ----------
@@ -122,8 +122,9 @@ def read_landmarks(X, index, shift=None, scale=1.0):
     index = np.asarray(index, dtype=np.int64)
     reader = RowReader(X)
     out = np.empty((index.shape[0], X.shape[1]), dtype=np.float32)
-    for start in range(0, index.shape[0], RELEASE_ROWS):
-        part = index[start : start + RELEASE_ROWS]
+    step = chunk_rows(X.shape[1])
+    for start in range(0, index.shape[0], step):
+        part = index[start : start + step]
         normalise_rows(reader(part), shift, scale, out=out[start : start + part.shape[0]])
     return out
 
