@@ -25,7 +25,7 @@ from . import lloyd
 from .minibatch import MinibatchState, minibatch_passes, minibatch_step
 from .objective import squared_distances
 
-__all__ = ["CODE_CHUNK_ROWS", "IndexedRows", "READ_PIECE_ROWS", "STREAM_BATCH_ROWS", "STREAM_BYTES", "STREAM_INIT_ROWS",
+__all__ = ["CODE_CHUNK_ROWS", "IndexedRows", "STREAM_BATCH_ROWS", "STREAM_BYTES", "STREAM_INIT_ROWS",
            "StreamedOTKMeansMixin"]
 
 #: Rows per batch of the minibatch fit: large enough that a batch holds hundreds of rows
@@ -39,12 +39,6 @@ STREAM_BYTES = 2**30
 #: Rows of codes per chunk of a streamed fit's final assignment: the (rows, K) costs of a chunk,
 #: not of every row (10^7 rows x 10 clusters would be 400 MB of float32 costs).
 CODE_CHUNK_ROWS = 2**16
-#: Rows :class:`IndexedRows` reads between two releases of a memmap's pages. A fault on a
-#: file mapping maps the whole page-cache folio around the row (Linux 6.18 here, with large
-#: folios in the page cache: about 1.2 MiB per random row of a 784-column float32 memmap), so
-#: a 300-row batch read in one piece held 349 MiB of the file at once, in pieces of 32 rows
-#: 46 MiB, for 1.74 instead of 1.47 CPU ms per batch (docs/notes/sinkhorn_kmeans.md, section 14).
-READ_PIECE_ROWS = 32
 # Check of the start's plan (a report only), as the full fit's.
 _CHECK_TOL = 1e-3
 _CHECK_MAX_ITER = 10 * lloyd.SINKHORN_MAX_ITER
@@ -56,8 +50,9 @@ class IndexedRows:
     Stands for the whole normalised tensor where a training loop only takes
     ``rows.shape``, ``rows.device`` and minibatches ``rows[idx]``: ``rows[idx]`` reads
     the rows at ``idx`` (any order, as drawn) in sorted order through
-    :class:`~sktransfer_cluster.base.streaming.RowReader`, :data:`READ_PIECE_ROWS` rows at
-    a time (a memmap's pages handed back after each piece), normalises them in float64 with one rounding to ``dtype``
+    :class:`~sktransfer_cluster.base.streaming.RowReader` (a memmap's pages handed back
+    every :data:`~sktransfer_cluster.base.streaming.RELEASE_ROWS` rows), normalises them
+    in float64 with one rounding to ``dtype``
     (:func:`~sktransfer_cluster.base.arrays.normalise_rows`, element by element, so the
     bits of ``_tensor``'s rows) and returns them in the order asked for. Beyond the
     batch nothing of ``X`` is held.
@@ -81,10 +76,7 @@ class IndexedRows:
         index = idx.cpu().numpy() if torch.is_tensor(idx) else np.asarray(idx)
         order = np.argsort(index, kind="stable")
         index = index[order]
-        rows = torch.empty((index.shape[0], *self.shape[1:]), dtype=self.dtype)
-        for start in range(0, index.shape[0], READ_PIECE_ROWS):
-            piece = self._read(index[start : start + READ_PIECE_ROWS])
-            rows[start : start + piece.shape[0]] = normalise_rows(piece, self.shift, self.scale, self.dtype, "cpu")
+        rows = normalise_rows(self._read(index), self.shift, self.scale, self.dtype, "cpu")
         out = torch.empty_like(rows)
         out[torch.from_numpy(order)] = rows
         return out.to(self.device)
