@@ -10,6 +10,7 @@ from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
+from scipy.spatial.distance import pdist
 from sklearn.preprocessing import StandardScaler
 
 from sktransfer_cluster import TDCMCluster
@@ -22,8 +23,10 @@ from sktransfer_cluster.cluster.tdcm.model import (
     run_blocks,
 )
 from sktransfer_cluster.cluster.tdcm import estimator as tdcm
+from sktransfer_cluster.cluster.tdcm import model as tdcm_model
 from sktransfer_cluster.datasets import make_tdcm_transfer
 from sktransfer_cluster.losses import negative_size_entropy
+from sktransfer_cluster.representation import make_encoder
 from sktransfer_cluster.cluster.tdcm.blocks import CentroidUpdateBlock
 
 # Most tests below pin the blocks and TDCM's own encoder: representation="input" (the paper's
@@ -759,6 +762,39 @@ def test_neighbours_transfer_trains_a_fresh_encoder_on_the_target_and_keeps_the_
     assert all(torch.equal(model.blocks_.state_dict()[k], blocks[k]) for k in blocks)  # the source's blocks
     assert {r["phase"] for r in model.history_} == {"neighbours", "fit", "transfer-neighbours"}
     np.testing.assert_array_equal(model.predict(Xt), labels)
+
+
+def test_neighbours_fit_starts_the_encoder_from_the_rows_principal_layout(pixel_task, monkeypatch):
+    X, _, _ = pixel_task
+    calls = _spy_neighbour_training(monkeypatch)
+    est = TDCMCluster(3, random_state=0, **NEIGHBOURS).fit(X[:200])
+    inputs = est._tensor(X[:200]).float()
+    layout = tdcm_model.principal_layout(inputs.numpy(), est.embedding_dim_, tdcm_model.PRINCIPAL_START["scale"])
+    start = make_encoder(64, est.embedding_dim_, tdcm_model.NEIGHBOUR_HIDDEN)
+    start.load_state_dict(calls[0][0])
+    with torch.no_grad():
+        codes = start(inputs)
+    # The graph training starts from codes that reproduce the principal-axis layout (to 5 % of its variance).
+    assert float(((codes - layout) ** 2).sum() / (layout - layout.mean(0)).pow(2).sum()) < 0.05
+    est._principal_start = False  # the random start, the default before 2026-11-27's sixth session
+    est.fit(X[:200])
+    random_start = make_encoder(64, est.embedding_dim_, tdcm_model.NEIGHBOUR_HIDDEN)
+    random_start.load_state_dict(calls[-1][0])
+    with torch.no_grad():
+        codes = random_start(inputs)
+    assert float(((codes - layout) ** 2).sum() / (layout - layout.mean(0)).pow(2).sum()) > 0.5
+
+
+def test_principal_layout_scales_the_principal_coordinates_uniformly():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50, 4)) * [5.0, 2.0, 1.0, 0.5] + 3.0
+    T = tdcm_model.principal_layout(X, 6, 10.0).numpy()
+    assert T.shape == (50, 6) and np.all(T[:, 4:] == 0)  # narrower input: zero-padded
+    assert T[:, 0].std(ddof=1) == pytest.approx(10.0, rel=1e-4)
+    # One scale for every axis: pairwise distances are the input's times a constant.
+    d_in, d_out = pdist(X), pdist(T)
+    np.testing.assert_allclose(d_out / d_in, np.full(d_in.shape, (d_out / d_in).mean()), rtol=1e-3)
+    assert tdcm_model.principal_layout(np.ones((5, 3)), 4, 10.0) is None  # rows that do not vary
 
 
 def test_neighbours_transfer_keeping_the_whole_source_encoder_refines_it_as_it_is(pixel_task, monkeypatch):
