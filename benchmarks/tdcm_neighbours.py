@@ -22,8 +22,10 @@ Parts (``--parts``, default all; each writes its own results file):
 ``--keep-source K ...`` adds, for each transfer task, the transfer whose refinement starts from
 the source encoder with the share K of its weights kept (``TDCMCluster._refine_keep_source``; 1:
 the source encoder as it is, the default before 2026-11-27's fifth session; the default is 0);
-``--transfer-only`` runs the transfer tasks alone. Each transfer task's table ends with the
-margin ``transfer - fitted on the target alone`` seed by seed.
+``--transfer-only`` runs the transfer tasks alone. ``--random-start`` adds the defaults with ``fit``'s
+neighbour encoder started at random instead of from the rows' principal-axis layout
+(``TDCMCluster._principal_start = False``, the default before 2026-11-27's sixth session).
+Each transfer task's table ends with the margin ``transfer - fitted on the target alone`` seed by seed.
 
 Usage::
 
@@ -134,7 +136,7 @@ def n_clusters(task):
     return len(np.unique(task.yt if task.transfer else task.ys))
 
 
-def tdcm(task, seed, smoke, epochs=None, keep=None, **params):
+def tdcm(task, seed, smoke, epochs=None, keep=None, random_start=False, **params):
     """The estimator; ``epochs`` = (neighbour, refine) epochs of the neighbour encoder, None: the defaults;
     ``keep``: the share of the source encoder kept at the start of transfer's refinement (None: the default)."""
     if smoke:
@@ -146,13 +148,15 @@ def tdcm(task, seed, smoke, epochs=None, keep=None, **params):
         est._neighbour_epochs, est._refine_epochs = epochs
     if keep is not None:
         est._refine_keep_source = float(keep)
+    if random_start:
+        est._principal_start = False  # fit's neighbour encoder from its random start (before 2026-11-27, sixth session)
     return est
 
 
-def run_tdcm(task, seed, smoke, on_target=False, epochs=None, keep=None, **params):
+def run_tdcm(task, seed, smoke, on_target=False, epochs=None, keep=None, random_start=False, **params):
     """ACC on the scored set and CPU seconds: fit (+ transfer), or fit on the target alone."""
     task = task.at(seed)
-    est = tdcm(task, seed, smoke, epochs, keep, **params)
+    est = tdcm(task, seed, smoke, epochs, keep, random_start, **params)
     c0 = time.process_time()
     if not task.transfer:
         labels, y = est.fit_predict(task.Xs), task.ys
@@ -180,7 +184,7 @@ def run_baseline(task, seed, which):
     return clustering_accuracy(y, labels), time.process_time() - c0
 
 
-def methods(task, with_input, with_image=True, refine_epochs=(), keep_source=()):
+def methods(task, with_input, with_image=True, refine_epochs=(), keep_source=(), random_start=False):
     """(row name, callable(seed, smoke) -> (acc, cpu)) for one task.
 
     ``refine_epochs``: for a transfer task, a row per value N: the defaults with the target
@@ -202,6 +206,12 @@ def methods(task, with_input, with_image=True, refine_epochs=(), keep_source=())
         rows.append((name + how, lambda s, sm, kw=kw: run_tdcm(task, s, sm, **kw)))
         if task.transfer:
             rows.append((name + ", fitted on the target alone", lambda s, sm, kw=kw: run_tdcm(task, s, sm, on_target=True, **kw)))
+    if random_start:
+        rows.append(("TDCMCluster(), fit's encoder from its random start" + how,
+                     lambda s, sm: run_tdcm(task, s, sm, random_start=True)))
+        if task.transfer:
+            rows.append(("TDCMCluster(), fit's encoder from its random start, fitted on the target alone",
+                         lambda s, sm: run_tdcm(task, s, sm, on_target=True, random_start=True)))
     if task.transfer:
         for k in keep_source:
             rows.append((f"TDCMCluster(), refinement from the source encoder, {k:g} of it kept, fit source + transfer",
@@ -225,6 +235,7 @@ def margins(rows):
         shape = r["method"].split("image_shape=")[1].split(")")[0] if "image_shape=" in r["method"] else None
         alone = next((a for a in rows if a["task"] == r["task"] and "fitted on the target alone" in a["method"]
                       and "neighbour epochs" not in a["method"]
+                      and ("random start" in a["method"]) == ("random start" in r["method"])
                       and (shape is None) == ("image_shape=" not in a["method"])), None)
         if alone is None:
             continue
@@ -252,6 +263,9 @@ def main():
     parser.add_argument("--keep-source", type=float, nargs="*", default=[],
                         help="transfer tasks: also the transfer whose refinement keeps this share of the source encoder")
     parser.add_argument("--transfer-only", action="store_true", help="run the transfer tasks only")
+    parser.add_argument("--random-start", action="store_true",
+                        help="also the defaults with fit's neighbour encoder from its random start "
+                             "(the default before 2026-11-27's sixth session)")
     _common.add_smoke_argument(parser)
     args = _common.setup(parser.parse_args())
     smoke = args.smoke
@@ -266,7 +280,7 @@ def main():
                 if args.transfer_only and not task.transfer:
                     continue
                 for name, fn in methods(task, not args.no_input, not args.no_image, args.refine_epochs,
-                                        args.keep_source):
+                                        args.keep_source, args.random_start):
                     if args.no_peer and name.startswith("peer"):
                         continue
                     accs, cpus = [], []
