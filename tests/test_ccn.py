@@ -1091,7 +1091,7 @@ def test_neighbour_radii_from_every_row_are_the_kth_neighbour_distances_and_give
 
 
 def test_streamed_rows_are_the_normalised_rows_in_the_order_asked():
-    from sktransfer_cluster.cluster.ccn.streamed import StreamedRows
+    from sktransfer_cluster.representation import StreamedRows
 
     X = np.random.default_rng(0).normal(3.0, 2.0, size=(50, 4))
     shift, scale = X.mean(0), 2.0

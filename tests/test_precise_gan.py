@@ -843,7 +843,6 @@ def test_the_gan_on_rows_read_by_index_equals_it_on_the_rows_in_memory(tmp_path,
 
 
 def test_the_landmark_path_starts_only_past_the_landmark_count(monkeypatch):
-    import sktransfer_cluster.representation as representation
     from sklearn.metrics import adjusted_rand_score
 
     from sktransfer_cluster.representation import landmarks
@@ -851,8 +850,8 @@ def test_the_landmark_path_starts_only_past_the_landmark_count(monkeypatch):
 
     X, y = _nonnegative_blobs(600, 30)
     reads = []
-    original = representation.read_landmarks
-    monkeypatch.setattr(representation, "read_landmarks", lambda X, index, *a: reads.append(len(index)) or
+    original = landmarks.read_landmarks
+    monkeypatch.setattr(landmarks, "read_landmarks", lambda X, index, *a: reads.append(len(index)) or
                         original(X, index, *a))
     params = {**STREAM, "representation_epochs": 3, "n_iter": 20}
     monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 600)
@@ -901,18 +900,22 @@ def test_a_transfer_past_the_landmark_count_reads_landmarks_and_chunks_never_the
     assert max(RowsTouched.log + tensors) <= max(500, chunk_rows(200)) < 6000
 
 
-def test_streamed_rows_read_scattered_rows_a_few_at_a_time_and_a_chunk_at_once():
-    # A page fault maps a whole page-cache folio (2 MiB for a random row on this kernel): scattered
-    # rows are read READ_ROWS at a time, each group's pages released before the next.
-    from sktransfer_cluster.cluster.precise_gan.streamed import READ_ROWS, StreamedRows
+def test_streamed_rows_are_read_in_the_order_asked_handing_pages_back_every_release_rows_rows(monkeypatch):
+    # A page fault maps a whole page-cache folio (2 MiB for a random row on this kernel): the
+    # reader hands the pages back after every RELEASE_ROWS rows of a scattered read.
+    from sktransfer_cluster.base import streaming
+    from sktransfer_cluster.representation import StreamedRows
     from tests.test_scale import RowsTouched
 
     X = np.random.default_rng(0).normal(size=(1000, 3)).astype(np.float32)
-    rows = StreamedRows(X.view(RowsTouched), None, 1.0, "cpu", torch.float32)
     index = torch.as_tensor(np.random.default_rng(1).integers(0, 1000, 300))
+    released = []
+    monkeypatch.setattr(streaming, "mapped_pages", lambda X: (None, 0, 0))  # a memmap's pages, as far as the reader knows
+    monkeypatch.setattr(streaming.RowReader, "_release", lambda self, part: released.append(part.shape[0]))
+    rows = StreamedRows(X.view(RowsTouched), None, 1.0, "cpu", torch.float32)
     RowsTouched.log = []
     np.testing.assert_array_equal(rows[index].numpy(), X[index.numpy()])
-    assert max(RowsTouched.log) <= READ_ROWS < 300
+    assert max(RowsTouched.log) <= streaming.RELEASE_ROWS < 300 and sum(released) == np.unique(index.numpy()).shape[0]
     RowsTouched.log = []
     np.testing.assert_array_equal(rows[100:400].numpy(), X[100:400])
-    assert RowsTouched.log == [300]
+    assert sum(RowsTouched.log) == 300

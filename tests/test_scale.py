@@ -638,13 +638,12 @@ def clone_of(model):
 
 
 def test_the_ccn_landmark_path_starts_only_past_the_landmark_count(monkeypatch):
-    import sktransfer_cluster.representation as representation
     from sktransfer_cluster.representation import landmarks
 
     X, y = _nonnegative_blobs(600, 30)
     reads = []
-    original = representation.read_landmarks
-    monkeypatch.setattr(representation, "read_landmarks", lambda X, index, *a: reads.append(len(index)) or
+    original = landmarks.read_landmarks
+    monkeypatch.setattr(landmarks, "read_landmarks", lambda X, index, *a: reads.append(len(index)) or
                         original(X, index, *a))
     monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 600)
     _small_ccn().fit(X, y)

@@ -4,11 +4,15 @@ from .encoder import encode, make_encoder, shrink_towards, steps_per_epoch, trai
 from .transformer import NeighbourEmbedding
 from .landmarks import (
     LANDMARK_ROWS,
+    StreamedRows,
     encode_chunks,
+    landmark_graph_inputs,
+    landmark_graph_rows,
     landmark_indices,
     normalise_rows,
     read_landmarks,
     row_reader,
+    unit_peak_rows,
     uses_landmarks,
 )
 from .graph import (
@@ -26,11 +30,14 @@ from .graph import (
 __all__ = [
     "LANDMARK_ROWS",
     "NeighbourEmbedding",
+    "StreamedRows",
     "auto_metric",
     "encode",
     "encode_chunks",
     "fuzzy_graph",
     "keep_rows",
+    "landmark_graph_inputs",
+    "landmark_graph_rows",
     "landmark_indices",
     "knn",
     "make_encoder",
@@ -46,5 +53,6 @@ __all__ = [
     "train_neighbour_encoder",
     "umap_curve",
     "union_graph",
+    "unit_peak_rows",
     "uses_landmarks",
 ]

@@ -34,7 +34,7 @@ from ...metrics import n_dominant_clusters
 from ...nn import init_module, knn_indices
 from . import pairs
 from .networks import SimilarityEnsemble, fold_batch_norm
-from .streamed import NeighbourRadii, RowBatches, StreamedRows, unit_peak_rows
+from .streamed import NeighbourRadii, RowBatches
 
 __all__ = ["PAPER_PARAMS", "CCNCluster"]
 
@@ -518,7 +518,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         index, and the codes are computed chunk by chunk
         (:mod:`sktransfer_cluster.representation.landmarks`). ``epochs`` 0 codes only.
         """
-        from ...representation import encode_chunks, landmark_indices, read_landmarks, uses_landmarks
+        from ...representation import encode_chunks, landmark_graph_inputs, landmark_indices, uses_landmarks
 
         if not uses_landmarks(X.shape[0]):
             Xn = self._tensor(X)
@@ -529,20 +529,17 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         shift, scale = self._input_affine
         if epochs > 0:
             index = landmark_indices(X.shape[0], rng)
-            cosine = self.graph_metric_ == "cosine"
             # The graph of the raw landmarks scaled per row (cosine) or of the rows the networks see.
-            rows = read_landmarks(X, index, *((None, 1.0) if cosine else (shift, scale)))
-            graph = self._graph_of(unit_peak_rows(rows) if cosine else rows)
-            if cosine:  # read again normalised once the graph is built: one landmark array fewer at its peak
-                rows = read_landmarks(X, index, shift, scale)
+            graph, rows = landmark_graph_inputs(X, index, self.graph_metric_, shift, scale, self._graph_of)
             encoder = self._train_encoder(encoder, graph, rows, epochs, torch_gen, phase)
             del rows, graph
         return encoder, encode_chunks(encoder, X, shift, scale).to(self.device_, self._dtype())
 
     def _rows(self, X):
         """The normalised rows as ``representation="input"`` trains on them: a tensor, or read on demand
-        (:class:`~.streamed.StreamedRows`) past :data:`~sktransfer_cluster.representation.LANDMARK_ROWS` rows."""
-        from ...representation import uses_landmarks
+        (:class:`~sktransfer_cluster.representation.StreamedRows`) past
+        :data:`~sktransfer_cluster.representation.LANDMARK_ROWS` rows."""
+        from ...representation import StreamedRows, uses_landmarks
 
         if not uses_landmarks(X.shape[0]):
             return self._tensor(X)

@@ -8,7 +8,7 @@ transfer) holds no float copy of ``X``:
   (:mod:`sktransfer_cluster.representation.landmarks`); ``G`` and ``f`` train on
   minibatches of the codes (``n x 10``), drawn by index as in memory;
 * with ``representation="input"`` ``G`` and ``f`` train on minibatches read by
-  index from ``X`` itself (:class:`StreamedRows`, through the shared row reader).
+  index from ``X`` itself (:class:`~sktransfer_cluster.representation.StreamedRows`).
 
 Each row's ``similar_neighbors`` nearest rows (an ``n x k`` index table in memory:
 ``k = ceil(n / 15)``, 1.3 GB at ``n = 50,000``) become a radius per row
@@ -30,10 +30,10 @@ import torch
 from ...base.arrays import chunk_rows
 from ...base.runtime import compute_threads
 from ...nn import knn_indices
-from ...representation import landmark_indices, row_reader
+from ...representation import landmark_indices
 from . import pairs
 
-__all__ = ["RADIUS_ROWS", "NeighbourRadii", "RowBatches", "StreamedRows", "unit_peak_rows"]
+__all__ = ["RADIUS_ROWS", "NeighbourRadii", "RowBatches"]
 
 #: Reference rows from which each row's neighbourhood radius is estimated: the
 #: search costs ``n x RADIUS_ROWS`` distances, and the ``1 / 15`` quantile of a row's
@@ -41,41 +41,6 @@ __all__ = ["RADIUS_ROWS", "NeighbourRadii", "RowBatches", "StreamedRows", "unit_
 RADIUS_ROWS = 5000
 # The "auto" threshold's rows, as pairs.neighbour_threshold draws them.
 _THRESHOLD_ROWS = 1000
-
-
-class StreamedRows:
-    """The normalised rows of ``X`` read on demand, for networks that train on minibatches.
-
-    ``rows[index]`` (a tensor or array of row indices, in any order, repeats allowed)
-    and ``rows[a:b]`` return those rows, ``(x - shift) / scale`` as float32 read
-    through :func:`~sktransfer_cluster.representation.row_reader` (a memmap's pages are
-    handed back as they are read), on ``device`` in ``dtype``. Nothing else is held.
-
-    Parameters
-    ----------
-    X : ndarray or np.memmap of shape (n_samples, n_features)
-    shift : ndarray of shape (n_features,)
-    scale : float
-    device : torch.device
-    dtype : torch.dtype
-    """
-
-    def __init__(self, X, shift, scale, device, dtype):
-        self.shape = X.shape
-        self.device, self.dtype = device, dtype
-        self._read = row_reader(X, shift, scale)
-
-    def __len__(self):
-        return self.shape[0]
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            index = np.arange(*index.indices(self.shape[0]))
-        index = index.cpu().numpy() if torch.is_tensor(index) else np.asarray(index)
-        # The reader takes sorted distinct rows: read those, then put them in the order asked.
-        unique, inverse = np.unique(index, return_inverse=True)
-        rows = self._read(unique)[torch.from_numpy(inverse.reshape(-1))]
-        return rows.to(self.device, self.dtype)
 
 
 class RowBatches(Sequence):
@@ -91,16 +56,10 @@ class RowBatches(Sequence):
         return self.rows[self.batches[i]]
 
 
-def unit_peak_rows(rows):
-    """``rows`` divided in place by each row's largest magnitude: the same angles, inside float32 at any scale."""
-    rows /= np.maximum(np.abs(rows).max(1, keepdims=True), np.finfo(rows.dtype).tiny)
-    return rows
-
-
 class NeighbourRadii:
     """Each row's ``k`` nearest rows as a radius: the ``k'``-th distance to uniform reference rows.
 
-    For ``n`` rows ``Xt`` (a tensor or :class:`StreamedRows`), ``m =
+    For ``n`` rows ``Xt`` (a tensor or :class:`~sktransfer_cluster.representation.StreamedRows`), ``m =
     min(n, RADIUS_ROWS)`` reference rows are drawn by ``rng``; row ``i``'s radius is
     its distance to its ``k' = ceil(k m / n)``-th nearest reference row (itself left
     out, as :func:`~sktransfer_cluster.nn.knn_indices` leaves it out). Rows ``i`` and

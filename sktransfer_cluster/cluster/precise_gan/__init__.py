@@ -1,8 +1,8 @@
 """PreciseFeatureGAN: a cluster-conditioned WGAN-GP whose classifier finds the feature
 that matches the requested clusters (Gan et al.).
 
-Read top to bottom: :mod:`.estimator`, :mod:`.networks` (G, D, C and one update of each),
-:mod:`.streamed` (inputs too large to copy: landmarks, rows read by index).
+Read top to bottom: :mod:`.estimator`, :mod:`.networks` (G, D, C and one update of each).
+Inputs too large to copy are read through :mod:`sktransfer_cluster.representation.landmarks`.
 """
 
 from .estimator import PAPER_PARAMS, PreciseFeatureGAN

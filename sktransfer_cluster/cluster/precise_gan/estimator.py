@@ -39,10 +39,10 @@ from sklearn.utils.validation import check_is_fitted, check_random_state
 
 from ...base import (COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_image_shape, chunk_rows, chunked,
                     compact_labels, compile_step, compute_threads, make_generators)
+from ...representation import StreamedRows, landmark_graph_inputs, landmark_graph_rows
 from .networks import (build_networks, classifier_objective, classifier_step, critic_objective, critic_step,
                        default_eta_step, draw_ids, eta_schedule, generator_objective, generator_step, latent,
                        mean_entropy, set_requires_grad)
-from .streamed import StreamedRows, landmark_graph_inputs, landmark_graph_rows, map_rows
 
 __all__ = ["PreciseFeatureGAN", "PAPER_PARAMS", "eta_schedule", "neighbour_agreement"]
 
@@ -367,7 +367,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     chunk by chunk, so ``G``, ``D`` and ``C`` train on the ``n x 10`` codes;
     without an encoder the critic's real minibatches are read from ``X`` by
     index and every pass over the rows reads them in chunks
-    (:mod:`~sktransfer_cluster.cluster.precise_gan.streamed`); ``refit=True``
+    (:mod:`~sktransfer_cluster.representation.landmarks`); ``refit=True``
     measures the neighbour agreement on the landmarks. Fits on up to that many
     rows are those of every row in memory.
 
@@ -603,14 +603,14 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
         Past the count no step holds a float copy of ``X``: the encoder trains on the
         landmarks' graph, codes are computed chunk by chunk, and without an encoder the
-        GAN reads its real minibatches by index (:mod:`.streamed`).
+        GAN reads its real minibatches by index (:class:`~sktransfer_cluster.representation.StreamedRows`).
         """
         from ...representation import landmark_indices, uses_landmarks
 
         return landmark_indices(X.shape[0], rng) if uses_landmarks(X.shape[0]) else None
 
     def _streamed_rows(self, X):
-        """The standardised rows of ``X`` read on demand (:class:`~.streamed.StreamedRows`)."""
+        """The standardised rows of ``X`` read on demand (:class:`~sktransfer_cluster.representation.StreamedRows`)."""
         shift, scale = self._input_affine or (None, 1.0)
         return StreamedRows(X, shift, scale, self.device_, self._dtype())
 
@@ -666,7 +666,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         """Train ``encoder_`` in place on the k-NN graph of the rows ``X``, its inputs the
         standardised rows ``Xt``: ``n_epochs`` passes over the graph's edges, on the CPU.
         ``index`` (with ``Xt`` None): the landmark rows, whose graph it is instead, read
-        from ``X`` by index (:func:`~.streamed.landmark_graph_inputs`).
+        from ``X`` by index (:func:`~sktransfer_cluster.representation.landmark_graph_inputs`).
 
         The graph's distance is ``_graph_metric`` (:func:`~sktransfer_cluster.representation.auto_metric`
         of the source's values): the cosine of the raw rows for non-negative rows that reach
@@ -713,7 +713,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     # ----------------------------------------------------------------- training
     def _train(self, Xt, n_steps, torch_gen, phase):
         """Algorithm 1 for ``n_steps`` generator steps on the standardised rows ``Xt`` (a tensor, or
-        :class:`~.streamed.StreamedRows`: each generator step reads its critic's real rows by index)."""
+        :class:`~sktransfer_cluster.representation.StreamedRows`: each generator step reads its critic's real rows by index)."""
         G, D, C = self.generator_, self.critic_, self.classifier_
         # foreach: one multi-tensor kernel per Adam update instead of one per parameter.
         opt_g, opt_d, opt_c = (torch.optim.Adam(m.parameters(), lr=self.learning_rate, betas=self._betas,
@@ -807,7 +807,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     @torch.no_grad()
     def _assign(self, Xt):
         """Labels of a data set (standardised tensor); sets ``cluster_ids_`` and the centres."""
-        ids = map_rows(lambda part: self.classifier_(part).argmax(1), Xt).cpu().numpy()
+        ids = chunked(lambda part: self.classifier_(part).argmax(1), Xt).cpu().numpy()
         labels, self.cluster_ids_ = compact_labels(ids, self.n_clusters)
         self.n_clusters_ = int(self.cluster_ids_.shape[0])
         self._used = torch.as_tensor(self.cluster_ids_, device=self.device_)
@@ -838,7 +838,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             self.weights_ = w / w.sum()
         self._betas = tuple(float(b) for b in self.betas)
         index = self._landmarks(X, rng)
-        # Past the landmark count no step holds a float copy of X (.streamed).
+        # Past the landmark count no step holds a float copy of X (representation.landmarks).
         Xt = self._tensor(X) if index is None else None
         self.encoder_, self._code_affine = None, None
         represented = self._represents(X)
@@ -1012,7 +1012,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         point ``G(y, z=0)``: how well the generator's points cover the data, no labels needed."""
         every = torch.arange(self.n_clusters, device=self.device_)
         P = self.generator_(self._latent(every, None, zero_noise=True)).reshape(self.n_clusters, -1)
-        nearest = map_rows(lambda part: torch.cdist(part.reshape(part.shape[0], -1), P).pow(2).min(1).values, Xt)
+        nearest = chunked(lambda part: torch.cdist(part.reshape(part.shape[0], -1), P).pow(2).min(1).values, Xt)
         return float(nearest.double().mean())
 
     def _nearest_point_classifier(self, Xt):
@@ -1043,7 +1043,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             P, labels = start.clone(), None
             for _ in range(_LLOYD_STEPS):
                 C = self._nearest_point_linear(P, Xt)
-                new = map_rows(lambda part: C(part.reshape(part.shape[0], -1)).argmax(1), Xt)
+                new = chunked(lambda part: C(part.reshape(part.shape[0], -1)).argmax(1), Xt)
                 if labels is not None and torch.equal(new, labels):
                     break
                 labels = new
@@ -1084,7 +1084,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     def _nearest_point_linear(self, P, Xt):
         """The linear layer of the nearest point of ``P`` (rows: points), ``s2`` from the rows ``Xt``."""
         d = P.shape[1]
-        nearest = map_rows(lambda part: torch.cdist(part.reshape(part.shape[0], -1), P).pow(2).min(1).values, Xt)
+        nearest = chunked(lambda part: torch.cdist(part.reshape(part.shape[0], -1), P).pow(2).min(1).values, Xt)
         s2 = max(float(nearest.double().mean()) / d, 1e-12)
         C = torch.nn.Linear(d, self.n_clusters).to(device=self.device_, dtype=P.dtype)
         C.weight.copy_(P / s2)
