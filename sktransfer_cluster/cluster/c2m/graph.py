@@ -422,10 +422,6 @@ _SMALL_REFERENCE = 4096
 # nearest_reference: distances per block (row block x reference rows), a float64 block that stays
 # in cache (1 MiB) between the product and the selection.
 _BLOCK_ELEMENTS = 2**17
-# nearest_reference: rows whose sorted keys prove nothing are searched again, at least this many
-# at a time: MKL gives 1-3-row products other last bits than larger blocks, and such a row's
-# distances must not depend on how many rows came with it.
-_MIN_EXACT_ROWS = 8
 
 
 def _exact_nearest(ref, k, query, norms):
@@ -438,68 +434,59 @@ def _exact_nearest(ref, k, query, norms):
     return out
 
 
+def _unproved(top, keys, bits):
+    """Rows whose sorted keys (``top``: their bits) do not strictly increase in their high parts, or are not finite."""
+    return (np.diff(top >> bits, axis=1) <= 0).any(1) | ~np.isfinite(keys).all(1)
+
+
 def _sorted_nearest(ref, k, query, norms):
     """:func:`_exact_nearest`'s indices on the CPU, from a sort of float32 keys where it proves them.
 
     ``topk`` costs about 1.5 us per row of 200 columns (a heap vector and an ``nth_element``
     per row), four times the product; numpy sorts float32 rows with vector instructions in a
     seventh of that. Per block, the same ``addmm`` as the exact search gives the distances
-    ``d``; each key is ``d`` rounded to float32, less the row's smallest (never negative), with
-    its low ``b`` mantissa bits replaced by its column, so that one sort of values returns the
-    columns. The roundings and the packed bits move a key by at most ``u |offset|`` plus
-    ``(2 u + 2^(b - 23))`` times the key (``u = 2^-24``). Where each of the first ``k`` gaps
-    between sorted keys (up to the ``k + 1``-th) exceeds twice that, the distances are strictly
-    in that order: the columns are ``topk``'s, in ``topk``'s order, with no tie for it to
-    break. The other rows (ties and near-ties) are searched again by
-    :func:`_exact_nearest`, at least ``_MIN_EXACT_ROWS`` rows per product.
+    ``d``; each key is ``d`` rounded to float32, less the row's smallest, with its low ``b``
+    bits replaced by its column, so that one sort of values returns the columns. Every step
+    (rounding, subtracting one number, clearing low bits of a non-negative float, whose bits
+    order as its value) is non-decreasing in ``d``, so where the keys' high parts strictly
+    increase along the first ``k + 1`` sorted keys, the distances strictly increase too: the
+    columns are ``topk``'s, in ``topk``'s order, with no tie for it to break. Other rows
+    (ties, near-ties, non-finite distances) take ``topk`` of the same block's distances.
     """
     n = ref.shape[0]
     m = query.shape[0]
     bits = max(1, (n - 1).bit_length())
     low = (1 << bits) - 1
-    width = min(k + 1, n)  # the k-th gap is to the (k + 1)-th key; with k = n there is none
+    width = min(k + 1, n)  # the k-th key must be below the (k + 1)-th; with k = n there is none
     rows = max(1, _BLOCK_ELEMENTS // n)
     # Blocks reused across the loop: fresh ones are page-faulted in anew for every block.
     shape = (min(rows, m), n)
     dist_buffer = torch.empty(shape, dtype=ref.dtype)
     keys = torch.empty(shape, dtype=torch.float32)
     cols = torch.arange(n, dtype=torch.int32)
-    top = np.empty((m, width), dtype=np.float32)
-    offsets = torch.empty(m, dtype=torch.float32)
+    out = torch.empty((m, k), dtype=torch.long)
     for s in range(0, m, rows):
         q = query[s : s + rows]
         b = q.shape[0]
+        dist = torch.addmm(norms, q, ref.T, alpha=-2.0, out=dist_buffer[:b])
         kb = keys[:b]
-        kb.copy_(torch.addmm(norms, q, ref.T, alpha=-2.0, out=dist_buffer[:b]))
-        # The row offset after rounding: float32 passes cost half of float64 ones.
-        offset = kb.amin(1, keepdim=True)
-        kb.sub_(offset)
-        offsets[s : s + b] = offset[:, 0]
+        kb.copy_(dist)
+        kb.sub_(kb.amin(1, keepdim=True))  # the row offset after rounding: float32 passes cost half
         kb.view(torch.int32).bitwise_and_(~low).bitwise_or_(cols)
         kn = kb.numpy()
         kn.sort(axis=1)
-        top[s : s + b] = kn[:, :width]
-    out = torch.from_numpy((top[:, :k].view(np.int32) & np.int32(low)).astype(np.int64))
-    if width > 1:
-        # Keys are >= 0 and sorted: the two keys of any gap are at most the last one, v. Each
-        # rounded distance is within u |d| <= u (|offset| + v) of d (the common offset cancels
-        # in a gap), the subtraction within u v, the packed bits within 2^(b - 23) v; a gap is
-        # the difference of two float32 keys rounded to float32: up to 2^-24 of it too large.
-        v = top[:, -1].astype(np.float64)
-        u = 2.0**-24
-        bound = 2.0 * (u * np.abs(offsets.numpy().astype(np.float64)) + (2.0 * u + 2.0 ** (bits - 23)) * v)
-        gaps = np.subtract(top[:, 1:], top[:, :-1]).min(1)
-        proved = gaps > (bound * 1.02 + 2.0 ** (bits - 140)) * (1.0 + 2.0**-22)
-        if not proved.all():
-            idx = torch.from_numpy(np.flatnonzero(~proved))
-            sub = query[idx]
-            if sub.shape[0] < _MIN_EXACT_ROWS:
-                sub = torch.cat([sub, sub[:1].expand(_MIN_EXACT_ROWS - sub.shape[0], -1)])
-            out[idx] = _exact_nearest(ref, k, sub, norms)[: idx.shape[0]]
+        top = kn[:, :width].view(np.int32)
+        out[s : s + b] = torch.from_numpy((top[:, :k] & np.int32(low)).astype(np.int64))
+        if width > 1:
+            unproved = _unproved(top, kn[:, :width], bits)
+            if unproved.any():
+                sel = torch.from_numpy(np.flatnonzero(unproved))
+                out[s + sel] = dist[sel].topk(k, dim=1, largest=False).indices
     return out
 
 
 @on_compute_threads
+@torch.no_grad()
 def nearest_reference(ref, k, query):
     """Indices of the ``k`` nearest rows of ``ref`` (n, d) to each row of ``query`` (m, d), nearest first.
 
@@ -522,7 +509,7 @@ def nearest_reference(ref, k, query):
     if n > _SMALL_REFERENCE or k < 1:
         return knn_indices(ref, k, query=query)
     norms = (ref * ref).sum(1)
-    if ref.device.type != "cpu" or query.shape[0] < _MIN_EXACT_ROWS:
+    if ref.device.type != "cpu":
         return _exact_nearest(ref, k, query, norms)
     return _sorted_nearest(ref, k, query, norms)
 
@@ -533,7 +520,8 @@ def mlp_inputs(Xs, reference):
     The coordinates alone when ``reference`` is None; otherwise, beside them,
     the mean spectral embedding of each row's ``k`` nearest reference points
     (itself included when it is one), so that a row gets the same features
-    whichever other rows come with it, and, with tree cuts, the nearest
+    whichever other rows come with it (up to last-bit ties: the product of a
+    block of rows can round otherwise), and, with tree cuts, the nearest
     reference point's sides. One neighbour search (:func:`nearest_reference`)
     serves both: the nearest point is the first of the ``k`` nearest. The
     columns are written into one array, chunk by chunk (no concatenated copies).
