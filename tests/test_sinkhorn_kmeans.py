@@ -1042,6 +1042,19 @@ def _nonnegative_rows(n, d, k=3, seed=0):
 GRAPH_TRANSFER = dict(pretrain_epochs=1, n_init=2, device="cpu", random_state=0)
 
 
+def test_landmark_inputs_of_the_cosine_graph_are_the_rows_as_tensor_normalises_them_to_the_bit():
+    # A float64 column at 1e8 +- 3: normalised after a rounding to float32 it would be off by
+    # whole units of its spread; the landmarks must be exactly the in-memory path's rows.
+    X, _ = _nonnegative_rows(300, 6)
+    X = X.astype(np.float64)
+    X[:, 0] = 1e8 + 3 * np.random.default_rng(1).standard_normal(300)
+    km = SinkhornKMeans(3, embedding="neighbours", **GRAPH_TRANSFER).fit(X)
+    index = np.arange(0, 300, 7)
+    _, inputs = km._landmark_graph(X, index)
+    assert km._graph_metric == "cosine"
+    assert torch.equal(inputs, km._tensor(X)[index].cpu().float())
+
+
 @pytest.mark.parametrize("embedding", ["autoencoder", "neighbours"])
 def test_graph_transfer_past_the_landmark_count_reads_landmarks_and_chunks_never_the_whole_array(
         tmp_path, monkeypatch, embedding):

@@ -760,17 +760,20 @@ class SinkhornKMeans(
         """``(graph, inputs)``: the neighbour graph of the landmark rows ``X[index]`` and those rows normalised.
 
         The graph of the raw landmark rows (cosine) or of the rows the network reads
-        (Euclidean, as :meth:`_neighbour_graph`); the network's inputs are then
-        normalised in place, as ``_tensor`` does it. One float32 copy of the landmarks.
+        (Euclidean, as :meth:`_neighbour_graph`). For the cosine graph the raw rows are
+        dropped once it is built and read again normalised, in float64 before the one
+        rounding to float32 as ``_tensor`` does it (normalising the float32 raw rows would
+        round a float64 X's large offset first): one float32 copy of the landmarks at a time.
         """
-        from ...representation import normalise_rows, read_landmarks
+        from ...representation import read_landmarks
 
         shift, scale = self._input_affine
         euclidean = getattr(self, "_graph_metric", "cosine") == "euclidean"
         rows = read_landmarks(X, index, *((shift, scale) if euclidean else (None, 1.0)))
         graph = self._neighbour_graph(rows, normalised=euclidean)
         if not euclidean:
-            normalise_rows(rows, shift, scale, out=rows)
+            del rows
+            rows = read_landmarks(X, index, shift, scale)
         return graph, torch.from_numpy(rows)
 
     def _transfer_graph_on_landmarks(self, X, rng, torch_gen, epochs, n_restarts, graph_ae):
