@@ -8,8 +8,10 @@ cross-entropy method proposes (the paper's Algorithm 2). Clustering any set,
 the source in ``fit`` or an unseen target in ``transfer``, is maximising ``r``
 over the weights of a small MLP with the cross-entropy method
 (:mod:`sktransfer_cluster.cluster.c2m.cem`); the number of clusters is not given.
-With ``representation="auto"`` and a source that is one data set (no ``groups``), the metric
-and the search read the codes of the shared neighbour-graph encoder, refined on each target.
+By default (``representation="auto"``) a source that is one data set (no ``groups``) of
+intensities or counts (images) is read through the shared neighbour-graph encoder, refined on
+each target, and the ``"auto"`` companions then train and search as measured on images; grouped
+sets and tables are read as they are, as before.
 With ``tree_features`` and ``tree_candidates`` the metric reads how a labelling cuts the set's
 minimum spanning tree and the search scores single-linkage clusterings: a metric learned on
 blobs then finds two moons and two rings (opt-in; it merges touching blobs). With
