@@ -28,7 +28,10 @@ Canonical run: ``python benchmarks/c2m_quality.py``.
    labelling against one cluster and against KMeans(k), process times, and, in the same run,
    KMeans(true K) and the image peers on the whole target: UMAP(10) + GaussianMixture(true K) and,
    K unknown, UMAP(10) + HDBSCAN(min_cluster_size=n // 20, min_samples=10).
-   ``--second-images`` adds mfeat-pix 0-4 -> 5-9 (B = 20), ``--only-images`` drops digits.
+   ``--second-images`` adds mfeat-pix 0-4 -> 5-9 (B = 20), ``--shift`` issue 29's domain shift on
+   mfeat-pix (``heldout_images.py``'s same/shift tasks: K = 10, B = 20), ``--tabular`` the arena's
+   table task tdcm-shift-k5 (B = 10), ``--only-images`` drops digits; ``--baseline-params JSON``
+   runs a second setting on the same tasks in the same run.
    Writes results/c2m/variants/c2m_defaults_transfer.{json,md} (or ``--name``).
 
     python benchmarks/c2m_quality.py --defaults-transfer [--mnist] [--seeds 0 1 2]
