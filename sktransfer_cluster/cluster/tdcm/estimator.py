@@ -107,7 +107,10 @@ class TDCMCluster(
         (``hidden_dims``, ``(256, 256)`` when empty) trained on the fuzzy k-NN
         graph of the source (:mod:`sktransfer_cluster.representation`, 40
         epochs; 15 neighbours with shared-neighbour weights, by cosine distance
-        when no entry of the data is negative, else by Euclidean distance), then frozen;
+        when no entry of the data is negative, else by Euclidean distance),
+        started from the rows' principal-axis layout (as UMAP and t-SNE start
+        from principal or spectral coordinates; on a few hundred rows the codes
+        keep much of the rows' linear geometry), then frozen;
         the blocks are trained with TDCM's loss on its codes (smoothed over the
         codes' own neighbours, ``smoothing_steps``). :meth:`transfer` first
         trains the encoder on the target's own graph (40 epochs) from a fresh
