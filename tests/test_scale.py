@@ -149,6 +149,16 @@ def test_a_row_reader_hands_pages_back_after_every_release_rows_rows_of_one_call
     assert sum(released) == index.shape[0] and max(released) <= streaming.RELEASE_ROWS
 
 
+def test_chunked_writes_one_row_per_row_into_one_output_and_concatenates_per_chunk_reductions():
+    from sktransfer_cluster.base import chunked
+
+    X = torch.arange(10.0).reshape(5, 2)
+    torch.testing.assert_close(chunked(lambda x: x.sum(1), X, chunk_size=2), X.sum(1))
+    sums = chunked(lambda x: x.sum(0, keepdim=True), X, chunk_size=2)  # one row per chunk
+    torch.testing.assert_close(sums, torch.tensor([[2.0, 4.0], [10.0, 12.0], [8.0, 9.0]]))
+    assert chunked(lambda x: x[:, 0], np.zeros((0, 3))).shape == (0,)
+
+
 def test_copy_on_write_memmaps_and_arrays_in_memory_are_never_released(memmap_file):
     assert mapped_pages(np.load(memmap_file, mmap_mode="c")) is None
     assert mapped_pages(np.ones((3, 2))) is None

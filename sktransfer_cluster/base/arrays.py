@@ -48,7 +48,8 @@ def chunked(fn, X, chunk_size=None):
     Parameters
     ----------
     fn : callable
-        Maps a chunk of rows to an array or tensor with one row (or entry) per input row.
+        Maps a chunk of rows to an array or tensor with one row (or entry) per input row
+        (written into one output), or with any other number of rows (concatenated).
     X : ndarray or torch.Tensor of shape (n_samples, ...)
     chunk_size : int, default=None
         Rows per chunk; None: :func:`chunk_rows` of the row width.
@@ -66,20 +67,25 @@ def chunked(fn, X, chunk_size=None):
     """
     if chunk_size is None:
         chunk_size = chunk_rows(math.prod(X.shape[1:]))
-    n, out = X.shape[0], None
+    n, out, parts = X.shape[0], None, []
     with torch.no_grad():
         for start in range(0, max(n, 1), chunk_size):
             part = fn(X[start : start + chunk_size])
             part = part if torch.is_tensor(part) else np.asarray(part)
-            if out is None:
-                # One output, allocated at the first chunk: the chunks' results kept for one
-                # concatenation fragmented the heap between reads of a memmap's chunks (labels
-                # of a 10^6 x 784 memmap: 2.9 GiB of anonymous memory, never used at once).
+            if start == 0 and part.shape[0] == min(n, chunk_size):
+                # One row per row: one output, allocated at the first chunk. The chunks' results
+                # kept for one concatenation fragmented the heap between reads of a memmap's chunks
+                # (labels of a 10^6 x 784 memmap: 2.9 GiB of anonymous memory, never used at once).
                 shape = (n, *part.shape[1:])
                 out = (torch.empty(shape, dtype=part.dtype, device=part.device) if torch.is_tensor(part)
                        else np.empty(shape, dtype=part.dtype))
-            out[start : start + part.shape[0]] = part
-    return out
+            if out is None:  # any other number of rows per chunk (a per-chunk reduction): concatenated
+                parts.append(part)
+            else:
+                out[start : start + part.shape[0]] = part
+    if out is not None:
+        return out
+    return torch.cat(parts, 0) if torch.is_tensor(parts[0]) else np.concatenate(parts, axis=0)
 
 
 # Bytes of float32 activations of one row block through a network's widest layer at inference:
