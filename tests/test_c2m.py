@@ -883,3 +883,111 @@ def test_mlp_inputs_search_once_and_equal_the_two_separate_searches():
     expected = torch.cat([Xs, ref["emb"][knn_indices(ref["ref"], ref["k"], query=Xs)].mean(1),
                           ref["cuts"][knn_indices(ref["ref"], 1, query=Xs)[:, 0]]], 1)
     assert torch.equal(H, expected)
+
+
+# ------------------------------------------------------------- streamed fits past LANDMARK_ROWS (issue 31)
+STREAM = dict(max_clusters=4, max_epochs=1, sets_per_epoch=2, population=8, cem_iter=2, set_size=100,
+              max_cem_samples=300, random_state=0, device="cpu")
+# The neighbour encoder's codes (the default on these non-negative rows with zeros) and the rows themselves.
+ROUTES = {"codes": {}, "rows": {"representation": None}}
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_a_fit_past_the_landmark_count_reads_landmarks_sets_and_chunks_never_the_whole_array(
+        tmp_path, monkeypatch, route):
+    from tests.test_scale import landmark_memmap_reads
+
+    model, largest, chunk = landmark_memmap_reads(
+        C2MCluster, lambda: C2MCluster(**STREAM, **ROUTES[route]), tmp_path, monkeypatch, labelled=True)
+    assert chunk < 6000
+    # Landmarks in pieces, the critic's sets and the CEM subsample by index, statistics and labels in chunks.
+    assert largest <= max(500, chunk)
+    assert model.labels_.shape == (6000,)
+    assert (model.representation_ is not None) == (route == "codes")
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_the_landmark_fit_on_a_memmap_equals_it_on_the_array_in_memory(tmp_path, monkeypatch, route):
+    from tests.test_scale import landmark_fits_on_memmap_and_array
+
+    mapped, in_memory = landmark_fits_on_memmap_and_array(
+        lambda: C2MCluster(**STREAM, **ROUTES[route]), tmp_path, monkeypatch, labelled=True)
+    np.testing.assert_array_equal(mapped.labels_, in_memory.labels_)
+    np.testing.assert_array_equal(mapped.cem_weights_, in_memory.cem_weights_)
+    assert mapped.input_scale_ == in_memory.input_scale_
+
+
+def test_the_critic_trained_on_rows_read_by_index_equals_it_on_the_rows_in_memory(tmp_path, monkeypatch):
+    # On the rows the landmark count changes only where a training set's rows come from: RowReader's
+    # float64 copies are the tensor's bits, so the critic is the same to the bit.
+    from sktransfer_cluster.representation import landmarks
+    from tests.test_scale import _nonnegative_blobs
+
+    X, y = _nonnegative_blobs(1500, 30)
+    np.save(tmp_path / "X.npy", X)
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 400)
+    streamed = C2MCluster(**STREAM, representation=None).fit(np.load(tmp_path / "X.npy", mmap_mode="r"), y)
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 1500)
+    in_memory = C2MCluster(**STREAM, representation=None).fit(X, y)
+    for a, b in zip(streamed.critic_.state_dict().values(), in_memory.critic_.state_dict().values()):
+        assert torch.equal(a, b)
+    # The clustering's statistics come from a streamed pass: the same to rounding.
+    np.testing.assert_allclose(streamed.input_mean_, in_memory.input_mean_, rtol=1e-12, atol=1e-15)
+    assert streamed.input_scale_ == pytest.approx(in_memory.input_scale_, rel=1e-12)
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_the_streamed_path_starts_only_past_the_landmark_count(monkeypatch, route):
+    from sktransfer_cluster.representation import landmarks
+    from tests.test_scale import _nonnegative_blobs
+
+    X, y = _nonnegative_blobs(600, 30)
+    reads = []
+    reader = c2m.RowReader
+
+    def counted(X):
+        read = reader(X)
+        return lambda index: reads.append(len(index)) or read(index)
+
+    monkeypatch.setattr(c2m, "RowReader", counted)
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 600)
+    at_count = C2MCluster(**STREAM, **ROUTES[route]).fit(X, y)
+    assert reads == []  # every row in memory, as before streaming existed
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 10**6)
+    np.testing.assert_array_equal(C2MCluster(**STREAM, **ROUTES[route]).fit(X, y).labels_, at_count.labels_)
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 599)
+    C2MCluster(**STREAM, **ROUTES[route]).fit(X, y)
+    assert reads and max(reads) <= 599
+
+
+def test_a_transfer_past_the_landmark_count_equals_it_on_the_array_in_memory(tmp_path, monkeypatch):
+    import copy
+
+    from sktransfer_cluster.representation import landmarks
+    from tests.test_scale import _nonnegative_blobs
+
+    X, y = _nonnegative_blobs(1600, 30, k=4)
+    np.save(tmp_path / "target.npy", X[y >= 2])
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 400)
+    model = C2MCluster(**STREAM).fit(X[y < 2], y[y < 2])
+    labels = [copy.deepcopy(model).transfer(data) for data in (np.load(tmp_path / "target.npy", mmap_mode="r"), X[y >= 2])]
+    np.testing.assert_array_equal(*labels)
+
+
+def test_a_transfer_past_the_landmark_count_reads_landmarks_and_chunks_never_the_whole_target(tmp_path, monkeypatch):
+    from sktransfer_cluster.base.arrays import chunk_rows
+    from sktransfer_cluster.representation import landmarks
+    from tests.test_scale import RowsTouched, _nonnegative_blobs
+
+    X, y = _nonnegative_blobs(6000, 200)
+    np.save(tmp_path / "X.npy", X)
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 500)
+    model = C2MCluster(**STREAM).fit(X[:400], y[:400])
+    tensors, tensor, validate = [], C2MCluster._tensor, C2MCluster._validate_input
+    monkeypatch.setattr(C2MCluster, "_tensor", lambda self, X: tensors.append(X.shape[0]) or tensor(self, X))
+    # Validation hands on a plain view of the memmap: every later read goes through the counting view.
+    monkeypatch.setattr(C2MCluster, "_validate_input", lambda self, X, **kw: validate(self, X, **kw).view(RowsTouched))
+    RowsTouched.log = []
+    labels = model.transfer(np.load(tmp_path / "X.npy", mmap_mode="r"))
+    assert RowsTouched.log and labels.shape == (6000,)
+    assert max(RowsTouched.log + tensors) <= max(500, chunk_rows(200)) < 6000

@@ -18,6 +18,15 @@ blobs then finds two moons and two rings (opt-in; it merges touching blobs). Wit
 ``size_features`` the metric also reads each cluster's size relative to an equal share, which
 a per-cluster mean cannot see: on classes that touch, a merge shows by the sizes it leaves.
 
+Past :data:`~sktransfer_cluster.representation.LANDMARK_ROWS` rows (``np.memmap`` or any array
+too large to copy) ``fit`` and ``transfer`` never hold a float copy of ``X``: the encoder's graph
+is built on that many landmark rows read by index and every row is encoded chunk by chunk (only
+the codes are held); each critic step reads its set (at most ``set_size`` rows) by index; the
+clustering's statistics come from one streamed pass, CEM reads its ``max_cem_samples`` rows by
+index and every row is labelled chunk by chunk. Below that count every step is as before, to the
+bit. What still needs a whole set in memory: ``max_cem_samples=None`` (CEM on every row, as asked)
+and ``score``, which rates ``X`` as one set (the critic pools over all its points).
+
 The encoder and critic are in :mod:`sktransfer_cluster.cluster.c2m.critic`; the clustering MLP,
 its spectral inputs, the corrupted labellings and the critic's loss in
 :mod:`sktransfer_cluster.cluster.c2m.graph`. Measurements, the variants tried and dropped
@@ -35,7 +44,8 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_consistent_length, column_or_1d
 
-from ...base import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_widths, compact_labels
+from ...base import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_widths, chunk_rows, compact_labels
+from ...base.streaming import RowReader, iter_row_chunks
 from .graph import (
     cem_clustering,
     centroid_mlp_weights,
@@ -69,6 +79,69 @@ _AUGMENT_NOISE = 0.5
 # epoch, and the largest set CEM clusters directly.
 _SETS_PER_EPOCH = {"rows": 10, "codes": 30}
 _CODES_CEM_SAMPLES = 5000
+
+
+
+def _streams(n_samples):
+    """Whether a set of ``n_samples`` rows is read by index and in chunks rather than copied: past
+    :data:`~sktransfer_cluster.representation.LANDMARK_ROWS` rows, as the other wings' fits."""
+    from ...representation import uses_landmarks
+
+    return uses_landmarks(n_samples)
+
+
+def _streamed_standardize(X, enabled=True):
+    """``(mean, scale)`` of :func:`~.graph.standardize` over the rows of ``X`` in one streamed pass.
+
+    Per chunk (float64 copies, a memmap's pages handed back): its mean and the sums of squares
+    about it, merged by Chan et al.'s pairwise update with the sums carried divided by the
+    square of the largest deviation met so far, so squares neither over- nor underflow. The
+    scale is the mean over features of the unbiased standard deviations, as ``standardize``'s;
+    equal to it up to rounding (another summation order). A constant set keeps scale 1.
+
+    Returns
+    -------
+    mean : ndarray of float64, shape (n_features,)
+    scale : float
+    """
+    d = X.shape[1]
+    if not enabled:
+        return np.zeros(d), 1.0
+    n, mean, ss, peak = 0, np.zeros(d), np.zeros(d), 0.0
+    for start, stop, rows in iter_row_chunks(X):
+        m = stop - start
+        chunk_mean = rows.mean(0)
+        rows -= chunk_mean
+        delta = chunk_mean - mean
+        new_peak = max(peak, float(np.abs(rows).max(initial=0.0)), float(np.abs(delta).max(initial=0.0)))
+        if new_peak > 0:
+            ss = ss * (peak / new_peak) ** 2 + ((rows / new_peak) ** 2).sum(0) + (delta / new_peak) ** 2 * (n * m / (n + m))
+            peak = new_peak
+        mean = mean + delta * (m / (n + m))
+        n += m
+    scale = float((peak * np.sqrt(ss / max(n - 1, 1))).mean())
+    if not math.isfinite(scale) or scale <= 0:
+        return mean, 1.0
+    return mean, scale
+
+
+def _streamed_shift_and_peak(X, centre):
+    """``(shift, peak)`` in one streamed pass: the column means of ``X`` (``centre``, else None)
+    and the largest magnitude of ``X - shift``.
+
+    The shift is the float64 sum of the chunks' sums over n; the peak is read from each column's
+    extremes, ``max(max_j - shift_j, shift_j - min_j)``: rounding is monotonic, so it is the
+    largest rounded ``|x - shift|`` exactly.
+    """
+    d = X.shape[1]
+    total, low, high = np.zeros(d), np.full(d, np.inf), np.full(d, -np.inf)
+    for _, _, rows in iter_row_chunks(X):
+        total += rows.sum(0)
+        low, high = np.minimum(low, rows.min(0)), np.maximum(high, rows.max(0))
+    shift = total / X.shape[0] if centre else None
+    at = np.zeros(d) if shift is None else shift
+    return shift, float(np.maximum(high - at, at - low).max(initial=0.0))
+
 
 #: The paper's configuration (Alami, Kaddah & Read, Sec. 4: critic 256-256-512-512,
 #: RMSprop lr 0.01 decay 0.95, WGAN weight clipping, GAE 32-16, CEM MLP hidden 16,
@@ -665,14 +738,30 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         )
 
     def _cluster(self, X, rng, torch_gen):
-        """Cluster ``X`` by maximising the critic; sets the predict state and returns labels."""
-        Xt = self._tensor(X)
-        Xs, mean, scale = standardize(Xt, self.standardize)
-        n = Xs.shape[0]
+        """Cluster ``X`` by maximising the critic; sets the predict state and returns labels.
+
+        Past :data:`~sktransfer_cluster.representation.LANDMARK_ROWS` rows nothing holds
+        ``X``: the statistics of :func:`~.graph.standardize` come from one streamed pass
+        (:func:`_streamed_standardize`), the CEM subsample is read by index and every row
+        is labelled chunk by chunk, as ``predict`` labels it.
+        """
+        n = X.shape[0]
+        streamed = _streams(n)
+        if streamed:
+            mean_np, scale = _streamed_standardize(X, self.standardize)
+            mean = torch.as_tensor(mean_np, dtype=self._dtype(), device=self.device_)
+            Xs = None
+        else:
+            Xs, mean, scale = standardize(self._tensor(X), self.standardize)
         cap = self._resolved("max_cem_samples")
         if cap is not None and n > cap:
             sub = np.sort(rng.choice(n, size=cap, replace=False))
-            Xc = Xs[torch.as_tensor(sub, device=Xs.device)]
+            if streamed:
+                Xc = (self._read_rows(RowReader(X), sub) - mean) / scale
+            else:
+                Xc = Xs[torch.as_tensor(sub, device=Xs.device)]
+        elif streamed:
+            Xc = (self._read_rows(RowReader(X), np.arange(n)) - mean) / scale
         else:
             Xc = Xs
         state = self._mlp_state(Xc)
@@ -681,23 +770,48 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             res = self._cem(self.critic_, Xc, rng, torch_gen, graph, mlp_inputs(Xc, state))
             self._tick(bar, metric=float(res.best_score))
         self._mlp_ref = state
-        out = mlp_labels(res.best, mlp_inputs(Xs, state), self.cem_hidden, self.max_clusters).cpu().numpy()
+        self._cem_w = res.best.detach().clone()
+        self._input_mean = mean.detach().clone()
+        self.input_scale_ = float(scale)
+
+        def outputs(rows):
+            return mlp_labels(res.best, mlp_inputs(rows, state), self.cem_hidden, self.max_clusters).cpu().numpy()
+
+        if streamed:
+            # Each chunk standardised as predict does it: (x - mean) / scale, in the working dtype.
+            out = self._chunked(lambda rows: outputs((self._as_tensor(rows) - mean) / scale), X, dtype=np.int64)
+        else:
+            # The MLP's inputs chunk by chunk (the blocks mlp_inputs searches in), not all n rows at once.
+            step = chunk_rows(Xs.shape[1])
+            out = np.concatenate([outputs(Xs[s : s + step]) for s in range(0, n, step)])
         labels, used = compact_labels(out, self.max_clusters)
         self.cluster_outputs_ = used
         self._outputs = torch.as_tensor(used, device=self.device_)
-        self._cem_w = res.best.detach().clone()
         self.cem_weights_ = res.best.detach().cpu().numpy().copy()
         self.cem_score_ = float(res.best_score)
         self.input_mean_ = mean.detach().cpu().numpy().copy()
-        self.input_scale_ = float(scale)
-        self._input_mean = mean.detach().clone()
         self.n_clusters_ = int(used.shape[0])
         self.labels_ = labels
         return labels, res.n_iter
 
+    def _as_tensor(self, rows):
+        """Rows as a tensor of the working dtype, as :meth:`_tensor` makes them (a copy: memmap
+        chunks are read-only)."""
+        return torch.as_tensor(np.array(rows, copy=True), dtype=self._dtype(), device=self.device_)
+
+    def _read_rows(self, source, rows):
+        """The rows ``rows`` (sorted indices) of ``source``: a tensor of every row, or a
+        :class:`~sktransfer_cluster.base.streaming.RowReader` reading them from ``X`` (exact
+        float64 copies, so the same bits as the tensor's)."""
+        if torch.is_tensor(source):
+            return source[torch.as_tensor(rows, device=self.device_)]
+        return torch.as_tensor(source(rows), dtype=self._dtype(), device=self.device_)
+
     # ---------------------------------------------------------------- training
     def _critic_step(self, critic, opt, Xall, codes, sets, rng, torch_gen, run):
-        """One critic step on a random source sub-set; (loss, real score, fake score, proposal ACC)."""
+        """One critic step on a random source sub-set; (loss, real score, fake score, proposal ACC).
+
+        ``Xall``: every source row as a tensor, or a row reader (:meth:`_read_rows`)."""
         rows = sets[int(rng.integers(len(sets)))]
         if self.augment:
             classes = np.unique(codes[rows])
@@ -709,7 +823,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         if rows.shape[0] > self.set_size:
             rows = np.sort(rng.choice(rows, size=self.set_size, replace=False))
         y_true = compact_labels(codes[rows])[0]
-        Xs, _, _ = standardize(Xall[torch.as_tensor(rows, device=self.device_)], self.standardize)
+        Xs, _, _ = standardize(self._read_rows(Xall, rows), self.standardize)
         if self.augment and Xs.shape[1] > 1:
             # A random rotation: where the clusters lie is no cue, only how the set is arranged.
             Q, R = torch.linalg.qr(torch.randn(Xs.shape[1], Xs.shape[1], generator=torch_gen, dtype=Xs.dtype))
@@ -774,7 +888,8 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         critic = init_module(critic, torch_gen).to(device=self.device_, dtype=self._dtype())
         self.critic_ = critic
         opt = torch.optim.RMSprop(critic.parameters(), lr=self.learning_rate, alpha=self.rmsprop_decay)
-        Xall = self._tensor(X)
+        # Past the landmark count the sets are read by index (at most set_size rows a step), not copied.
+        Xall = RowReader(X) if _streams(X.shape[0]) else self._tensor(X)
         with self._training("critic training", self.max_epochs, state=[critic], select="last") as run:
             for _ in run.epochs():
                 steps = [
@@ -830,20 +945,51 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
             shape = None if self.image_shape is None else tuple(self.image_shape)
             seed = int(rng.integers(2**31 - 1))
+            streamed = _streams(X.shape[0])
             # Cosine only where the origin means something (intensities, counts: no negative value,
             # some zeros); rows at an arbitrary origin get Euclidean distances, which no shift moves,
             # read from the centred rows (the encoder's graph is built in float32).
-            if metric == "euclidean":
-                self._rep_shift = X.mean(0, dtype=np.float64)
-            peak = float(np.abs(self._encoder_rows(X)).max())
+            if streamed:
+                self._rep_shift, peak = _streamed_shift_and_peak(X, centre=metric == "euclidean")
+            else:
+                if metric == "euclidean":
+                    self._rep_shift = X.mean(0, dtype=np.float64)
+                peak = float(np.abs(self._encoder_rows(X)).max())
             self._rep_exponent = math.frexp(peak)[1] if 0.0 < peak < math.inf else 0
-            self._source_representation = NeighbourEmbedding(image_shape=shape, metric=metric, random_state=seed).fit(
-                self._encoder_rows(X)
-            )
+            embedding = NeighbourEmbedding(image_shape=shape, metric=metric, random_state=seed)
+            self._source_representation = embedding.fit(self._encoder_rows(self._landmarks(X, rng)))
             self.representation_ = self._source_representation
-        Z = self._encode(X)
+        Z = self._encode_all(X)
         self.n_iter_ = self._train(Z, codes, sets, rng, torch_gen)
         self._cluster(Z, rng, torch_gen)
+
+    def _landmarks(self, X, rng):
+        """The rows the encoder's graph is built on: ``X`` itself, or past
+        :data:`~sktransfer_cluster.representation.LANDMARK_ROWS` rows as many drawn uniformly
+        by ``rng`` and read by index (float64 copies, a memmap's pages handed back)."""
+        if not _streams(X.shape[0]):
+            return X
+        from ...representation import landmark_indices
+
+        index = landmark_indices(X.shape[0], rng)
+        reader, step = RowReader(X), chunk_rows(X.shape[1])
+        out = np.empty((index.shape[0], X.shape[1]), dtype=X.dtype)
+        for start in range(0, index.shape[0], step):  # float64 pieces of 4 MiB, kept in X's dtype
+            out[start : start + step] = reader(index[start : start + step])
+        return out
+
+    def _encode_all(self, X):
+        """:meth:`_encode` of every row of ``X``; past the landmark count chunk by chunk, so
+        only the codes (``n x n_components``) are held."""
+        if self.representation_ is None or not _streams(X.shape[0]):
+            return self._encode(X)
+        Z = None
+        for start, stop, rows in iter_row_chunks(X):
+            codes = self._encode(rows.astype(X.dtype, copy=False))
+            if Z is None:
+                Z = np.empty((X.shape[0], codes.shape[1]), dtype=X.dtype)
+            Z[start:stop] = codes
+        return Z
 
     def transfer(self, X):
         """Cluster an unlabelled target by maximising the learned metric on it.
@@ -879,8 +1025,10 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             import copy
 
             # A copy of the source's encoder, so every transfer starts from what fit learned.
-            self.representation_ = copy.deepcopy(self._source_representation).refine(self._encoder_rows(X))
-        labels, n_iter = self._cluster(self._encode(X), rng, torch_gen)
+            target_rows = self._encoder_rows(self._landmarks(X, rng))
+            self.representation_ = copy.deepcopy(self._source_representation).refine(target_rows)
+            del target_rows
+        labels, n_iter = self._cluster(self._encode_all(X), rng, torch_gen)
         self.n_iter_ = int(n_iter)
         return labels
 
