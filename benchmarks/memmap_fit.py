@@ -5,7 +5,8 @@
     python benchmarks/memmap_fit.py --neural [--n 1000000] [--d 784] [--k 10] [--std 0.3]
         [--epochs 50] [--landmarks M] [--methods ae paper tdcm ccn] [--tdcm-epochs 1] [--neighbour-epochs 40]
         [--paper-epochs 1 1] [--paper-inference] [--methods ae-transfer] [--transfer-source-rows 20000]
-        [--ccn-params JSON] [--ccn-source-rows 20000] [--seeds 0] [--no-peer] [--name NAME] [--smoke]
+        [--ccn-params JSON] [--ccn-source-rows 20000] [--methods c2m] [--c2m-params JSON]
+        [--c2m-encoder-epochs 40] [--seeds 0] [--no-peer] [--name NAME] [--smoke]
 
 ``--neural`` (the streamed neural fit): ``SinkhornKMeans(embedding="autoencoder")`` at its
 defaults but ``pretrain_epochs=--epochs`` on ``--n`` x ``--d`` non-negative blob rows (``--k``
@@ -52,6 +53,14 @@ of the source) against the labels ``G`` learned from. ``--methods ccn-transfer``
 ``transfer`` on the whole memmap instead: the same ``CCNCluster`` is fitted, before the
 measurement, on the first ``--ccn-source-rows`` rows and their labels (in memory); the ARI is
 that of the target's labels.
+
+``--methods c2m`` adds ``C2MCluster(K, **--c2m-params)`` (its defaults where the JSON names
+nothing) fitted with the blobs' labels as its source, ``fit(X, y)``, its neighbour encoder
+trained ``--c2m-encoder-epochs`` epochs (the class's private ``_neighbour_epochs``, 40 by
+default): past ``LANDMARK_ROWS`` the encoder trains on the landmarks' graph, every row's code is
+computed chunk by chunk, each critic step reads its set by index, the clustering's statistics
+come from one pass over the codes, and every code is labelled chunk by chunk. The ARI is that
+of ``labels_`` against the blobs' labels.
 
 Canonical run: ``python benchmarks/memmap_fit.py`` (results/scaling/variants/memmap_fit).
 
@@ -131,7 +140,7 @@ def cell(job):
     from sklearn.cluster import MiniBatchKMeans
     from sklearn.metrics import adjusted_rand_score
 
-    from sktransfer_cluster import CCNCluster, SinkhornKMeans, TDCMCluster
+    from sktransfer_cluster import C2MCluster, CCNCluster, SinkhornKMeans, TDCMCluster
     from sktransfer_cluster.cluster.sinkhorn_kmeans import PAPER_PARAMS
 
     torch.set_num_threads(1)
@@ -151,6 +160,10 @@ def cell(job):
         model = CCNCluster(k, random_state=seed, device="cpu", **job["ccn_params"]).fit(np.array(X[source]), y[source])
     elif method == "CCN":
         est = CCNCluster(k, random_state=seed, device="cpu", **job["ccn_params"])
+        fit_y = (y,)
+    elif method == "C2M":
+        C2MCluster._neighbour_epochs = int(job["c2m_encoder_epochs"])
+        est = C2MCluster(k, random_state=seed, device="cpu", **job["c2m_params"])
         fit_y = (y,)
     elif method == "TDCM":
         TDCMCluster._neighbour_epochs = int(job["neighbour_epochs"])
@@ -258,6 +271,9 @@ def neural_markdown(rows, args):
         settings.append(f"CCN fit(X, y) with {named}")
     if "ccn-transfer" in args.methods:
         settings.append(f"CCN transfer(X) after a fit on the first {args.ccn_source_rows:,} rows, with {named}")
+    if "c2m" in args.methods:
+        named = ", ".join(f"{key}={value!r}" for key, value in args.c2m_params.items()) or "its defaults"
+        settings.append(f"C2M fit(X, y) with {named} and {args.c2m_encoder_epochs} neighbour-encoder epochs")
     md = [(f"{args.n:,} x {args.d} float32 non-negative blob rows (K = {args.k}, noise std {args.std}), a "
            f"`.npy` memmap of {args.n * args.d * 4 / 2**20:,.0f} MiB; one fresh process per cell, 1 thread; "
            + "; ".join(settings) + f"; landmarks min(n, {LANDMARK_ROWS:,})."), "",
@@ -283,6 +299,8 @@ def main_neural(args):
         args.ccn_source_rows = min(args.ccn_source_rows, 1000)
         args.ccn_params = {"embedding_epochs": 1, "similarity_epochs": 1, "clustering_epochs": 1,
                            "n_similarity_nets": 1, **args.ccn_params}
+        args.c2m_params = {"max_epochs": 1, "sets_per_epoch": 2, **args.c2m_params}
+        args.c2m_encoder_epochs = 1
     args.n = int(args.n)
     if args.name == _common.CANONICAL["scaling"]:
         args.name = "memmap_fit_neural"
@@ -293,7 +311,8 @@ def main_neural(args):
             job = {"folder": tmp, "seed": seed, "k": args.k, "epochs": args.epochs, "landmarks": args.landmarks,
                    "tdcm_epochs": args.tdcm_epochs, "neighbour_epochs": args.neighbour_epochs,
                    "ccn_params": args.ccn_params, "ccn_source_rows": args.ccn_source_rows,
-                   "paper_epochs": args.paper_epochs, "inference": args.paper_inference}
+                   "paper_epochs": args.paper_epochs, "inference": args.paper_inference,
+                   "c2m_params": args.c2m_params, "c2m_encoder_epochs": args.c2m_encoder_epochs}
             if "ae" in args.methods:
                 rows.append(run_cell({**job, "method": "SinkhornKMeans-AE"}))
             if "paper" in args.methods:
@@ -307,6 +326,8 @@ def main_neural(args):
                 rows.append(run_cell({**job, "method": "CCN"}))
             if "ccn-transfer" in args.methods:
                 rows.append(run_cell({**job, "method": "CCN-transfer"}))
+            if "c2m" in args.methods:
+                rows.append(run_cell({**job, "method": "C2M"}))
             if not args.no_peer:
                 rows.append(run_cell({**job, "method": "MiniBatchKMeans-defaults"}))
     _common.write("scaling", args.name, {"rows": rows, "n": args.n, "d": args.d, "k": args.k, "std": args.std,
@@ -315,6 +336,7 @@ def main_neural(args):
                                          "ccn_params": args.ccn_params, "ccn_source_rows": args.ccn_source_rows,
                                          "paper_epochs": args.paper_epochs, "paper_inference": args.paper_inference,
                                          "transfer_source_rows": args.transfer_source_rows,
+                                         "c2m_params": args.c2m_params, "c2m_encoder_epochs": args.c2m_encoder_epochs,
                                          "code": _common.code_state()},
                   neural_markdown(rows, args))
 
@@ -332,7 +354,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=50, help="--neural: pretrain_epochs")
     parser.add_argument("--landmarks", type=int, default=None,
                         help="--neural: representation.LANDMARK_ROWS for the fit (default: the package's)")
-    parser.add_argument("--methods", nargs="+", choices=["ae", "ae-transfer", "paper", "tdcm", "ccn", "ccn-transfer"],
+    parser.add_argument("--methods", nargs="+", choices=["ae", "ae-transfer", "paper", "tdcm", "ccn", "ccn-transfer", "c2m"],
                         default=["ae", "tdcm"],
                         help="--neural: the estimators measured (SinkhornKMeans-AE fit, its transfer, the paper's "
                              "autoencoder, TDCM, CCN fit, CCN transfer)")
@@ -349,6 +371,10 @@ def main():
                         help="--neural: CCNCluster's parameters as a JSON object (default: its defaults)")
     parser.add_argument("--ccn-source-rows", type=int, default=20000,
                         help="--neural, ccn-transfer: the rows (the first ones) CCN is fitted on before transfer(X)")
+    parser.add_argument("--c2m-params", type=json.loads, default={},
+                        help="--neural --methods c2m: C2MCluster parameters as JSON")
+    parser.add_argument("--c2m-encoder-epochs", type=int, default=40,
+                        help="--neural --methods c2m: epochs of C2M's neighbour encoder (its _neighbour_epochs)")
     parser.add_argument("--cell", default=None, help=argparse.SUPPRESS)
     _common.add_name_argument(parser, "scaling")
     argv = sys.argv[1:]
