@@ -452,6 +452,41 @@ def test_a_dask_fit_runs_on_the_workers_and_matches_the_fit_in_memory():
 
 
 
+def test_a_dask_transfer_runs_ot_lloyd_by_chunk_and_matches_the_transfer_in_memory():
+    da = pytest.importorskip("dask.array", reason="needs the 'distributed' extra (dask[distributed])")
+    import dask
+
+    from sktransfer_cluster import SinkhornKMeans
+
+    X, _ = _sk_blobs(1500)
+    target = X[::-1] + 0.4
+    km = SinkhornKMeans(3, random_state=0, device="cpu").fit(X)
+    ref = SinkhornKMeans(3, random_state=0, device="cpu").fit(X)
+    expected = ref.transfer(target)
+    with dask.config.set(scheduler="synchronous"):
+        labels = km.transfer(da.from_array(target, chunks=(400, -1)))
+        assert isinstance(labels, da.Array)
+        np.testing.assert_array_equal(labels.compute(), expected)
+    np.testing.assert_array_equal(km.labels_, expected)
+    # The same start (the source centres); the Dask OT-Lloyd may take one more step below tol.
+    np.testing.assert_allclose(km.cluster_centers_, ref.cluster_centers_, atol=0.05)
+
+
+def test_a_dask_transfer_refuses_an_embedding_or_other_widths_and_the_model_stays_usable():
+    da = pytest.importorskip("dask.array", reason="needs the 'distributed' extra (dask[distributed])")
+    from sktransfer_cluster import SinkhornKMeans
+
+    X, _ = _sk_blobs(300)
+    km = SinkhornKMeans(3, random_state=0, device="cpu").fit(X)
+    with pytest.raises(ValueError, match="features"):
+        km.transfer(da.from_array(X[:, :1], chunks=(100, -1)))
+    np.testing.assert_array_equal(km.predict(X), km.labels_)
+    ae = SinkhornKMeans(3, embedding="autoencoder", pretrain_epochs=1, random_state=0, device="cpu").fit(X)
+    with pytest.raises(ValueError, match="numpy array"):
+        ae.transfer(da.from_array(X, chunks=(100, -1)))
+    assert ae.predict(X).shape == (300,)
+
+
 def test_the_input_affine_of_a_dask_array_is_the_in_memory_one_from_one_task_per_chunk():
     da = pytest.importorskip("dask.array", reason="needs the 'distributed' extra (dask[distributed])")
     import dask

@@ -999,8 +999,9 @@ class SinkhornKMeans(
 
         Parameters
         ----------
-        X : array-like or np.memmap of shape (n_samples, n_features)
-            Target data, same features as the source. With an embedding, past
+        X : array-like, np.memmap or dask array of shape (n_samples, n_features)
+            Target data, same features as the source. A dask array (plain OT
+            k-means) is clustered where its chunks live. With an embedding, past
             :data:`~sktransfer_cluster.representation.LANDMARK_ROWS` (50,000)
             rows it is never copied: on the graph the refinement and joint phase
             train on the graph of as many target rows drawn by index, the
@@ -1028,6 +1029,8 @@ class SinkhornKMeans(
         Returns
         -------
         labels : ndarray of shape (n_samples,)
+            A dask array for a dask array (plain OT k-means only): OT-Lloyd runs where the
+            chunks live, each pass one task per chunk, as in a Dask ``fit``.
 
         Examples
         --------
@@ -1037,6 +1040,8 @@ class SinkhornKMeans(
         >>> SinkhornKMeans(3, random_state=0).fit(X).transfer(X + 0.5).shape
         (90,)
         """
+        if is_dask_array(X):
+            return self._transfer_dask(X, 0 if n_restarts is None else int(n_restarts))
         return super().transfer(X, fine_tune_epochs=fine_tune_epochs, n_restarts=n_restarts)
 
     def _transfer(self, X, *, rng, torch_gen, fine_tune_epochs=None, n_restarts=None):

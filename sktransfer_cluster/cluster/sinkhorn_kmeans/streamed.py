@@ -306,3 +306,58 @@ class StreamedOTKMeansMixin:
             self.n_clusters_ = int(np.count_nonzero(np.bincount(self.labels_)))
         return self
 
+    def _transfer_dask(self, X, n_restarts):
+        """``transfer`` to a ``dask.array`` target: OT-Lloyd from the source centres on the workers.
+
+        As the in-memory transfer of plain OT k-means, where the chunks live: the target's
+        spread and finite check are one task per chunk; the start is the source centres
+        (beside ``n_restarts`` k-means++ starts), run on ``STREAM_INIT_ROWS`` target rows
+        drawn by index, the cheapest kept; OT-Lloyd then runs on the whole array, each
+        solver pass one task per chunk. ``labels_`` gathers one integer per row; the
+        labels returned are a dask array (:meth:`predict`'s, chunk by chunk).
+        """
+        from sklearn.utils.validation import check_is_fitted
+
+        from .distributed import dask_input_affine, dask_labels, dask_ot_lloyd
+
+        check_is_fitted(self)
+        if self._encoder() is not None or self.autoencoder_ is not None:
+            raise ValueError(
+                "A dask array is transferred to by plain OT k-means; this model was fitted with an embedding, "
+                "whose network trains on the target in memory: pass a numpy array (or a memmap)."
+            )
+        if X.ndim != 2 or X.dtype.kind not in "fiu":
+            raise ValueError(f"Expected a 2-D dask array of real numbers, got shape {X.shape} and dtype {X.dtype}.")
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input.")
+        with self._rollback_on_error():
+            rng, _ = make_generators(self.random_state, "cpu")
+            Xf = X.rechunk({1: -1})
+            _, spread = dask_input_affine(Xf)  # the target's spread sets tol; its values are checked
+            shift, scale = self._input_affine  # the centres live in the source's frame
+            n = int(X.shape[0])
+            size = min(n, STREAM_INIT_ROWS)
+            start_rows = np.arange(n) if size == n else np.sort(rng.choice(n, size, replace=False))
+            with torch.no_grad():
+                Z = torch.as_tensor((np.asarray(Xf[start_rows].compute(), dtype=np.float64) - shift) / scale,
+                                    dtype=self._dtype()).to(self.device_)
+                starts = self._centers.unsqueeze(0).to(Z.dtype)
+                if n_restarts > 0 and size >= self.n_clusters:
+                    starts = torch.cat([starts, self._kmeanspp(Z, int(n_restarts), rng)])
+                work = working_dtype(Z.device, accelerator=Z.dtype)
+                _, centers, reg, _, check = lloyd.ot_lloyd_best(
+                    Z.to(work), starts.to(work), self.epsilon, self._log_weights(), self.max_iter, self._abs_tol(Z),
+                    check_tol=_CHECK_TOL, check_max_iter=_CHECK_MAX_ITER,
+                )
+                self._warn_not_converged(check, "the OT-Lloyd start of the Dask transfer", _CHECK_TOL, _CHECK_MAX_ITER)
+                centers, n_iter, _, _ = dask_ot_lloyd(
+                    Xf, centers.cpu(), reg, self._log_weights().cpu(), check.g.cpu(), shift=shift, scale=scale,
+                    max_iter=self.max_iter, tol=float(self.tol * (spread / scale) ** 2),
+                )
+            self._set_centres(centers.to(device=self.device_, dtype=self._dtype()), reg)
+            self.n_iter_ = int(n_iter)
+            self.labels_, self.inertia_ = dask_labels(Xf, centers.cpu(), shift=shift, scale=scale)
+            self.n_clusters_ = int(np.count_nonzero(np.bincount(self.labels_)))
+        return self.predict(X)
+
