@@ -961,26 +961,33 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             self._rep_exponent = math.frexp(peak)[1] if 0.0 < peak < math.inf else 0
             embedding = NeighbourEmbedding(image_shape=shape, metric=metric, n_epochs=self._neighbour_epochs,
                                           random_state=seed)
-            self._source_representation = embedding.fit(self._encoder_rows(self._landmarks(X, rng)))
+            self._source_representation = embedding.fit(self._encoder_landmarks(X, rng))
             self.representation_ = self._source_representation
         Z = self._encode_all(X)
         self.n_iter_ = self._train(Z, codes, sets, rng, torch_gen)
         self._cluster(Z, rng, torch_gen)
 
-    def _landmarks(self, X, rng):
-        """The rows the encoder's graph is built on: ``X`` itself, or past
-        :data:`~sktransfer_cluster.representation.LANDMARK_ROWS` rows as many drawn uniformly
-        by ``rng`` and read by index (float64 copies, a memmap's pages handed back)."""
+    def _encoder_landmarks(self, X, rng):
+        """The rows the encoder's graph is built on, as :meth:`_encoder_rows` prepares them: ``X``
+        itself, or past :data:`~sktransfer_cluster.representation.LANDMARK_ROWS` rows as many drawn
+        uniformly by ``rng`` and read by index into one float64 array, shifted and scaled in place
+        (the encoder reads float64: no other copy; a memmap's pages handed back as they are read)."""
         if not _streams(X.shape[0]):
-            return X
+            return self._encoder_rows(X)
         from ...representation import landmark_indices
 
         index = landmark_indices(X.shape[0], rng)
         reader, step = RowReader(X), chunk_rows(X.shape[1])
-        out = np.empty((index.shape[0], X.shape[1]), dtype=X.dtype)
-        for start in range(0, index.shape[0], step):  # float64 pieces of 4 MiB, kept in X's dtype
-            out[start : start + step] = reader(index[start : start + step])
-        return out
+        rows = np.empty((index.shape[0], X.shape[1]))
+        for start in range(0, index.shape[0], step):
+            rows[start : start + step] = reader(index[start : start + step])
+        if self._rep_shift is not None:
+            rows -= self._rep_shift
+        half = self._rep_exponent // 2
+        if self._rep_exponent:  # times_power_of_two(rows, -e), in place
+            rows *= 2.0 ** -half
+            rows *= 2.0 ** (half - self._rep_exponent)
+        return rows
 
     def _encode_all(self, X):
         """:meth:`_encode` of every row of ``X``; past the landmark count chunk by chunk, so
@@ -1029,7 +1036,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             import copy
 
             # A copy of the source's encoder, so every transfer starts from what fit learned.
-            target_rows = self._encoder_rows(self._landmarks(X, rng))
+            target_rows = self._encoder_landmarks(X, rng)
             self.representation_ = copy.deepcopy(self._source_representation).refine(target_rows)
             del target_rows
         labels, n_iter = self._cluster(self._encode_all(X), rng, torch_gen)
