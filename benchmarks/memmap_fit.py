@@ -6,7 +6,8 @@
         [--epochs 50] [--landmarks M] [--methods ae paper tdcm ccn] [--tdcm-epochs 1] [--neighbour-epochs 40]
         [--paper-epochs 1 1] [--paper-inference] [--methods ae-transfer] [--transfer-source-rows 20000]
         [--ccn-params JSON] [--ccn-source-rows 20000] [--methods c2m] [--c2m-params JSON]
-        [--c2m-encoder-epochs 40] [--seeds 0] [--no-peer] [--name NAME] [--smoke]
+        [--c2m-encoder-epochs 40] [--methods c2m-transfer] [--c2m-source-rows 20000]
+        [--seeds 0] [--no-peer] [--name NAME] [--smoke]
 
 ``--neural`` (the streamed neural fit): ``SinkhornKMeans(embedding="autoencoder")`` at its
 defaults but ``pretrain_epochs=--epochs`` on ``--n`` x ``--d`` non-negative blob rows (``--k``
@@ -60,7 +61,11 @@ trained ``--c2m-encoder-epochs`` epochs (the class's private ``_neighbour_epochs
 default): past ``LANDMARK_ROWS`` the encoder trains on the landmarks' graph, every row's code is
 computed chunk by chunk, each critic step reads its set by index, the clustering's statistics
 come from one pass over the codes, and every code is labelled chunk by chunk. The ARI is that
-of ``labels_`` against the blobs' labels.
+of ``labels_`` against the blobs' labels. ``--methods c2m-transfer`` measures ``transfer(X)`` on
+the whole memmap instead, its encoder refined ``--c2m-encoder-epochs`` epochs (the class's
+private ``_refine_epochs``) on the graph of ``LANDMARK_ROWS`` target rows drawn by index: the
+same ``C2MCluster`` is fitted, before the measurement, on the first ``--c2m-source-rows`` rows and
+their labels (in memory); the ARI is that of the target's labels.
 
 Canonical run: ``python benchmarks/memmap_fit.py`` (results/scaling/variants/memmap_fit).
 
@@ -161,10 +166,13 @@ def cell(job):
     elif method == "CCN":
         est = CCNCluster(k, random_state=seed, device="cpu", **job["ccn_params"])
         fit_y = (y,)
-    elif method == "C2M":
-        C2MCluster._neighbour_epochs = int(job["c2m_encoder_epochs"])
+    elif method in ("C2M", "C2M-transfer"):
+        C2MCluster._neighbour_epochs = C2MCluster._refine_epochs = int(job["c2m_encoder_epochs"])
         est = C2MCluster(k, random_state=seed, device="cpu", **job["c2m_params"])
         fit_y = (y,)
+        if method == "C2M-transfer":
+            source = slice(0, job["c2m_source_rows"])
+            model = est.fit(np.array(X[source]), y[source])
     elif method == "TDCM":
         TDCMCluster._neighbour_epochs = int(job["neighbour_epochs"])
         est = TDCMCluster(k, max_epochs=job["tdcm_epochs"], random_state=seed, device="cpu")
@@ -186,7 +194,7 @@ def cell(job):
         est = MiniBatchKMeans(k, batch_size=8192, max_iter=job["passes"], tol=0.0, max_no_improvement=None,
                               random_state=seed)
     torch.ones(8, 8) @ torch.ones(8, 8)
-    if method == "CCN-transfer":
+    if method in ("CCN-transfer", "C2M-transfer"):
         est, cpu, wall, peak = _common.measured(lambda: model.transfer(X) is not None and model)
     elif method == "SinkhornKMeans-AE-transfer":
         est, cpu, wall, peak = _common.measured(
@@ -274,6 +282,10 @@ def neural_markdown(rows, args):
     if "c2m" in args.methods:
         named = ", ".join(f"{key}={value!r}" for key, value in args.c2m_params.items()) or "its defaults"
         settings.append(f"C2M fit(X, y) with {named} and {args.c2m_encoder_epochs} neighbour-encoder epochs")
+    if "c2m-transfer" in args.methods:
+        named = ", ".join(f"{key}={value!r}" for key, value in args.c2m_params.items()) or "its defaults"
+        settings.append(f"C2M transfer(X) after a fit on the first {args.c2m_source_rows:,} rows, with {named} and "
+                        f"{args.c2m_encoder_epochs} neighbour-encoder epochs (fit and refinement)")
     md = [(f"{args.n:,} x {args.d} float32 non-negative blob rows (K = {args.k}, noise std {args.std}), a "
            f"`.npy` memmap of {args.n * args.d * 4 / 2**20:,.0f} MiB; one fresh process per cell, 1 thread; "
            + "; ".join(settings) + f"; landmarks min(n, {LANDMARK_ROWS:,})."), "",
@@ -301,6 +313,7 @@ def main_neural(args):
                            "n_similarity_nets": 1, **args.ccn_params}
         args.c2m_params = {"max_epochs": 1, "sets_per_epoch": 2, **args.c2m_params}
         args.c2m_encoder_epochs = 1
+        args.c2m_source_rows = min(args.c2m_source_rows, 1000)
     args.n = int(args.n)
     if args.name == _common.CANONICAL["scaling"]:
         args.name = "memmap_fit_neural"
@@ -312,7 +325,8 @@ def main_neural(args):
                    "tdcm_epochs": args.tdcm_epochs, "neighbour_epochs": args.neighbour_epochs,
                    "ccn_params": args.ccn_params, "ccn_source_rows": args.ccn_source_rows,
                    "paper_epochs": args.paper_epochs, "inference": args.paper_inference,
-                   "c2m_params": args.c2m_params, "c2m_encoder_epochs": args.c2m_encoder_epochs}
+                   "c2m_params": args.c2m_params, "c2m_encoder_epochs": args.c2m_encoder_epochs,
+                   "c2m_source_rows": args.c2m_source_rows}
             if "ae" in args.methods:
                 rows.append(run_cell({**job, "method": "SinkhornKMeans-AE"}))
             if "paper" in args.methods:
@@ -328,6 +342,8 @@ def main_neural(args):
                 rows.append(run_cell({**job, "method": "CCN-transfer"}))
             if "c2m" in args.methods:
                 rows.append(run_cell({**job, "method": "C2M"}))
+            if "c2m-transfer" in args.methods:
+                rows.append(run_cell({**job, "method": "C2M-transfer"}))
             if not args.no_peer:
                 rows.append(run_cell({**job, "method": "MiniBatchKMeans-defaults"}))
     _common.write("scaling", args.name, {"rows": rows, "n": args.n, "d": args.d, "k": args.k, "std": args.std,
@@ -337,6 +353,7 @@ def main_neural(args):
                                          "paper_epochs": args.paper_epochs, "paper_inference": args.paper_inference,
                                          "transfer_source_rows": args.transfer_source_rows,
                                          "c2m_params": args.c2m_params, "c2m_encoder_epochs": args.c2m_encoder_epochs,
+                                         "c2m_source_rows": args.c2m_source_rows,
                                          "code": _common.code_state()},
                   neural_markdown(rows, args))
 
@@ -354,7 +371,8 @@ def main():
     parser.add_argument("--epochs", type=int, default=50, help="--neural: pretrain_epochs")
     parser.add_argument("--landmarks", type=int, default=None,
                         help="--neural: representation.LANDMARK_ROWS for the fit (default: the package's)")
-    parser.add_argument("--methods", nargs="+", choices=["ae", "ae-transfer", "paper", "tdcm", "ccn", "ccn-transfer", "c2m"],
+    parser.add_argument("--methods", nargs="+", choices=["ae", "ae-transfer", "paper", "tdcm", "ccn", "ccn-transfer", "c2m",
+                                                       "c2m-transfer"],
                         default=["ae", "tdcm"],
                         help="--neural: the estimators measured (SinkhornKMeans-AE fit, its transfer, the paper's "
                              "autoencoder, TDCM, CCN fit, CCN transfer)")
@@ -375,6 +393,8 @@ def main():
                         help="--neural --methods c2m: C2MCluster parameters as JSON")
     parser.add_argument("--c2m-encoder-epochs", type=int, default=40,
                         help="--neural --methods c2m: epochs of C2M's neighbour encoder (its _neighbour_epochs)")
+    parser.add_argument("--c2m-source-rows", type=int, default=20000,
+                        help="--neural --methods c2m-transfer: rows of the source fit (in memory)")
     parser.add_argument("--cell", default=None, help=argparse.SUPPRESS)
     _common.add_name_argument(parser, "scaling")
     argv = sys.argv[1:]

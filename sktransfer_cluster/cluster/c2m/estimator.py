@@ -502,6 +502,9 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     #: Epochs of the neighbour encoder on the source graph (``NeighbourEmbedding``'s default);
     #: benchmarks/memmap_fit.py lowers it to bound a measurement's CPU time.
     _neighbour_epochs = 40
+    #: Epochs of its refinement on a target in ``transfer`` (None: ``NeighbourEmbedding``'s
+    #: ``refine_epochs``); lowered by the same benchmark.
+    _refine_epochs = None
     # float64 on the CPU: in float32 the critic's scores of one cluster and of the right
     # clustering came within rounding on digits (seed 0 chose one cluster), for 1.3x speed.
 
@@ -1037,7 +1040,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
             # A copy of the source's encoder, so every transfer starts from what fit learned.
             target_rows = self._encoder_landmarks(X, rng)
-            self.representation_ = copy.deepcopy(self._source_representation).refine(target_rows)
+            self.representation_ = copy.deepcopy(self._source_representation).refine(target_rows, self._refine_epochs)
             del target_rows
         labels, n_iter = self._cluster(self._encode_all(X), rng, torch_gen)
         self.n_iter_ = int(n_iter)
