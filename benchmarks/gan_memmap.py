@@ -42,7 +42,7 @@ from pathlib import Path
 
 import _common
 import numpy as np
-from memmap_fit import write_nonnegative_blobs
+from memmap_fit import open_job, write_nonnegative_blobs
 
 HERE = Path(__file__).resolve().parent
 _MARK = "SKTC-GAN-MEMMAP "
@@ -56,14 +56,8 @@ def cell(job):
 
     from sktransfer_cluster import PreciseFeatureGAN
 
-    torch.set_num_threads(1)
-    folder, method, seed, k = Path(job["folder"]), job["method"], job["seed"], job["k"]
-    X = np.load(folder / "X.npy", mmap_mode="r")
-    y = np.load(folder / "y.npy")
-    if job.get("landmarks"):
-        from sktransfer_cluster.representation import landmarks
-
-        landmarks.LANDMARK_ROWS = int(job["landmarks"])
+    method, seed, k = job["method"], job["seed"], job["k"]
+    X, y = open_job(job)
     out = {"method": method, "seed": seed}
     if method == "MiniBatchKMeans-defaults":
         est = MiniBatchKMeans(k, batch_size=8192, random_state=seed)

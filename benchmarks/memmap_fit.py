@@ -139,6 +139,20 @@ def write_nonnegative_blobs(path, n, d, k, std, seed=0):
     del X, y
 
 
+def open_job(job):
+    """The memmap ``X`` and labels ``y`` of a measurement ``job``, in its fresh process: one torch
+    thread, and the landmark count the job names (``"landmarks"``)."""
+    import torch
+
+    torch.set_num_threads(1)
+    folder = Path(job["folder"])
+    if job.get("landmarks"):
+        from sktransfer_cluster.representation import landmarks
+
+        landmarks.LANDMARK_ROWS = int(job["landmarks"])
+    return np.load(folder / "X.npy", mmap_mode="r"), np.load(folder / "y.npy")
+
+
 def cell(job):
     """One measurement in this (fresh) process."""
     import torch
@@ -148,14 +162,8 @@ def cell(job):
     from sktransfer_cluster import C2MCluster, CCNCluster, SinkhornKMeans, TDCMCluster
     from sktransfer_cluster.cluster.sinkhorn_kmeans import PAPER_PARAMS
 
-    torch.set_num_threads(1)
-    folder, method, seed, k = Path(job["folder"]), job["method"], job["seed"], job["k"]
-    X = np.load(folder / "X.npy", mmap_mode="r")
-    y = np.load(folder / "y.npy")
-    if job.get("landmarks"):
-        from sktransfer_cluster.representation import landmarks
-
-        landmarks.LANDMARK_ROWS = int(job["landmarks"])
+    method, seed, k = job["method"], job["seed"], job["k"]
+    X, y = open_job(job)
     fit_y = ()
     if method == "SinkhornKMeans-AE-transfer":
         model = SinkhornKMeans(k, embedding="autoencoder", pretrain_epochs=job["epochs"], random_state=seed,
@@ -202,7 +210,7 @@ def cell(job):
     else:
         est, cpu, wall, peak = _common.measured(lambda: est.fit(X, *fit_y))
     labels = est.labels_
-    np.save(folder / f"labels_{method}_{seed}.npy", labels)
+    np.save(Path(job["folder"]) / f"labels_{method}_{seed}.npy", labels)
     passes = int(est.n_iter_) if not method.startswith("MiniBatchKMeans") else float(est.n_steps_ * 8192 / X.shape[0])
     out = {"method": method, "seed": seed, "cpu_s": cpu, "wall_s": wall, "peak_extra_mib": peak / 2**20,
            "ari": float(adjusted_rand_score(y, labels)), "passes": passes}
