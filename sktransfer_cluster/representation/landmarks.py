@@ -144,7 +144,6 @@ def row_reader(X, shift=None, scale=1.0):
     return read
 
 
-
 def unit_peak_rows(rows):
     """``rows`` divided in place by each row's largest magnitude: the same angles (the cosine
     graph's distance), inside float32 at any scale."""
@@ -178,6 +177,7 @@ def landmark_graph_inputs(X, index, metric, shift, scale, graph_of):
         del rows
         rows = read_landmarks(X, index, shift, scale)
     return graph, rows
+
 
 class StreamedRows:
     """The normalised rows of ``X`` read on demand, standing for the tensor of all of them.
@@ -221,6 +221,7 @@ class StreamedRows:
         unique, inverse = np.unique(index, return_inverse=True)
         rows = self._read(unique)[torch.from_numpy(inverse.reshape(-1))]
         return rows.to(self.device, self.dtype)
+
 
 @on_compute_threads
 @torch.no_grad()
