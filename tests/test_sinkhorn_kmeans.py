@@ -26,6 +26,7 @@ from sktransfer_cluster.cluster.sinkhorn_kmeans.networks import AutoEncoder, Con
 from sktransfer_cluster.cluster.sinkhorn_kmeans.objective import regularized_ot_cost, squared_distances
 from sktransfer_cluster.nn import init_module
 from sktransfer_cluster.ot import plan_from_potentials, semi_dual_newton, sinkhorn_potentials
+from tests.test_scale import RowsTouched
 
 FAST = dict(n_init=3, device="cpu", random_state=0)
 # The paper's autoencoder (Algorithm 2: reconstruction, then reconstruction + OT), one parameter
@@ -888,29 +889,6 @@ def test_euclidean_graph_of_signed_rows_does_not_depend_on_their_offset(separate
 
 
 # ------------------------------------------------ the paper's autoencoder past LANDMARK_ROWS (issue 31)
-class _RowsTouched(np.ndarray):
-    """A view of an array that records the rows every indexing of it asks for.
-
-    A slice that is only cut into smaller slices (the consistency check's blocks of
-    2^20 rows, cut into predict's chunks) reads nothing: its entry is zeroed when it
-    is indexed in turn.
-    """
-
-    log = []
-
-    def __getitem__(self, index):
-        entry = getattr(self, "_entry", None)
-        if entry is not None:
-            _RowsTouched.log[entry] = 0
-        out = super().__getitem__(index)
-        first = index[0] if isinstance(index, tuple) else index
-        if isinstance(first, slice) or np.ndim(first) > 0:
-            _RowsTouched.log.append(out.shape[0])
-            if isinstance(out, _RowsTouched):
-                out._entry = len(_RowsTouched.log) - 1
-        return out
-
-
 # Small enough to be quick; batch_size rows per step, 1 pre-training and 1 joint epoch.
 PAPER_STREAMED = dict(embedding="autoencoder", neighbour_weight=0.0, hidden_dims=(32, 4), batch_size=100,
                       pretrain_epochs=1, max_epochs=1, n_init=2, device="cpu", random_state=0)
@@ -933,7 +911,7 @@ def test_papers_autoencoder_past_the_landmark_count_reads_minibatches_and_chunks
     validate, tensor = SinkhornKMeans._validate_input, SinkhornKMeans._tensor
 
     def counted_input(self, X, **kwargs):
-        return validate(self, X, **kwargs).view(_RowsTouched)
+        return validate(self, X, **kwargs).view(RowsTouched)
 
     def counted_tensor(self, X):
         tensors.append(X.shape[0])
@@ -945,7 +923,7 @@ def test_papers_autoencoder_past_the_landmark_count_reads_minibatches_and_chunks
     chunk = chunk_rows(200)
     assert chunk < 6000
     for call in ("fit", "transfer", "predict"):
-        _RowsTouched.log = []
+        RowsTouched.log = []
         if call == "fit":
             km = SinkhornKMeans(3, **PAPER_STREAMED).fit(on_disk)
             assert km.labels_.shape == (6000,)
@@ -953,10 +931,10 @@ def test_papers_autoencoder_past_the_landmark_count_reads_minibatches_and_chunks
             assert km.transfer(on_disk, fine_tune_epochs=1, n_restarts=2).shape == (6000,)
         else:
             assert km.predict(on_disk).shape == (6000,)
-        assert _RowsTouched.log, "the memmap was never read through the view"
+        assert RowsTouched.log, "the memmap was never read through the view"
         # Minibatches by index (in pieces of RowReader's RELEASE_ROWS), the statistics, codes and
         # labels chunk by chunk: at most one chunk of X at a time.
-        assert max(_RowsTouched.log + tensors) <= chunk, call
+        assert max(RowsTouched.log + tensors) <= chunk, call
 
 
 def test_papers_streamed_fit_on_a_memmap_equals_it_on_the_array_in_memory(tmp_path, monkeypatch):
@@ -1068,15 +1046,15 @@ def test_graph_transfer_past_the_landmark_count_reads_landmarks_and_chunks_never
     tensors = []
     validate, tensor = SinkhornKMeans._validate_input, SinkhornKMeans._tensor
     monkeypatch.setattr(SinkhornKMeans, "_validate_input",
-                        lambda self, X, **kwargs: validate(self, X, **kwargs).view(_RowsTouched))
+                        lambda self, X, **kwargs: validate(self, X, **kwargs).view(RowsTouched))
     monkeypatch.setattr(SinkhornKMeans, "_tensor", lambda self, X: tensors.append(X.shape[0]) or tensor(self, X))
-    _RowsTouched.log = []
+    RowsTouched.log = []
     labels = km.transfer(np.load(tmp_path / "target.npy", mmap_mode="r"), fine_tune_epochs=1)
-    assert labels.shape == (6000,) and _RowsTouched.log
+    assert labels.shape == (6000,) and RowsTouched.log
     chunk = chunk_rows(200)
     assert chunk < 6000
     # The target's landmarks in pieces, every pass over its rows in chunks: never the whole target.
-    assert max(_RowsTouched.log + tensors) <= max(500, chunk)
+    assert max(RowsTouched.log + tensors) <= max(500, chunk)
 
 
 def test_graph_transfer_past_the_landmark_count_on_a_memmap_equals_it_on_the_array_in_memory(tmp_path, monkeypatch):
