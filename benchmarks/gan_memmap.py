@@ -35,13 +35,12 @@ only the CPU time does.
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import _common
 import numpy as np
+import memmap_fit
 from memmap_fit import open_job, write_nonnegative_blobs
 
 HERE = Path(__file__).resolve().parent
@@ -86,15 +85,7 @@ def cell(job):
 
 
 def run_cell(job):
-    cmd = [sys.executable, str(HERE / "gan_memmap.py"), "--cell", json.dumps(job)]
-    done = subprocess.run(cmd, check=False, cwd=HERE, env=_common.thread_env(1), capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.stderr.write(done.stderr)
-        raise RuntimeError(f"cell {job} failed")
-    line = next(line for line in done.stdout.splitlines() if line.startswith(_MARK))
-    out = json.loads(line[len(_MARK):])
-    print(out, flush=True)
-    return out
+    return memmap_fit.run_cell(job, "gan_memmap.py", _MARK)
 
 
 def markdown(rows, args):

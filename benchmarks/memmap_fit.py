@@ -225,14 +225,15 @@ def cell(job):
     return out
 
 
-def run_cell(job):
-    cmd = [sys.executable, str(HERE / "memmap_fit.py"), "--cell", json.dumps(job)]
+def run_cell(job, script="memmap_fit.py", mark=_MARK):
+    """``job`` measured by ``script --cell`` in a fresh process (1 thread); its result line starts with ``mark``."""
+    cmd = [sys.executable, str(HERE / script), "--cell", json.dumps(job)]
     done = subprocess.run(cmd, check=False, cwd=HERE, env=_common.thread_env(1), capture_output=True, text=True)
     if done.returncode != 0:
         sys.stderr.write(done.stderr)
         raise RuntimeError(f"cell {job} failed")
-    line = next(line for line in done.stdout.splitlines() if line.startswith(_MARK))
-    out = json.loads(line[len(_MARK):])
+    line = next(line for line in done.stdout.splitlines() if line.startswith(mark))
+    out = json.loads(line[len(mark):])
     print(out, flush=True)
     return out
 
