@@ -798,16 +798,9 @@ class SinkhornKMeans(
         def codes():
             return encode_chunks(self._encoder(), X, shift, scale).to(self.device_, self._dtype())
 
-        what = "the final plan of transfer"
         with torch.no_grad():
             Z = codes()
-            starts = self._centers.unsqueeze(0).to(Z.dtype)
-            if n_restarts > 0 and Z.shape[0] >= self.n_clusters:
-                starts = torch.cat([starts, self._kmeanspp(Z[torch.as_tensor(index, device=Z.device)],
-                                                           int(n_restarts), rng)])
-                _, centers, reg, n_iter = self._lloyd_from_landmarks(Z, index, starts, what)
-            else:
-                _, centers, reg, n_iter = self._lloyd(Z, starts, what)
+            centers, reg, n_iter = self._transfer_lloyd_on_landmarks(Z, self._centers, n_restarts, rng, lambda: index)
         if graph_ae and epochs > 0:
             return self._finish(*self._joint_graph_phase(None, inputs, Z, centers, reg, n_iter, torch_gen, "transfer",
                                                          graph, "transfer", codes=codes), chunk_rows=CODE_CHUNK_ROWS)
@@ -872,16 +865,26 @@ class SinkhornKMeans(
             self.autoencoder_.eval()
         with torch.no_grad():
             Z = self._paper_codes(X)
-            starts = centers.unsqueeze(0).to(Z.dtype)
-            what = "the final plan of transfer"
-            if n_restarts > 0 and Z.shape[0] >= self.n_clusters:
-                index = landmark_indices(X.shape[0], rng)
-                starts = torch.cat([starts, self._kmeanspp(Z[torch.as_tensor(index, device=Z.device)],
-                                                           int(n_restarts), rng)])
-                _, centers, reg, n_iter = self._lloyd_from_landmarks(Z, index, starts, what)
-            else:
-                _, centers, reg, n_iter = self._lloyd(Z, starts, what)
+            centers, reg, n_iter = self._transfer_lloyd_on_landmarks(
+                Z, centers, n_restarts, rng, lambda: landmark_indices(X.shape[0], rng))
         return self._finish(Z, centers, reg, n_iter, chunk_rows=CODE_CHUNK_ROWS)
+
+    def _transfer_lloyd_on_landmarks(self, Z, centers, n_restarts, rng, landmarks):
+        """OT-Lloyd of a streamed ``transfer`` on all codes ``Z``: ``(centers, reg, n_iter)``.
+
+        From ``centers`` alone or, with ``n_restarts``, from the cheapest on the landmark rows
+        (``landmarks()``, drawn only then; :meth:`_lloyd_from_landmarks`) of ``centers`` and
+        as many k-means++ starts drawn on those rows' codes.
+        """
+        what = "the final plan of transfer"
+        starts = centers.unsqueeze(0).to(Z.dtype)
+        if n_restarts > 0 and Z.shape[0] >= self.n_clusters:
+            index = landmarks()
+            starts = torch.cat([starts, self._kmeanspp(Z[torch.as_tensor(index, device=Z.device)], int(n_restarts), rng)])
+            _, centers, reg, n_iter = self._lloyd_from_landmarks(Z, index, starts, what)
+        else:
+            _, centers, reg, n_iter = self._lloyd(Z, starts, what)
+        return centers, reg, n_iter
 
     def _joint_graph_phase(self, X, Xt, Z, centers, reg, n_iter, torch_gen, phase, graph, what, codes=None):
         """``max_epochs`` passes of graph + reconstruction + OT loss from ``centers``, then OT-Lloyd on the codes.
