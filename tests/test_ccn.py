@@ -1101,3 +1101,75 @@ def test_streamed_rows_are_the_normalised_rows_in_the_order_asked():
     torch.testing.assert_close(rows[index], expected[index], rtol=0, atol=0)
     torch.testing.assert_close(rows[10:13], expected[10:13], rtol=0, atol=0)
     assert rows.shape == (50, 4)
+
+
+# ------------------------------------------------------- predict's fast path (issue 31 item 4)
+_row_peaks = ccn_module._row_peaks
+
+
+def _exact_tensor(self, X):
+    """CCNCluster._tensor without its range screens: every row's peak in float64."""
+    from sktransfer_cluster.base import TransferClusterMixin
+
+    shift, scale = np.asarray(self._input_affine[0], dtype=np.float64), float(self._input_affine[1])
+    X = np.asarray(X)
+    peak = np.abs(X.astype(np.float64) / scale - shift / scale).max(1, initial=0.0)
+    far = np.flatnonzero(peak > ccn_module._FAR_ROW)
+    if far.size:
+        X = np.array(X, dtype=np.float64)
+        X[far] = (X[far] / scale - shift / scale) * (ccn_module._FAR_ROW / peak[far])[:, None] * scale + shift
+    return TransferClusterMixin._tensor(self, X)
+
+
+def _two_call_predict(self, X):
+    """CCNCluster._predict as two module calls: f(encoder(rows)), the used outputs by indexing."""
+    logits = self._inference_net(self._codes(self._tensor(X)))
+    return self._output_labels[logits[:, self._outputs].argmax(1).cpu().numpy()]
+
+
+def _exact_labels(est, X, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr(CCNCluster, "_tensor", _exact_tensor)
+        m.setattr(CCNCluster, "_predict", _two_call_predict)
+        return est.predict(X)
+
+
+@pytest.mark.parametrize("params", [{}, FAST], ids=["neighbours", "input"])
+def test_predict_gives_the_labels_of_the_unscreened_two_call_path_on_near_and_far_rows(params, monkeypatch):
+    """predict screens each chunk's range before any float64 pass and runs encoder and f as one
+    chain: the same labels as checking every row in float64 and calling the two networks, for
+    rows of the fitted range, rows far beyond it in the same chunk, and float32 or float64."""
+    Xs, ys, Xt, _ = _blob_task()
+    est = CCNCluster(3, **{"device": "cpu", "random_state": 0, **params}).fit(Xs, ys)
+    for dtype, big in ((np.float32, 1e30), (np.float64, 1e150)):  # products of such rows overflow unless pulled in
+        far = Xt.astype(dtype)
+        far[::7] *= dtype(big)
+        far[3::11, 1] = -big
+        for X in (Xt.astype(dtype), far):
+            np.testing.assert_array_equal(est.predict(X), _exact_labels(est, X, monkeypatch))
+
+
+def test_predict_screen_falls_back_to_per_feature_bounds_when_features_sit_far_apart(monkeypatch):
+    """A feature offset by 1e10 (spread ~3) puts the tightest bound over all features above every
+    other feature's values: the per-feature screen still skips the float64 pass, same labels."""
+    Xs, ys, Xt, _ = _blob_task()
+    offset = np.array([0.0, 1e10])
+    est = CCNCluster(3, **FAST).fit(Xs + offset, ys)
+    peaks = []
+    monkeypatch.setattr(ccn_module, "_row_peaks", lambda *a: peaks.append(1) or _row_peaks(*a))
+    labels = est.predict(Xt + offset)
+    assert not peaks  # no float64 pass
+    est.predict(np.vstack([Xt, Xt[:1] * 1e12]) + offset)
+    assert peaks  # a far row: the pass runs
+    np.testing.assert_array_equal(labels, _exact_labels(est, Xt + offset, monkeypatch))
+
+
+def test_predict_chain_follows_the_encoder_that_transfer_refines(monkeypatch):
+    Xs, ys, Xt, _ = _blob_task()
+    est = CCNCluster(3, device="cpu", random_state=0, refine_epochs=2).fit(Xs, ys)
+    est.predict(Xt)
+    chain = est._predict_chain()
+    est.transfer(Xt)
+    assert est.target_encoder_ is not None and est._predict_chain() is not chain
+    assert est._predict_chain()[0] is est.target_encoder_[0]  # the refined layers, not copies
+    np.testing.assert_array_equal(est.predict(Xt), _exact_labels(est, Xt, monkeypatch))
