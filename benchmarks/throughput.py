@@ -20,16 +20,19 @@ Everything runs in one process with one thread (``torch.set_num_threads(1)``; st
   ``torch.utils.flop_counter.FlopCounterMode`` on a 8,192-row predict (matmuls and
   convolutions; C2M's distances to its reference rows are one of them, an ``addmm``).
 * **roofline** (issue 31, item 4): each method's ``predict`` on ``--predict-n`` x 64 float32
-  rows (fitted as in *predict*, as shipped), timed best of 2; then the same predict run once under
-  a dispatch mode that records every matrix product it executes (``mm``, ``addmm``, ``bmm``, and
-  ``cdist`` as the product it amounts to), with shapes and dtype. FLOPs per row = 2 m k n of
-  those products over the rows (C2M's distances to its reference rows are an ``addmm``; its
-  selection of the k nearest, a sort, is not a product). The *same-shape matmul
-  time* replays each recorded product (same shapes, dtype, the second operand transposed as
-  ``linear`` passes it) as often as it ran, best of 2, in the same process at 1 thread; the
-  *share of the matmul rate* is that time over the predict's time, i.e. the predict's GFLOP/s
-  over what torch's matmul reaches on the very same products. ``KMeans.predict`` is the peer
-  (its distances, 2 d K FLOPs per row).
+  rows (fitted as in *predict*, as shipped) is first run once under a dispatch mode that records
+  every matrix product it executes (``mm``, ``addmm``, ``bmm``, and ``cdist`` as the product it
+  amounts to), with shapes and dtype. FLOPs per row = 2 m k n of those products over the rows
+  (C2M's distances to its reference rows are an ``addmm``; its selection of the k nearest, a
+  sort, is not a product). The *same-shape matmul time* replays each recorded product (same
+  shapes, dtype, the second operand transposed as ``linear`` passes it) as often as it ran, in
+  the same process at 1 thread. Predict and replay alternate, ``--rounds`` times (3): on a
+  machine whose load drifts, both see the same minutes. *predict s* and *same-shape matmul s*
+  are the best round of each; the *share of the matmul rate* is the second over the first,
+  i.e. the predict's GFLOP/s over what torch's matmul reaches on the very same products; the
+  share of each round (its replay over its predict) is kept too, and the table gives their
+  range. The load average is read after each method. ``KMeans.predict`` is the peer (its
+  distances, 2 d K FLOPs per row).
 * **train**: per-epoch process time of each training phase (read at the epoch boundaries by a
   training callback, ``_common.observing``) of every registry method that has training budgets,
   at n rows of 64-feature blobs, float32 (as shipped) against float64. Each budget is set to the
@@ -102,6 +105,26 @@ def working_dtype(method, dtype):
 
 def best_time(fn, repeat):
     return _common.best_of(fn, repeat, clock="cpu")
+
+
+def package_state():
+    """The imported package's folder, git commit and uncommitted changes (a worktree of another
+    commit on ``PYTHONPATH`` is measured by this script), and the thread settings of the run."""
+    import subprocess
+
+    import sktransfer_cluster
+
+    here = os.path.dirname(os.path.abspath(sktransfer_cluster.__file__))
+
+    def git(*cmd):
+        try:
+            return subprocess.run(["git", *cmd], cwd=here, capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return None
+
+    env = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY")}
+    return {"path": here, "commit": git("rev-parse", "HEAD"), "dirty": git("status", "--porcelain", "--", "."),
+            "thread_env": env}
 
 
 def matmul_rates(size=2048):
@@ -202,7 +225,8 @@ def call_flops(kind, shape):
 
 
 def replay_matmuls(calls, repeat=2):
-    """Process seconds of torch's own matmul on the recorded products (same shapes, dtype, count)."""
+    """Process seconds of torch's own matmul on the recorded products (same shapes, dtype, count):
+    the sum over the distinct products of the best of ``repeat`` replays of each."""
     total = 0.0
     for (kind, shape, dtype), count in sorted(_count(calls).items(), key=str):
         kw = {}
@@ -246,11 +270,15 @@ def roofline_part(args, methods):
     for method in methods:
         est = fit(predict_estimator(method), Xs, ys)
         est.predict(X[:1000])  # warm-up
-        t, _ = best_time(lambda: est.predict(X), 2)
         with MatmulRecorder() as rec:
             est.predict(X)
         flops = sum(call_flops(kind, shape) for kind, shape, _ in rec.calls)
-        t_mm = replay_matmuls(rec.calls)
+        # Predict and replay alternate: each round's pair is timed within seconds.
+        t_rounds, mm_rounds = [], []
+        for _ in range(args.rounds):
+            t_rounds.append(best_time(lambda: est.predict(X), 1)[0])
+            mm_rounds.append(replay_matmuls(rec.calls, repeat=1))
+        t, t_mm = min(t_rounds), min(mm_rounds)
         # The recorded products, the costliest (FLOPs summed over the predict) first.
         by_shape = {}
         for kind, shape, dt in rec.calls:
@@ -260,7 +288,9 @@ def roofline_part(args, methods):
         row = {"method": method, "dtype": shipped_dtype(method), "predict_s": t, "ratio": t / t_km,
                "flops_per_row": flops / n_pred, "gflops": flops / t / 1e9, "matmul_s": t_mm,
                "matmul_gflops": flops / t_mm / 1e9 if t_mm > 0 else float("nan"),
-               "share": t_mm / t, "n_matmuls": len(rec.calls), "shapes": shapes[:8]}
+               "share": t_mm / t, "n_matmuls": len(rec.calls), "shapes": shapes[:8],
+               "predict_rounds_s": t_rounds, "matmul_rounds_s": mm_rounds,
+               "share_rounds": [m / p for m, p in zip(mm_rounds, t_rounds)], "load_average": os.getloadavg()}
         rows.append(row)
         print(row, flush=True)
     return rows
@@ -396,6 +426,11 @@ def markdown(res, args):
           f"float64 {r['float64']:.1f} GFLOP/s. torch threads {res['torch_threads']}; load average at the start "
           f"{res['load_average_start'][0]:.2f}" + (f", after the roofline part {res['load_average'][0]:.2f}"
                                                     if "load_average" in res else "") + ".", ""]
+    pkg = res.get("package")
+    if pkg:
+        env = ", ".join(f"{k}={v}" for k, v in pkg["thread_env"].items())
+        md[-1:-1] = [f"Package: `{pkg['path']}` at commit {pkg['commit']}"
+                     + (" (uncommitted changes)" if pkg["dirty"] else "") + f"; {env}.", ""]
     if res.get("predict"):
         n_pred = int(args.predict_n)
         n_fit = 300 if args.smoke else 2000
@@ -413,20 +448,26 @@ def markdown(res, args):
         md += [f"### roofline of predict on {n_pred:,} x 64 float32 rows (as shipped)", "",
                "FLOPs per row: the matrix products the predict runs (recorded), 2 m k n each. *same-shape "
                "matmul s*: torch's matmul replaying those products (shapes, dtype, count) in this process; "
-               "*share of the matmul rate*: that time over the predict's. KMeans.predict's row: its "
-               "distance arithmetic (2 d K), for scale.", "",
+               "*share of the matmul rate*: that time over the predict's. Predict and replay alternate "
+               f"{args.rounds} times; the times are each one's best round, *rounds* the range of the "
+               "rounds' own shares, *load* the 1-minute load average after the method. KMeans.predict's "
+               "row: its distance arithmetic (2 d K), for scale.", "",
                "| method | dtype | predict s | / KMeans.predict | FLOPs per row | GFLOP/s | same-shape matmul s "
-               "| its GFLOP/s | share of the matmul rate | largest product |", "|---|---|---|---|---|---|---|---|---|---|"]
+               "| its GFLOP/s | share of the matmul rate | rounds | load | largest product |",
+               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         km = res["roofline"][0]["predict_s"]
         for row in res["roofline"]:
             if row["method"] == "KMeans":
                 md.append(f"| KMeans | float32 | {row['predict_s']:.3g} | 1.0x | {row['flops_per_row']:,.0f} | "
-                          f"{row['gflops']:.2f} | | | | |")
+                          f"{row['gflops']:.2f} | | | | | | |")
                 continue
             big = row["shapes"][0] if row["shapes"] else "-"
+            rounds = row.get("share_rounds") or [row["share"]]
+            load = f"{row['load_average'][0]:.1f}" if "load_average" in row else ""
             md.append(f"| {row['method']} | {row['dtype']} | {row['predict_s']:.3g} | {row['predict_s'] / km:.1f}x | "
                       f"{row['flops_per_row']:,.0f} | {row['gflops']:.2f} | {row['matmul_s']:.3g} | "
-                      f"{row['matmul_gflops']:.1f} | {100 * row['share']:.0f} % | {big} |")
+                      f"{row['matmul_gflops']:.1f} | {100 * row['share']:.0f} % | "
+                      f"{100 * min(rounds):.0f}-{100 * max(rounds):.0f} % | {load} | {big} |")
         md.append("")
     if res.get("train"):
         md += [f"### training throughput per epoch (d = 64, K = {K})", "",
@@ -458,6 +499,8 @@ def main():
     parser.add_argument("--predict-n", type=float, default=1e6)
     parser.add_argument("--train-n", type=float, nargs="+", default=[1e4, 1e5])
     parser.add_argument("--quick", action="store_true", help="smoke run: 2*10^4 predict rows, n = 2,000")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="roofline: alternating rounds of predict and the same-shape replay (default 3)")
     add_name_argument(parser, "scaling")
     args = _common.setup(parser.parse_args())
     if args.name == "scaling":
@@ -471,7 +514,8 @@ def main():
     size = 256 if args.smoke else 2048
     rates = matmul_rates(size)
     print("matmul GFLOP/s", rates, flush=True)
-    res = {"matmul_gflops": rates, "torch_threads": torch.get_num_threads(), "load_average_start": os.getloadavg()}
+    res = {"matmul_gflops": rates, "torch_threads": torch.get_num_threads(), "load_average_start": os.getloadavg(),
+           "package": package_state()}
     if "predict" in args.parts:
         res["predict"] = predict_part(args, rates, args.methods)
     if "roofline" in args.parts:
