@@ -472,7 +472,7 @@ def test_a_dask_transfer_runs_ot_lloyd_by_chunk_and_matches_the_transfer_in_memo
     np.testing.assert_allclose(km.cluster_centers_, ref.cluster_centers_, atol=0.05)
 
 
-def test_a_dask_transfer_refuses_an_embedding_or_other_widths_and_the_model_stays_usable():
+def test_a_dask_transfer_refuses_other_widths_and_the_model_stays_usable():
     da = pytest.importorskip("dask.array", reason="needs the 'distributed' extra (dask[distributed])")
     from sktransfer_cluster import SinkhornKMeans
 
@@ -481,31 +481,50 @@ def test_a_dask_transfer_refuses_an_embedding_or_other_widths_and_the_model_stay
     with pytest.raises(ValueError, match="features"):
         km.transfer(da.from_array(X[:, :1], chunks=(100, -1)))
     np.testing.assert_array_equal(km.predict(X), km.labels_)
-    ae = SinkhornKMeans(3, embedding="autoencoder", pretrain_epochs=1, random_state=0, device="cpu").fit(X)
-    with pytest.raises(ValueError, match="numpy array"):
-        ae.transfer(da.from_array(X, chunks=(100, -1)))
-    assert ae.predict(X).shape == (300,)
 
 
-def test_the_input_affine_of_a_dask_array_is_the_in_memory_one_from_one_task_per_chunk():
+def test_the_input_affine_of_a_dask_array_is_the_in_memory_one_from_one_task_per_chunk_and_pass(monkeypatch):
     da = pytest.importorskip("dask.array", reason="needs the 'distributed' extra (dask[distributed])")
     import dask
 
+    from sktransfer_cluster.base import arrays
     from sktransfer_cluster.base.arrays import input_affine
-    from sktransfer_cluster.cluster.sinkhorn_kmeans import distributed as dd
+    from sktransfer_cluster.base.streaming import DaskRows
 
+    monkeypatch.setattr(arrays, "CHUNK_BYTES", 256 * 8 * 4)  # pieces of 256 rows
     X = np.random.default_rng(0).normal(3.0, 2.0, size=(1000, 4))
     before = X.copy()
-    Xd = da.from_array(X, chunks=(300, -1))
     with dask.config.set(scheduler="synchronous"):
-        shift, scale = dd.dask_input_affine(Xd)
-        np.testing.assert_array_equal(X, before)  # the chunks are views of X: read, never written
         ref_shift, ref_scale = input_affine(X)
+        # Chunks at multiples of the pieces input_affine reads: its result to the bit.
+        shift, scale = DaskRows(da.from_array(X, chunks=(512, -1))).affine()
+        np.testing.assert_array_equal(shift, ref_shift)
+        assert scale == ref_scale
+        # Other chunks: a piece cut by a chunk boundary is summed in two parts.
+        shift, scale = DaskRows(da.from_array(X, chunks=(300, -1))).affine()
+        np.testing.assert_array_equal(X, before)  # the chunks are views of X: read, never written
         np.testing.assert_allclose(shift, ref_shift, rtol=1e-12)
         assert scale == pytest.approx(ref_scale, rel=1e-12)
         X[500, 2] = np.nan
         with pytest.raises(ValueError, match="NaN"):
-            dd.dask_input_affine(da.from_array(X, chunks=(300, -1)))
+            DaskRows(da.from_array(X, chunks=(300, -1))).affine()
+
+
+def test_the_input_affine_of_a_dask_array_neither_overflows_nor_underflows():
+    da = pytest.importorskip("dask.array", reason="needs the 'distributed' extra (dask[distributed])")
+    import dask
+
+    from sktransfer_cluster.base.arrays import input_affine
+    from sktransfer_cluster.base.streaming import DaskRows
+
+    X = np.random.default_rng(1).normal(size=(600, 3))
+    with dask.config.set(scheduler="synchronous"):
+        for factor in (1e200, 1e-200):
+            shift, scale = DaskRows(da.from_array(X * factor, chunks=(250, -1))).affine()
+            ref_shift, ref_scale = input_affine(X * factor)
+            assert np.isfinite(scale) and scale > 0
+            assert scale == pytest.approx(ref_scale, rel=1e-12)
+            np.testing.assert_allclose(shift, ref_shift, rtol=1e-9)
 
 
 # ------------------------------------------------------------------ graph fits past the landmark count (issue 31)

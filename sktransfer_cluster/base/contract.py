@@ -39,7 +39,16 @@ from .runtime import (
     warn,
     working_dtype,
 )
-from .streaming import check_finite, is_dask_array, iter_row_chunks, mapped_pages, release_pages, streamed_affine
+from .streaming import (
+    DaskRows,
+    check_finite,
+    dask_input,
+    is_dask_array,
+    iter_row_chunks,
+    mapped_pages,
+    release_pages,
+    streamed_affine,
+)
 from .training import LineProgress, TrainingRun
 
 __all__ = ["COMMON_PARAMETER_CONSTRAINTS", "TransferClusterMixin", "WithinClusterScoreMixin", "inplace_activations"]
@@ -116,6 +125,15 @@ def _chunks_into(fn, X, chunk_size):
     return out
 
 
+def _chunked_block(start, block, fn, chunk_size, dtype):
+    """:meth:`TransferClusterMixin._chunked` of one dask chunk, on a worker (None for an empty chunk)."""
+    rows = np.ascontiguousarray(block, dtype=dtype)
+    if not rows.shape[0]:
+        return None
+    with compute_threads("cpu", blas=True):
+        return _chunks_into(fn, rows, chunk_size or chunk_rows(math.prod(rows.shape[1:])))
+
+
 def _n_distinct(labels):
     """Distinct values of an integer array: a count per label, not a sorted copy (10^7 labels: 160 MB)."""
     labels = np.asarray(labels)
@@ -143,6 +161,11 @@ def _distinct_rows_below(X, bound):
 def _memory_mapped(X):
     """Whether ``X`` is an array over a releasable memory map (see :mod:`.streaming`)."""
     return isinstance(X, np.ndarray) and mapped_pages(X) is not None
+
+
+def _streamed(X):
+    """Whether ``X``'s statistics are read in one streamed pass: a memmap, or a dask array's :class:`DaskRows`."""
+    return isinstance(X, DaskRows) or _memory_mapped(X)
 
 
 class TransferClusterMixin(ABC):
@@ -246,7 +269,16 @@ class TransferClusterMixin(ABC):
 
         Numeric float32/float64 2-D arrays come out; NaN/inf, complex, object or
         string data raise ``ValueError`` with the offending property named.
+        A dask array comes out as numpy up to the rows every estimator fits in
+        memory, else as a :class:`~.streaming.DaskRows` (:func:`~.streaming.dask_input`),
+        whose values are checked on the workers (fit: in its moments' pass).
         """
+        if is_dask_array(X):
+            X = dask_input(X, self._min_samples if reset else 1)
+            if is_dask_array(y):
+                y = y.compute()  # one label per row: what the client holds of labels anyway
+            if isinstance(X, DaskRows):
+                return self._validate_dask_rows(X, reset=reset, y=y)
         kwargs = dict(
             dtype=[np.float64, np.float32],
             ensure_min_samples=self._min_samples if reset else 1,
@@ -263,6 +295,25 @@ class TransferClusterMixin(ABC):
         if streamed and not reset:
             check_finite(out[0] if y is not None else out)
         return out
+
+    def _validate_dask_rows(self, X, *, reset, y=None):
+        """:meth:`_validate_input` of a :class:`~.streaming.DaskRows`: features and labels checked as
+        scikit-learn checks them, values on the workers (at fit, by the moments' pass)."""
+        if reset:
+            self.__dict__.pop("feature_names_in_", None)
+            self.n_features_in_ = X.shape[1]
+        elif X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input.")
+        else:
+            check_finite(X)
+        if y is None:
+            return X
+        y = np.asarray(y)
+        if y.ndim != 1 or y.shape[0] != X.shape[0]:
+            raise ValueError(f"y does not match X: {X.shape[0]} rows of X, y of shape {y.shape}; "
+                             "pass one label per row of X.")
+        return X, y
 
     def _fitted_input(self, X):
         """``NotFittedError`` before fit, else X validated against the fitted features."""
@@ -343,7 +394,7 @@ class TransferClusterMixin(ABC):
             self.history_ = []
             # Generators are passed down, not stored: fitted state stays picklable.
             rng, torch_gen = make_generators(self.random_state, "cpu")
-            shift, scale = streamed_affine(X) if _memory_mapped(X) else input_affine(X)
+            shift, scale = streamed_affine(X) if _streamed(X) else input_affine(X)
             check_resolution(X.dtype, shift, scale)
             mode = self._input_normalization
             self._input_affine = None if mode is None else (shift, scale if mode == "affine" else 1.0)
@@ -409,8 +460,17 @@ class TransferClusterMixin(ABC):
         # In slices, so that a source of 10^7 rows never holds a second array of labels.
         step = 2**20
         differ, pairs = 0, set()
+        if isinstance(X, DaskRows):
+            # predict runs where the chunks live; one integer per row comes back.
+            everything = self.predict(X.array).compute()
+
+            def predict(start, stop):
+                return everything[start:stop]
+        else:
+            def predict(start, stop):
+                return self._labels(X[start:stop])
         for start in range(0, X.shape[0], step):
-            predicted, fitted = self._labels(X[start : start + step]), self.labels_[start : start + step]
+            predicted, fitted = predict(start, start + step), self.labels_[start : start + step]
             differ += int(np.count_nonzero(predicted != fitted))
             pairs.update(map(tuple, np.unique(np.stack([fitted, predicted]), axis=1).T.tolist()))
         share = differ / max(X.shape[0], 1)
@@ -570,7 +630,10 @@ class TransferClusterMixin(ABC):
         Returns
         -------
         labels : ndarray of shape (n_samples,)
+            A dask array, chunked as the rows, for a dask array (``labels_``
+            holds them on the client, one integer per row).
         """
+        row_chunks = X.chunks[0] if is_dask_array(X) and X.ndim else None
         X = self._fitted_input(X)
         self._validate_transfer_options(kwargs)
         with self._rollback_on_error():
@@ -582,6 +645,10 @@ class TransferClusterMixin(ABC):
             self._inplace_activations()
         self._record_clusters(X, "transfer")
         self._check_consistency(X, "transfer")
+        if row_chunks is not None:
+            import dask.array as da
+
+            return da.from_array(np.asarray(labels), chunks=(row_chunks,))
         return labels
 
     def predict(self, X):
@@ -702,8 +769,16 @@ class TransferClusterMixin(ABC):
         Runs under the package's thread policy (:func:`~sktransfer_cluster.base.runtime.compute_threads`,
         torch and BLAS): inference is a chain of chunk-sized operations, and a second
         thread beside a busy process made predict up to 10x slower. The file pages of a
-        memmapped ``X`` are handed back chunk by chunk.
+        memmapped ``X`` are handed back chunk by chunk. A dask array's
+        :class:`~.streaming.DaskRows` is mapped on its workers, one task per chunk
+        (``fn`` travels to them with the model it uses; on an accelerator its chunks come
+        to the client instead).
         """
+        if isinstance(X, DaskRows) and torch.device(getattr(self, "device_", "cpu")).type == "cpu":
+            # Each chunk is mapped where it lives (the model travels once); only the results come back.
+            parts = [p for p in X.map_blocks(_chunked_block, fn, chunk_size, X.dtype) if p is not None]
+            out = np.concatenate(parts)
+            return out.astype(dtype, copy=False) if dtype is not None else out
         if _memory_mapped(X):
             inner = fn
 

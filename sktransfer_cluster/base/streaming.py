@@ -11,6 +11,13 @@ that would drop the user's private changes.
 
 :func:`streamed_affine` computes :func:`~sktransfer_cluster.base.arrays.input_affine`'s
 per-feature mean and global scale, and checks every value is finite, in one pass.
+
+A ``dask.array`` reaches the same paths as a :class:`DaskRows` (see :func:`dask_input`):
+rows read by sorted index or in chunks come to the client on demand, while the passes
+over every row -- the normalisation moments, the finite check, the signs of the values,
+and maps such as an encoder's codes (:meth:`DaskRows.map_blocks`) -- run one task per
+chunk on the workers. Nothing converts it whole: ``np.asarray`` of a ``DaskRows``
+raises instead.
 """
 
 from __future__ import annotations
@@ -22,8 +29,9 @@ import numpy as np
 
 from .arrays import chunk_rows
 
-__all__ = ["RELEASE_ROWS", "RELEASE_WINDOW", "RowReader", "check_finite", "is_dask_array", "iter_row_chunks",
-           "mapped_pages", "read_rows", "release_pages", "streamed_affine"]
+__all__ = ["DASK_READ_ROWS", "DaskRows", "RELEASE_ROWS", "RELEASE_WINDOW", "RowReader", "check_dask_array",
+           "check_finite", "dask_input", "in_memory_rows", "is_dask_array", "iter_row_chunks", "mapped_pages",
+           "read_rows", "release_pages", "set_in_memory_rows", "streamed_affine", "value_signs"]
 
 
 def mapped_pages(X):
@@ -32,6 +40,8 @@ def mapped_pages(X):
     None when ``X`` views no releasable memory map (an in-memory array, or a
     copy-on-write memmap whose pages hold the user's private changes).
     """
+    if not isinstance(X, np.ndarray):
+        return None
     base = X
     memmap = None
     while base is not None:
@@ -142,8 +152,12 @@ def iter_row_chunks(X, chunk_size=None, dtype=np.float64):
     """Yield ``(start, stop, rows)``: consecutive row chunks of ``X`` as ``dtype`` copies.
 
     Each chunk's file pages are released once it is read, so the resident set grows
-    by one chunk, whatever the size of ``X``.
+    by one chunk, whatever the size of ``X``. A :class:`DaskRows` comes to the client
+    one of its chunks at a time.
     """
+    if isinstance(X, DaskRows):
+        yield from X.iter_chunks(chunk_size, dtype)
+        return
     pages = mapped_pages(X)
     for start, stop in _row_ranges(X, chunk_size):
         rows = np.array(X[start:stop], dtype=dtype, copy=True)
@@ -167,6 +181,9 @@ def check_finite(X, chunk_size=None):
     ...
     ValueError: Input X contains NaN or infinity.
     """
+    if isinstance(X, DaskRows):
+        X.check_finite()
+        return
     pages = mapped_pages(X)
     for start, stop in _row_ranges(X, chunk_size):
         finite = bool(np.isfinite(X[start:stop]).all())
@@ -207,7 +224,12 @@ def streamed_affine(X, chunk_size=None):
     ------
     ValueError
         If ``X`` holds NaN or infinity (checked chunk by chunk, as the pass goes).
+
+    A :class:`DaskRows` is read on its workers instead (:meth:`DaskRows.affine`: two
+    passes, each one task per chunk, equal to ``input_affine``).
     """
+    if isinstance(X, DaskRows):
+        return X.affine()
     d = X.shape[1]
     n_seen = 0
     total = np.zeros(d)  # the shift is input_affine's: the float64 sum of the chunks' sums, over n
@@ -246,3 +268,276 @@ def is_dask_array(X):
     da = sys.modules.get("dask.array")
     return da is not None and isinstance(X, da.Array)
 
+
+
+# ----------------------------------------------------------------------------- Dask arrays
+#: Rows a :class:`DaskRows` brings to the client per compute when rows are read by index in
+#: pieces (landmarks): each compute costs a task per chunk it touches, so a piece of 4 MiB
+#: (:func:`~.arrays.chunk_rows`, 668 rows at 784 columns) would pay it 75 times for 50,000
+#: landmarks; 8,192 rows of float64 at 784 columns are 51 MB.
+DASK_READ_ROWS = 8192
+
+# The rows up to which every estimator fits in memory, registered by the layer that owns the
+# count (representation.landmarks: LANDMARK_ROWS, read at call time so that a patched count
+# holds here too). base cannot import that layer: arrows point down.
+_IN_MEMORY_ROWS = [lambda: 50_000]
+
+
+def set_in_memory_rows(count):
+    """Register ``count()``: the rows up to which an estimator fits its input in memory (see :func:`dask_input`)."""
+    _IN_MEMORY_ROWS[0] = count
+
+
+def in_memory_rows():
+    """The rows up to which every estimator fits in memory: a dask array of no more is computed to numpy."""
+    return int(_IN_MEMORY_ROWS[0]())
+
+
+def _as_rows(block, dtype):
+    """A chunk as C-ordered ``dtype`` rows (integers and float16 become float64, as validation makes them)."""
+    return np.ascontiguousarray(block, dtype=dtype)
+
+
+def _subchunks(start, stop, step):
+    """``(index, lo, hi)``: the pieces of rows ``start:stop`` cut at the multiples of ``step`` (global offsets)."""
+    lo = start
+    while lo < stop:
+        index = lo // step
+        hi = min(stop, (index + 1) * step)
+        yield index, lo, hi
+        lo = hi
+
+
+def _first_moments(start, block, dtype, step):
+    """Pass 1 of :meth:`DaskRows.affine` on one chunk: sums per piece, column extremes, finiteness, zeros."""
+    rows = _as_rows(block, dtype)
+    d = rows.shape[1]
+    if not rows.shape[0]:
+        return [], np.full(d, np.inf), np.full(d, -np.inf), True, False
+    if not np.isfinite(rows).all():
+        return [], np.full(d, np.inf), np.full(d, -np.inf), False, False
+    sums = [(i, rows[lo - start : hi - start].sum(0, dtype=np.float64))
+            for i, lo, hi in _subchunks(start, start + rows.shape[0], step)]
+    return sums, rows.min(0).astype(np.float64), rows.max(0).astype(np.float64), True, bool((rows == 0).any())
+
+
+def _second_moments(start, block, dtype, step, shift, peak):
+    """Pass 2 of :meth:`DaskRows.affine` on one chunk: per piece, the sum of ``((x - shift) / peak)^2``."""
+    rows = _as_rows(block, dtype)
+    return [(i, float((((rows[lo - start : hi - start] - shift) / peak) ** 2).sum()))
+            for i, lo, hi in _subchunks(start, start + rows.shape[0], step)]
+
+
+def _merge_pieces(parts):
+    """The per-piece values of every chunk, a piece cut by a chunk boundary added up, in row order."""
+    merged = {}
+    for part in parts:
+        for index, value in part:
+            merged[index] = merged[index] + value if index in merged else value
+    return [merged[i] for i in sorted(merged)]
+
+
+def _block_finite(block):
+    return bool(np.isfinite(np.asarray(block)).all())
+
+
+class DaskRows:
+    """A 2-D ``dask.array`` standing for the validated input of a streamed fit, its chunks left on the workers.
+
+    What the streamed paths ask of an array, answered where the data lives:
+
+    * ``rows[index]`` (sorted integer indices or a slice): those rows computed and brought to
+      the client (landmarks, minibatches drawn by index), in :attr:`dtype`;
+    * :func:`iter_row_chunks`: one chunk at a time on the client;
+    * :meth:`affine`, :meth:`check_finite`, :meth:`signs`: reductions, one task per chunk,
+      only a few numbers per chunk coming back;
+    * :meth:`map_blocks`: any per-row map (an encoder's codes), one task per chunk, only its
+      results coming back.
+
+    ``np.asarray(rows)`` raises ``TypeError``: nothing converts the whole array by accident.
+    :attr:`dtype` is what validation makes of the array's: float32 stays, every other real
+    type is read as float64.
+
+    Parameters
+    ----------
+    array : dask.array.Array of shape (n_samples, n_features)
+        Real numbers. Rechunked to whole rows (every column in one chunk) when it is not.
+    """
+
+    def __init__(self, array):
+        self.array = array if array.numblocks[1] == 1 else array.rechunk({1: -1})
+        self.dtype = np.dtype(np.float32 if array.dtype == np.float32 else np.float64)
+        self.shape = (int(array.shape[0]), int(array.shape[1]))
+        self.ndim, self.size = 2, self.shape[0] * self.shape[1]
+        self.bounds = np.cumsum((0,) + tuple(int(c) for c in self.array.chunks[0]))
+        self._signs = None
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __repr__(self):
+        return f"DaskRows(shape={self.shape}, dtype={self.dtype.name}, chunks={len(self.bounds) - 1})"
+
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError(
+            f"{self!r} would be computed whole on the client; a dask input is read by index, in chunks "
+            "or on its workers (sktransfer_cluster.base.streaming.DaskRows)."
+        )
+
+    def __getitem__(self, index):
+        if isinstance(index, tuple):
+            if len(index) != 1:
+                raise IndexError("DaskRows reads whole rows: index the rows only")
+            index = index[0]
+        if not isinstance(index, slice):
+            index = np.asarray(index)
+            if index.ndim != 1 or index.dtype.kind not in "iu":
+                raise IndexError("DaskRows reads rows by a slice or a 1-D array of integer indices")
+        return _as_rows(self.array[index].compute(), self.dtype)
+
+    def blocks(self):
+        """``(start, delayed chunk)`` for every chunk of rows, in order."""
+        return list(zip(self.bounds[:-1].tolist(), self.array.to_delayed().ravel()))
+
+    def map_blocks(self, fn, *args):
+        """``[fn(start, chunk, *args) for every chunk]``, each call one task on the workers, in row order.
+
+        ``chunk`` is the raw dask chunk (convert it with :attr:`dtype`). Each of ``args`` travels
+        to the workers once per compute, not once per task (a network's weights, say).
+        """
+        import dask
+
+        shared = [dask.delayed(a, pure=False, traverse=False) for a in args]
+        return list(dask.compute(*[dask.delayed(fn, pure=False)(start, block, *shared) for start, block in self.blocks()]))
+
+    def iter_chunks(self, chunk_size=None, dtype=np.float64):
+        """:func:`iter_row_chunks` of the array: each chunk computed on its own and cut into ``chunk_size`` rows."""
+        step = chunk_rows(self.shape[1]) if chunk_size is None else int(chunk_size)
+        for start, stop, block in zip(self.bounds[:-1], self.bounds[1:], self.array.to_delayed().ravel()):
+            rows = np.asarray(block.compute())
+            for lo in range(0, int(stop - start), step):
+                part = rows[lo : lo + step]
+                yield int(start) + lo, int(start) + lo + part.shape[0], np.array(part, dtype=dtype, copy=True)
+            del rows
+
+    def check_finite(self):
+        """``ValueError`` if any value is NaN or infinite: one task per chunk, a boolean back from each."""
+        import dask
+
+        if not all(dask.compute(*[dask.delayed(_block_finite, pure=False)(b) for _, b in self.blocks()])):
+            raise ValueError("Input X contains NaN or infinity.")
+
+    def affine(self):
+        """:func:`~.arrays.input_affine` of the array on its workers: ``(shift, scale)``.
+
+        Two passes, each one task per chunk returning a few numbers: the float64 sums of
+        the pieces :func:`~.arrays.input_affine` reads (:func:`~.arrays.chunk_rows` rows at
+        fixed offsets) with each column's extremes, then each piece's sum of
+        ``((x - shift) / peak)^2``. The largest ``|x - shift|`` is read from the extremes
+        (rounding is monotonic, so it is the largest rounded difference exactly). Where the
+        chunks start at multiples of the piece size the result is ``input_affine``'s to the
+        bit; otherwise a piece cut by a chunk boundary is summed in two parts. The first pass
+        checks every value is finite and records :meth:`signs`.
+
+        Raises
+        ------
+        ValueError
+            If the array holds NaN or infinity.
+        """
+        import dask
+
+        n, d = self.shape
+        step = chunk_rows(d)
+        parts = dask.compute(*[dask.delayed(_first_moments, pure=False)(start, block, self.dtype, step)
+                               for start, block in self.blocks()])
+        if not all(p[3] for p in parts):
+            raise ValueError("Input X contains NaN or infinity.")
+        low = np.min([p[1] for p in parts], axis=0)
+        high = np.max([p[2] for p in parts], axis=0)
+        self._signs = (bool((low < 0).any()), any(p[4] for p in parts))
+        shift = np.zeros(d)
+        for total in _merge_pieces([p[0] for p in parts]):
+            shift += total
+        shift /= n
+        peak = float(np.maximum(high - shift, shift - low).max(initial=0.0))
+        if not (0.0 < peak < np.inf):
+            return shift, 1.0
+        squares = dask.compute(*[dask.delayed(_second_moments, pure=False)(start, block, self.dtype, step, shift, peak)
+                                 for start, block in self.blocks()])
+        total = 0.0
+        for value in _merge_pieces(squares):
+            total += value
+        return shift, peak * math.sqrt(total / self.size)
+
+    def signs(self):
+        """``(any value negative, any value zero)``, from the workers (kept from :meth:`affine` when it ran)."""
+        if self._signs is None:
+            import dask
+
+            parts = dask.compute(*[dask.delayed(_block_signs, pure=False)(b) for _, b in self.blocks()])
+            self._signs = (any(p[0] for p in parts), any(p[1] for p in parts))
+        return self._signs
+
+    def labels(self, labels):
+        """``labels`` (one per row, on the client) as a dask array chunked as the rows."""
+        import dask.array as da
+
+        return da.from_array(np.asarray(labels), chunks=(self.array.chunks[0],))
+
+
+def _block_signs(block):
+    rows = np.asarray(block)
+    return bool((rows < 0).any()), bool((rows == 0).any())
+
+
+def value_signs(X, chunk_size=None):
+    """``(any value negative, any value zero)`` of ``X``, read in row chunks; a :class:`DaskRows` on its workers.
+
+    What :func:`~sktransfer_cluster.representation.auto_metric` decides from. An array is read
+    chunk by chunk (a memmap's pages handed back) and the pass stops at the first negative value.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> value_signs(np.array([[0.0, 3.0], [1.0, 2.0]])), value_signs(np.array([[-1.0, 3.0]]))
+    ((False, True), (True, False))
+    """
+    if isinstance(X, DaskRows):
+        return X.signs()
+    negative = zero = False
+    for _, _, block in iter_row_chunks(X, chunk_size, dtype=X.dtype):
+        negative = negative or bool((block < 0).any())
+        zero = zero or bool((block == 0).any())
+        if negative:
+            break
+    return negative, zero
+
+
+def check_dask_array(X, min_samples=1):
+    """``ValueError`` for a dask array that is not 2-D, not of real numbers, of unknown chunk sizes
+    or with fewer than ``min_samples`` rows; nothing is computed."""
+    if X.ndim != 2:
+        raise ValueError(f"Expected a 2-D dask array, got {X.ndim}-D (shape {X.shape}); reshape it to "
+                         "(n_samples, n_features).")
+    if X.dtype.kind not in "biuf":
+        what = "complex numbers" if X.dtype.kind == "c" else f"dtype {X.dtype}"
+        raise ValueError(f"Expected a dask array of real numbers, got {what}; convert it with X.astype(float).")
+    if any(isinstance(s, float) and math.isnan(s) for s in X.shape):
+        raise ValueError("The dask array's chunk sizes are unknown (NaN); call X.compute_chunk_sizes() first.")
+    if X.shape[0] < min_samples:
+        raise ValueError(f"Found array with {X.shape[0]} sample(s) (shape={X.shape}) while a minimum of "
+                         f"{min_samples} is required.")
+
+
+def dask_input(X, min_samples=1):
+    """A 2-D dask array of real numbers as an estimator reads it: checked, then numpy or :class:`DaskRows`.
+
+    Shape and dtype are checked without computing anything (:func:`check_dask_array`). Up
+    to :func:`in_memory_rows` rows, where every estimator fits in memory anyway, the array
+    is computed to numpy and validated as any array is; past them it is wrapped as a
+    :class:`DaskRows` (values are checked in the first pass over them, on the workers).
+    """
+    check_dask_array(X, min_samples)
+    if X.shape[0] <= in_memory_rows():
+        return X.compute()
+    return DaskRows(X)

@@ -25,9 +25,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+import copy
+
+from ..base import streaming
 from ..base.arrays import chunk_rows, normalised_blocks
-from ..base.runtime import on_compute_threads
-from ..base.streaming import RowReader, iter_row_chunks
+from ..base.runtime import compute_threads, on_compute_threads
+from ..base.streaming import DASK_READ_ROWS, DaskRows, RowReader, iter_row_chunks
 
 __all__ = ["LANDMARK_ROWS", "StreamedRows", "encode_chunks", "landmark_graph_inputs", "landmark_graph_rows",
            "landmark_indices", "normalise_rows", "read_landmarks", "row_reader", "unit_peak_rows", "uses_landmarks"]
@@ -39,6 +42,9 @@ __all__ = ["LANDMARK_ROWS", "StreamedRows", "encode_chunks", "landmark_graph_inp
 #: edges per pass, k neighbours). Every data set of up to 50,000 rows keeps its fit on all
 #: rows exactly as before landmarks existed.
 LANDMARK_ROWS = 50_000
+# A dask array of up to LANDMARK_ROWS rows is computed to numpy before any fit sees it
+# (base.streaming.dask_input): every wing fits that many rows in memory.
+streaming.set_in_memory_rows(lambda: LANDMARK_ROWS)
 
 
 def uses_landmarks(n_samples, max_rows=None):
@@ -122,7 +128,8 @@ def read_landmarks(X, index, shift=None, scale=1.0):
     index = np.asarray(index, dtype=np.int64)
     reader = RowReader(X)
     out = np.empty((index.shape[0], X.shape[1]), dtype=np.float32)
-    step = chunk_rows(X.shape[1])
+    # A dask array's rows come in larger pieces: each read is a compute, a task per chunk touched.
+    step = max(chunk_rows(X.shape[1]), DASK_READ_ROWS) if isinstance(X, DaskRows) else chunk_rows(X.shape[1])
     for start in range(0, index.shape[0], step):
         part = index[start : start + step]
         normalise_rows(reader(part), shift, scale, out=out[start : start + part.shape[0]])
@@ -208,7 +215,25 @@ class StreamedRows:
     def __init__(self, X, shift, scale, device, dtype):
         self.shape = tuple(X.shape)
         self.device, self.dtype = torch.device(device), dtype
+        self._source = (X, shift, scale)
         self._read = row_reader(X, shift, scale)
+
+    def map_chunks(self, fn, chunk_size=None):
+        """``chunked(fn, rows)``: ``fn`` over consecutive chunks of the rows as ``rows[a:b]`` gives them.
+
+        For a dask array's rows (:class:`~sktransfer_cluster.base.streaming.DaskRows`) on the
+        CPU, each of its chunks is mapped on its worker, in the same pieces at the same
+        offsets; only ``fn``'s results (a tensor per piece, one row per row) come back.
+        Returns a tensor, as :func:`~sktransfer_cluster.base.arrays.chunked` of a tensor ``fn``.
+        """
+        from ..base.arrays import chunked
+
+        X, shift, scale = self._source
+        if not isinstance(X, DaskRows) or self.device.type != "cpu":
+            return chunked(fn, self, chunk_size)
+        step = chunk_rows(X.shape[1]) if chunk_size is None else int(chunk_size)
+        parts = X.map_blocks(_map_block, fn, shift, scale, step, self.dtype)
+        return torch.cat([torch.from_numpy(p) for p in parts if p is not None])
 
     def __len__(self):
         return self.shape[0]
@@ -245,11 +270,28 @@ def encode_chunks(encoder, X, shift=None, scale=1.0, chunk_size=None):
     -------
     torch.Tensor of shape (n_samples, n_components)
         On the encoder's device, in its dtype.
+
+    A dask array's rows (:class:`~sktransfer_cluster.base.streaming.DaskRows`) are encoded on
+    its workers, one task per chunk, in the same pieces at the same offsets (so the codes of
+    chunks starting at multiples of ``chunk_size`` are the in-memory ones to the bit); the
+    encoder travels to the workers once (a CPU copy when it lives elsewhere) and only the
+    codes come back.
     """
     param = next(encoder.parameters())
     was = encoder.training
     encoder.eval()
     out = None
+    if isinstance(X, DaskRows):
+        try:
+            step = chunk_rows(X.shape[1]) if chunk_size is None else int(chunk_size)
+            shipped = encoder if param.device.type == "cpu" else copy.deepcopy(encoder).cpu()
+            parts = X.map_blocks(_encode_block, shipped, shift, scale, step, param.dtype)
+        finally:
+            encoder.train(was)
+        out = torch.empty((X.shape[0], parts[0].shape[1]), dtype=param.dtype, device=param.device)
+        for start, part in zip(X.bounds[:-1].tolist(), parts):
+            out[start : start + part.shape[0]] = torch.from_numpy(part)
+        return out
     try:
         for start, stop, rows in iter_row_chunks(X, chunk_size):
             Z = encoder(torch.from_numpy(normalise_rows(rows, shift, scale)).to(param.device, param.dtype))
@@ -259,3 +301,27 @@ def encode_chunks(encoder, X, shift=None, scale=1.0, chunk_size=None):
     finally:
         encoder.train(was)
     return out
+
+
+def _encode_block(start, block, encoder, shift, scale, step, param_dtype):
+    """:func:`encode_chunks` of one dask chunk (rows ``start:``), on a worker: the same float64
+    pieces at the same offsets, normalised as :func:`normalise_rows`, codes as numpy."""
+    rows = np.asarray(block)
+    codes = []
+    with torch.no_grad(), compute_threads():
+        pieces = [(lo, hi) for _, lo, hi in streaming._subchunks(start, start + rows.shape[0], step)] or [(start, start)]
+        for lo, hi in pieces:
+            piece = np.array(rows[lo - start : hi - start], dtype=np.float64)
+            codes.append(encoder(torch.from_numpy(normalise_rows(piece, shift, scale)).to(param_dtype)).numpy())
+    return np.concatenate(codes)
+
+
+def _map_block(start, block, fn, shift, scale, step, dtype):
+    """:meth:`StreamedRows.map_chunks` of one dask chunk, on a worker: numpy results (None if empty)."""
+    rows = np.asarray(block)
+    out = []
+    with torch.no_grad(), compute_threads():
+        for _, lo, hi in streaming._subchunks(start, start + rows.shape[0], step):
+            piece = np.array(rows[lo - start : hi - start], dtype=np.float64)
+            out.append(fn(torch.from_numpy(normalise_rows(piece, shift, scale)).to(dtype)).cpu().numpy())
+    return np.concatenate(out) if out else None

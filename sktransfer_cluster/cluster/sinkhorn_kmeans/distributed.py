@@ -7,13 +7,12 @@ Hessian and the plan-weighted feature sums, a few kilobytes -- and the client ad
 and takes the Newton step (:func:`~sktransfer_cluster.ot.semi_dual.newton_iterations`,
 the in-memory solver's loop). So the rows never leave the workers, each task holds one
 chunk, and the result is the in-memory OT-Lloyd's to the rounding of the sums' order.
-The start (k-means++ and OT-Lloyd on rows drawn by index) and the normalisation
-statistics (Dask reductions) are as the minibatch fit's.
+The start (k-means++ and OT-Lloyd on rows drawn by index) is as the minibatch fit's; the
+normalisation statistics are :meth:`~sktransfer_cluster.base.streaming.DaskRows.affine`
+(one task per chunk per pass, as every estimator's fit on a dask array).
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import torch
@@ -24,8 +23,7 @@ from ...ot.semi_dual import newton_iterations, row_chunks, semi_dual_pass
 from .lloyd import SINKHORN_MAX_ITER, SINKHORN_TOL, costs_into
 from .objective import squared_distances
 
-__all__ = ["block_moments", "block_sums", "dask_input_affine", "dask_labels", "dask_ot_lloyd", "is_dask_array",
-           "row_blocks"]
+__all__ = ["block_sums", "dask_labels", "dask_ot_lloyd", "is_dask_array", "row_blocks"]
 
 
 def _normalised(block, shift, scale, dtype):
@@ -70,43 +68,6 @@ def _pass(blocks, centers, h, reg, shift, scale, dtype):
     H = np.sum([p[3] for p in parts], axis=0)
     moment = np.sum([p[4] for p in parts], axis=0)
     return n, total_f, c, H, moment
-
-
-def block_moments(block):
-    """One chunk's ``(rows, float64 column sums, sum of squares about the chunk's mean, all finite)``."""
-    rows = np.array(block, dtype=np.float64, copy=True)  # centred in place below: never the caller's memory
-    m = rows.shape[0]
-    if m == 0:
-        return 0, np.zeros(rows.shape[1]), 0.0, True
-    if not np.isfinite(rows).all():
-        return m, np.zeros(rows.shape[1]), 0.0, False
-    total = rows.sum(0)
-    rows -= total / m
-    return m, total, float(np.einsum("ij,ij->", rows, rows)), True
-
-
-def dask_input_affine(X):
-    """:func:`~sktransfer_cluster.base.arrays.input_affine` of the dask array ``X`` in one pass on the workers.
-
-    One task per row chunk (:func:`block_moments`), each reading its chunk once and
-    returning a few numbers, merged on the client: the shift is the float64 sum of the
-    chunks' sums over n, the scale the root mean square about it (the chunks' sums of
-    squares plus their means' spread, ``sum_c m_c |mean_c - shift|^2``: exact, no second
-    pass). A chunk is read by exactly one task, so no worker keeps one for a later consumer.
-
-    Returns ``(shift, scale)``; raises ``ValueError`` if ``X`` holds NaN or infinity.
-    """
-    import dask
-
-    parts = dask.compute(*[dask.delayed(block_moments, pure=False)(blk) for blk in row_blocks(X)])
-    if not all(p[3] for p in parts):
-        raise ValueError("Input X contains NaN or infinity.")
-    n = sum(p[0] for p in parts)
-    shift = np.sum([p[1] for p in parts], axis=0) / max(n, 1)
-    ss = sum(p[2] for p in parts)
-    ss += sum(p[0] * float(((p[1] / p[0] - shift) ** 2).sum()) for p in parts if p[0])
-    scale = math.sqrt(ss / max(n * X.shape[1], 1))
-    return shift, scale if scale > 0 else 1.0
 
 
 def row_blocks(X):

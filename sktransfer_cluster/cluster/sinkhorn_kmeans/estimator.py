@@ -234,7 +234,8 @@ class SinkhornKMeans(
         (:meth:`fit`). Ignored with an embedding: past 50,000 rows the graph
         embeddings read X by landmarks and chunks, the paper's autoencoder
         (``neighbour_weight=0``) by minibatches and chunks (see ``embedding``);
-        up to 50,000 rows both hold a normalised copy.
+        up to 50,000 rows both hold a normalised copy (a dask array of no
+        more rows is computed to numpy first).
     keep_best : bool, default=False
         What a ``KeyboardInterrupt`` during the embedding training leaves. False:
         the estimator as it was before the call. True: fitting stops, the
@@ -931,8 +932,12 @@ class SinkhornKMeans(
         ----------
         X : array-like, np.memmap or dask array of shape (n_samples, n_features)
             Source data. A memmap is read in pieces (``algorithm``); a dask array
-            is fitted where its chunks live: every pass of OT-Lloyd is one task per
-            chunk returning a few sums, and only the labels come back.
+            is fitted where its chunks live: without an embedding every pass of
+            OT-Lloyd is one task per chunk returning a few sums, and only the
+            labels come back; with one, past 50,000 rows, the dask array is read
+            as a memmap is (landmarks or minibatches by index brought to the
+            client, the moments and every row's codes computed on the workers;
+            :class:`~sktransfer_cluster.base.streaming.DaskRows`).
         y : None
             Ignored.
 
@@ -940,7 +945,7 @@ class SinkhornKMeans(
         -------
         self : object
         """
-        if is_dask_array(X):
+        if is_dask_array(X) and self.embedding is None:
             return self._fit_dask(X)
         return super().fit(X, y, **fit_params)
 
@@ -1003,8 +1008,8 @@ class SinkhornKMeans(
         Parameters
         ----------
         X : array-like, np.memmap or dask array of shape (n_samples, n_features)
-            Target data, same features as the source. A dask array (plain OT
-            k-means) is clustered where its chunks live. With an embedding, past
+            Target data, same features as the source. A dask array is clustered
+            where its chunks live (as in :meth:`fit`). With an embedding, past
             :data:`~sktransfer_cluster.representation.LANDMARK_ROWS` (50,000)
             rows it is never copied: on the graph the refinement and joint phase
             train on the graph of as many target rows drawn by index, the
@@ -1032,7 +1037,8 @@ class SinkhornKMeans(
         Returns
         -------
         labels : ndarray of shape (n_samples,)
-            A dask array for a dask array (plain OT k-means only): OT-Lloyd runs where the
+            A dask array for a dask array, chunked as its rows (``labels_`` holds
+            them on the client). Without an embedding OT-Lloyd runs where the
             chunks live, each pass one task per chunk, as in a Dask ``fit``.
 
         Examples
@@ -1043,7 +1049,7 @@ class SinkhornKMeans(
         >>> SinkhornKMeans(3, random_state=0).fit(X).transfer(X + 0.5).shape
         (90,)
         """
-        if is_dask_array(X):
+        if is_dask_array(X) and getattr(self, "encoder_", None) is None and getattr(self, "autoencoder_", None) is None:
             return self._transfer_dask(X, 0 if n_restarts is None else int(n_restarts))
         return super().transfer(X, fine_tune_epochs=fine_tune_epochs, n_restarts=n_restarts)
 

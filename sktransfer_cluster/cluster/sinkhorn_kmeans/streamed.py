@@ -255,93 +255,92 @@ class StreamedOTKMeansMixin:
         self._keep_stream(self._new_stream(centers, reg, g, X.shape[0]))
 
     # ------------------------------------------------------------------------ Dask
+    def _dask_rows(self, X, *, reset):
+        """The checks of a Dask fit (``reset``) or transfer of plain OT k-means: ``X`` as a
+        :class:`~sktransfer_cluster.base.streaming.DaskRows`, nothing computed."""
+        from ...base.streaming import DaskRows, check_dask_array
+
+        check_dask_array(X)
+        if reset:
+            self._check_n_clusters(int(X.shape[0]), self.n_clusters)
+            self.__dict__.pop("feature_names_in_", None)
+            self.n_features_in_ = int(X.shape[1])
+        elif X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input.")
+        return DaskRows(X)
+
+    def _dask_start_rows(self, rows, rng, shift, scale):
+        """``STREAM_INIT_ROWS`` rows drawn by index (every row of a smaller array), brought to the client
+        and normalised into the centres' frame: ``(Z, rows drawn)``."""
+        n = rows.shape[0]
+        size = min(n, STREAM_INIT_ROWS)
+        index = np.arange(n) if size == n else np.sort(rng.choice(n, size, replace=False))
+        Z = (np.asarray(rows[index], dtype=np.float64) - shift) / scale
+        return torch.as_tensor(Z, dtype=self._dtype()).to(self.device_), size
+
+    def _dask_lloyd(self, rows, centers, reg, g, shift, scale, tol):
+        """OT-Lloyd from ``centers`` on the workers (:func:`.distributed.dask_ot_lloyd`), then the
+        centres, ``n_iter_``, ``labels_`` (one integer per row gathered), ``inertia_`` and
+        ``n_clusters_``: the tail every Dask fit and transfer shares. Returns ``(centers, g)``."""
+        from .distributed import dask_labels, dask_ot_lloyd
+
+        centers, n_iter, g, _ = dask_ot_lloyd(
+            rows.array, centers.cpu(), reg, self._log_weights().cpu(), g.cpu(), shift=shift, scale=scale,
+            max_iter=self.max_iter, tol=tol,
+        )
+        centers = centers.to(device=self.device_, dtype=self._dtype())
+        self._set_centres(centers, reg)
+        self.n_iter_ = int(n_iter)
+        self.labels_, self.inertia_ = dask_labels(rows.array, centers.cpu(), shift=shift, scale=scale)
+        self.n_clusters_ = int(np.count_nonzero(np.bincount(self.labels_)))
+        return centers, g
+
     def _fit_dask(self, X):
         """``fit`` on a ``dask.array``: every pass over the rows runs on the workers.
 
-        The normalisation statistics and the finite check are one task per chunk
-        (:func:`.distributed.dask_input_affine`), the start
-        is OT-Lloyd on ``STREAM_INIT_ROWS`` rows drawn by index (brought to the client),
-        then OT-Lloyd runs on the whole array with each solver pass one task per chunk
+        The normalisation statistics and the finite check are one task per chunk per pass
+        (:meth:`~sktransfer_cluster.base.streaming.DaskRows.affine`), the start is OT-Lloyd
+        on ``STREAM_INIT_ROWS`` rows drawn by index (brought to the client), then OT-Lloyd
+        runs on the whole array with each solver pass one task per chunk
         (:mod:`.distributed`). Only the labels, one integer per row, come back.
         """
         from ...base.arrays import check_resolution
-        from .distributed import dask_input_affine, dask_labels, dask_ot_lloyd
 
         self._validate_params()
-        if self.embedding is not None:
-            raise ValueError(
-                f"A dask array is fitted by plain OT k-means; embedding={self.embedding!r} trains a network on "
-                "the whole source in memory: pass a numpy array (or a memmap), or embedding=None."
-            )
         with self._rollback_on_error():
-            if X.ndim != 2 or X.dtype.kind not in "fiu":
-                raise ValueError(f"Expected a 2-D dask array of real numbers, got shape {X.shape} and dtype {X.dtype}.")
-            for attr in ("feature_names_in_",):
-                self.__dict__.pop(attr, None)
-            self.n_features_in_ = int(X.shape[1])
-            self._check_n_clusters(int(X.shape[0]), self.n_clusters)
+            rows = self._dask_rows(X, reset=True)
             rng = self._reset_for_a_new_fit()
-            # Every task converts its own chunk to float64 (no float64 layer of the array: a
-            # chunk of such a layer would be one more chunk held on the worker).
-            Xf = X.rechunk({1: -1})
-            shift, scale = dask_input_affine(Xf)
-            check_resolution(np.dtype(np.float32 if X.dtype == np.float32 else np.float64), shift, scale)
+            shift, scale = rows.affine()
+            check_resolution(rows.dtype, shift, scale)
             self._input_affine, self._input_spread = (shift, 1.0), scale
-            n = int(X.shape[0])
-            size = min(n, STREAM_INIT_ROWS)
-            start_rows = np.arange(n) if size == n else np.sort(rng.choice(n, size, replace=False))
             with torch.no_grad():
-                Z = torch.as_tensor(np.asarray(Xf[start_rows].compute(), dtype=np.float64) - shift,
-                                    dtype=self._dtype()).to(self.device_)
+                Z, size = self._dask_start_rows(rows, rng, shift, 1.0)
                 centers, reg, _, g = self._ot_lloyd_start(Z, rng, "the OT-Lloyd start of the Dask fit")
-                centers, n_iter, g, _ = dask_ot_lloyd(
-                    Xf, centers.cpu(), reg, self._log_weights().cpu(), g.cpu(), shift=shift, scale=1.0,
-                    max_iter=self.max_iter, tol=float(self.tol * scale**2),
-                )
-            centers = centers.to(device=self.device_, dtype=self._dtype())
-            self._set_centres(centers, reg)
-            self._keep_stream(self._new_stream(centers, reg, g.to(self.device_), n))
-            self.n_iter_ = int(n_iter)
-            self.labels_, self.inertia_ = dask_labels(Xf, centers.cpu(), shift=shift, scale=1.0)
-            self.n_clusters_ = int(np.count_nonzero(np.bincount(self.labels_)))
+                centers, g = self._dask_lloyd(rows, centers, reg, g, shift, 1.0, float(self.tol * scale**2))
+            self._keep_stream(self._new_stream(centers, reg, g.to(self.device_), rows.shape[0]))
         return self
 
     def _transfer_dask(self, X, n_restarts):
         """``transfer`` to a ``dask.array`` target: OT-Lloyd from the source centres on the workers.
 
         As the in-memory transfer of plain OT k-means, where the chunks live: the target's
-        spread and finite check are one task per chunk; the start is the source centres
-        (beside ``n_restarts`` k-means++ starts), run on ``STREAM_INIT_ROWS`` target rows
-        drawn by index, the cheapest kept; OT-Lloyd then runs on the whole array, each
-        solver pass one task per chunk. ``labels_`` gathers one integer per row; the
-        labels returned are a dask array (:meth:`predict`'s, chunk by chunk).
+        spread and finite check are one task per chunk per pass; the start is the source
+        centres (beside ``n_restarts`` k-means++ starts), run on ``STREAM_INIT_ROWS`` target
+        rows drawn by index, the cheapest kept; OT-Lloyd then runs on the whole array, each
+        solver pass one task per chunk. ``labels_`` gathers one integer per row; the labels
+        returned are a dask array chunked as the rows.
         """
         from sklearn.utils.validation import check_is_fitted
 
-        from .distributed import dask_input_affine, dask_labels, dask_ot_lloyd
-
         check_is_fitted(self)
-        if self._encoder() is not None or self.autoencoder_ is not None:
-            raise ValueError(
-                "A dask array is transferred to by plain OT k-means; this model was fitted with an embedding, "
-                "whose network trains on the target in memory: pass a numpy array (or a memmap)."
-            )
-        if X.ndim != 2 or X.dtype.kind not in "fiu":
-            raise ValueError(f"Expected a 2-D dask array of real numbers, got shape {X.shape} and dtype {X.dtype}.")
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
-                             f"{self.n_features_in_} features as input.")
         with self._rollback_on_error():
+            rows = self._dask_rows(X, reset=False)
             rng, _ = make_generators(self.random_state, "cpu")
-            Xf = X.rechunk({1: -1})
-            _, spread = dask_input_affine(Xf)  # the target's spread sets tol; its values are checked
+            _, spread = rows.affine()  # the target's spread sets tol; its values are checked
             shift, scale = self._input_affine  # the centres live in the source's frame
-            n = int(X.shape[0])
-            size = min(n, STREAM_INIT_ROWS)
-            start_rows = np.arange(n) if size == n else np.sort(rng.choice(n, size, replace=False))
             with torch.no_grad():
-                Z = torch.as_tensor((np.asarray(Xf[start_rows].compute(), dtype=np.float64) - shift) / scale,
-                                    dtype=self._dtype()).to(self.device_)
+                Z, size = self._dask_start_rows(rows, rng, shift, scale)
                 starts = self._centers.unsqueeze(0).to(Z.dtype)
                 if n_restarts > 0 and size >= self.n_clusters:
                     starts = torch.cat([starts, self._kmeanspp(Z, int(n_restarts), rng)])
@@ -351,13 +350,5 @@ class StreamedOTKMeansMixin:
                     check_tol=_CHECK_TOL, check_max_iter=_CHECK_MAX_ITER,
                 )
                 self._warn_not_converged(check, "the OT-Lloyd start of the Dask transfer", _CHECK_TOL, _CHECK_MAX_ITER)
-                centers, n_iter, _, _ = dask_ot_lloyd(
-                    Xf, centers.cpu(), reg, self._log_weights().cpu(), check.g.cpu(), shift=shift, scale=scale,
-                    max_iter=self.max_iter, tol=float(self.tol * (spread / scale) ** 2),
-                )
-            self._set_centres(centers.to(device=self.device_, dtype=self._dtype()), reg)
-            self.n_iter_ = int(n_iter)
-            self.labels_, self.inertia_ = dask_labels(Xf, centers.cpu(), shift=shift, scale=scale)
-            self.n_clusters_ = int(np.count_nonzero(np.bincount(self.labels_)))
-        return self.predict(X)
-
+                self._dask_lloyd(rows, centers, reg, check.g, shift, scale, float(self.tol * (spread / scale) ** 2))
+        return rows.labels(self.labels_)
