@@ -15,6 +15,23 @@ its labels against the blobs' labels. dask-ml is optional (``pip install dask-ml
 its rows say so. Goal (issue 31): SinkhornKMeans within 2x dask-ml's time, the same ARI,
 and no worker holding more than 2 chunks.
 
+``--networks``: the network estimators on a dask array (issue 31, item 2, every estimator).
+For each of ``--methods`` (``skm-paper``: SinkhornKMeans' paper autoencoder, ``neighbour_weight=0``;
+``skm-ae``: its default graph autoencoder; ``tdcm``: TDCMCluster) and seed, in one fresh process
+per cell: ``fit`` on ``--n`` x ``--d`` float32 blobs, then ``transfer`` to as many rows of the same
+blobs shifted by 0.5, once on the numpy array in the client's memory and once on the same rows as
+a dask array generated and persisted on a 2-worker ``LocalCluster`` (worker processes, one thread
+each; the target is the persisted array + 0.5, computed by the tasks that read it), past
+``--landmarks`` (``representation.LANDMARK_ROWS`` for the run). Per cell: the client's CPU and
+wall seconds, the workers' CPU seconds, the peak RSS growth of the client process over the fit and
+transfer (the numpy array itself excluded: it exists before), the rows brought to the client
+(through ``base.streaming.DaskRows``: by index, largest single read, and whole chunks), whether
+``transfer`` returned a dask array, and the ARI of ``labels_`` and of the transfer's labels
+against the blobs' labels; the table adds the share of labels equal between the two inputs.
+
+    python benchmarks/dask_fit.py --networks [--n 60000] [--d 64] [--k 5] [--landmarks 10000]
+        [--methods skm-paper skm-ae tdcm] [--seeds 0] [--smoke]
+
 Chunks held: a worker plugin (:class:`ChunkCounter`) counts, at every task transition, the
 values in the worker's memory at least half the size of one float32 chunk (``--chunk`` x
 ``--d`` x 4 bytes: a generated chunk, its float64 copy, a rechunked piece) and keeps the
@@ -22,9 +39,13 @@ maximum, per worker and per fit; the table shows the larger worker's.
 """
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import _common
 import numpy as np
@@ -97,7 +118,182 @@ def data(n, d, k, std, size):
     return X, y
 
 
+NETWORKS = {
+    "skm-paper": ("SinkhornKMeans(embedding='autoencoder', neighbour_weight=0)",
+                  lambda k, seed, e: __import__("sktransfer_cluster").SinkhornKMeans(
+                      k, embedding="autoencoder", neighbour_weight=0, pretrain_epochs=e, max_epochs=e,
+                      random_state=seed, device="cpu")),
+    "skm-ae": ("SinkhornKMeans(embedding='autoencoder')",
+               lambda k, seed, e: __import__("sktransfer_cluster").SinkhornKMeans(
+                   k, embedding="autoencoder", pretrain_epochs=e, random_state=seed, device="cpu")),
+    "tdcm": ("TDCMCluster", lambda k, seed, e: __import__("sktransfer_cluster").TDCMCluster(
+        k, max_epochs=e, random_state=seed, device="cpu")),
+}
+_MARK = "DASK-NET-CELL "
+
+
+def _peak_rss():
+    """The process's peak resident set (VmHWM), bytes."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM"))
+
+
+def _rss():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS"))
+
+
+def _reset_peak():
+    """Reset VmHWM to the current RSS (Linux: writing 5 to clear_refs)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _worker_cpu():
+    return time.process_time()
+
+
+def network_cell(job):
+    """One fit + transfer of ``job["method"]`` on numpy or dask input (a fresh process)."""
+    import dask.array as da
+    import torch
+    from sklearn.metrics import adjusted_rand_score
+
+    import sktransfer_cluster.base.streaming as streaming
+    from sktransfer_cluster.representation import landmarks
+
+    torch.set_num_threads(1)
+    landmarks.LANDMARK_ROWS = job["landmarks"]
+    n, d, k, size, seed = job["n"], job["d"], job["k"], job["chunk"], job["seed"]
+    sizes = tuple(min(size, n - s) for s in range(0, n, size))
+    y = np.concatenate([chunk(i, m, d, k, 4.0, labels_only=True) for i, m in enumerate(sizes)])
+    reads = {"by_index": 0, "largest": 0, "chunks": 0, "computes": 0}
+    getitem, iter_chunks = streaming.DaskRows.__getitem__, streaming.DaskRows.iter_chunks
+
+    def counted_getitem(self, index):
+        rows = getitem(self, index)
+        reads["by_index"] += rows.shape[0]
+        reads["computes"] += 1
+        reads["largest"] = max(reads["largest"], rows.shape[0])
+        return rows
+
+    def counted_chunks(self, *args):
+        for start, stop, rows in iter_chunks(self, *args):
+            reads["chunks"] += rows.shape[0]
+            yield start, stop, rows
+
+    streaming.DaskRows.__getitem__, streaming.DaskRows.iter_chunks = counted_getitem, counted_chunks
+    model = NETWORKS[job["method"]][1](k, seed, job["epochs"])
+    row = {**job}
+    cluster = client = None
+    try:
+        if job["input"] == "dask":
+            import distributed
+
+            cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=not job["smoke"],
+                                               **({} if job["smoke"] else {"env": _common.thread_env(1)}))
+            client = distributed.Client(cluster)
+            X, _ = data(n, d, k, 4.0, size)
+            # Persisted in the workers' memory (dask-ml's advice for iterative fits): a minibatch
+            # drawn by index would otherwise regenerate every chunk it touches.
+            X = X.persist()
+            distributed.wait(X)
+            target = X + np.float32(0.5)
+            cpu0 = client.run(_worker_cpu)
+        else:
+            X = np.concatenate([chunk(i, m, d, k, 4.0) for i, m in enumerate(sizes)])
+            target = X + np.float32(0.5)
+        base = _rss()
+        _reset_peak()
+        t0, c0 = time.perf_counter(), time.process_time()
+        model.fit(X)
+        row["fit_wall_s"], row["fit_client_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
+        fit_labels = np.array(model.labels_)  # labels_ become the target's at transfer
+        t1, c1 = time.perf_counter(), time.process_time()
+        labels = model.transfer(target)
+        row["transfer_returns_dask"] = isinstance(labels, da.Array)
+        labels = np.asarray(labels.compute() if row["transfer_returns_dask"] else labels)
+        row["transfer_wall_s"], row["transfer_client_cpu_s"] = time.perf_counter() - t1, time.process_time() - c1
+        row["peak_rss_growth_mib"] = (_peak_rss() - base) / 2**20
+        if client is not None:
+            cpu1 = client.run(_worker_cpu)
+            row["workers_cpu_s"] = sum(cpu1[w] - cpu0[w] for w in cpu1)
+        row["array_mib"] = n * d * 4 / 2**20
+        row["fit_ari"] = float(adjusted_rand_score(y, fit_labels))
+        row["transfer_ari"] = float(adjusted_rand_score(y, labels))
+        row["rows_to_client"] = dict(reads)
+        np.save(job["labels_path"], np.stack([fit_labels, labels]))
+        row["status"] = "ok"
+    except Exception as exc:  # a method the dask path cannot run yet is a row, not a crash
+        row["status"] = f"error: {type(exc).__name__}: {str(exc)[:300]}"
+    finally:
+        if client is not None:
+            client.close()
+            cluster.close()
+    print(_MARK + json.dumps(row), flush=True)
+
+
+def run_networks(args):
+    """``--networks``: the network cells, numpy and dask, each in a fresh process."""
+    import tempfile
+
+    from sklearn.metrics import adjusted_rand_score
+
+    rows = []
+    tmp = Path(tempfile.mkdtemp(prefix="dask_net_"))
+    for seed in args.seeds:
+        for method in args.methods:
+            for kind in ("numpy", "dask"):
+                job = {"method": method, "input": kind, "seed": seed, "n": args.n, "d": args.d, "k": args.k,
+                       "chunk": args.chunk, "landmarks": args.landmarks, "epochs": args.epochs, "smoke": args.smoke,
+                       "labels_path": str(tmp / f"{method}_{kind}_{seed}.npy")}
+                cmd = [sys.executable, str(Path(__file__).resolve()), "--cell", json.dumps(job)]
+                done = subprocess.run(cmd, cwd=Path(__file__).resolve().parent, env=_common.thread_env(1),
+                                      capture_output=True, text=True, check=False)
+                line = next((x for x in done.stdout.splitlines() if x.startswith(_MARK)), None)
+                row = json.loads(line[len(_MARK):]) if line else {**job, "status": "error: " + done.stderr[-500:]}
+                print(row, flush=True)
+                rows.append(row)
+            pair = [tmp / f"{method}_{kind}_{seed}.npy" for kind in ("numpy", "dask")]
+            if all(p.exists() for p in pair):
+                a, b = (np.load(p) for p in pair)
+                rows[-1]["equal_to_numpy"] = [float(np.mean(a[0] == b[0])), float(np.mean(a[1] == b[1]))]
+                rows[-1]["ari_to_numpy"] = [float(adjusted_rand_score(a[0], b[0])), float(adjusted_rand_score(a[1], b[1]))]
+    md = [(f"{args.n:,} x {args.d} float32 blobs (K = {args.k}, std 4) in chunks of {args.chunk:,} rows, "
+           f"`LANDMARK_ROWS = {args.landmarks:,}`, {args.epochs} epoch(s); transfer to the same rows + 0.5. "
+           "numpy: the array in the client's memory; dask: generated on a 2-worker `LocalCluster` ("
+           + ("in-process workers, so the workers' CPU is the whole process's" if args.smoke else
+              "worker processes, 1 thread each") + ") and persisted there. One fresh process per cell; seeds "
+           + " ".join(map(str, args.seeds)) + "."),
+          "",
+          "| method | input | seed | fit wall s | transfer wall s | client CPU s | workers CPU s | client peak RSS growth MiB "
+          "| rows to client (by index / largest read / whole chunks) | transfer gives dask | ARI fit / transfer "
+          "| labels equal to numpy (fit / transfer) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        name = NETWORKS[r["method"]][0]
+        if r.get("status") != "ok":
+            md.append(f"| {name} | {r['input']} | {r['seed']} | {r.get('status')} | | | | | | | | |")
+            continue
+        reads, eq = r["rows_to_client"], r.get("equal_to_numpy")
+        cells = [name, r["input"], str(r["seed"]), f"{r['fit_wall_s']:.1f}", f"{r['transfer_wall_s']:.1f}",
+                 f"{r['fit_client_cpu_s'] + r['transfer_client_cpu_s']:.1f}",
+                 f"{r['workers_cpu_s']:.1f}" if "workers_cpu_s" in r else "-",
+                 f"{r['peak_rss_growth_mib']:.0f}",
+                 f"{reads['by_index']:,} / {reads['largest']:,} / {reads['chunks']:,}" if r["input"] == "dask" else "-",
+                 "yes" if r["transfer_returns_dask"] else "no",
+                 f"{r['fit_ari']:.4f} / {r['transfer_ari']:.4f}",
+                 f"{eq[0]:.4f} / {eq[1]:.4f}" if eq else "-"]
+        md.append("| " + " | ".join(cells) + " |")
+    md += ["", f"Array size {args.n * args.d * 4 / 2**20:.1f} MiB (float32)."]
+    _common.write("scaling", args.name, {"rows": rows, "n": args.n, "d": args.d, "k": args.k, "chunk": args.chunk,
+                                         "landmarks": args.landmarks, "epochs": args.epochs}, "\n".join(md))
+
+
 def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--cell":
+        network_cell(json.loads(sys.argv[2]))
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=float, default=1e6)
     parser.add_argument("--d", type=int, default=16)
@@ -109,8 +305,22 @@ def main():
                         help="stop dask-ml's fit after this many seconds and report the time as a lower bound "
                         "(the run ends there: the cluster is closed under the unfinished fit)")
     parser.add_argument("--no-peer", action="store_true", help="SinkhornKMeans only")
+    parser.add_argument("--networks", action="store_true", help="the network estimators (see the docstring)")
+    parser.add_argument("--methods", nargs="+", default=["skm-paper", "skm-ae", "tdcm"], choices=sorted(NETWORKS))
+    parser.add_argument("--landmarks", type=int, default=None, help="LANDMARK_ROWS for --networks (default n / 6)")
+    parser.add_argument("--epochs", type=int, default=5, help="epochs of each network phase (--networks)")
     _common.add_name_argument(parser, "scaling")
     args = _common.setup(parser.parse_args())
+    if args.networks:
+        if args.smoke:
+            args.n, args.d, args.k, args.chunk, args.seeds, args.epochs = 3000, 8, 3, 1000, [0], 1
+            args.methods = ["skm-paper"]
+        args.n = int(args.n)
+        args.landmarks = args.landmarks or args.n // 6
+        if args.name == _common.CANONICAL["scaling"]:
+            args.name = "dask_networks"
+        run_networks(args)
+        return
     if args.smoke:
         args.n, args.chunk, args.seeds = 6000, 2000, [0]
     args.n = int(args.n)
