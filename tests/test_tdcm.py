@@ -710,6 +710,28 @@ def test_predict_with_the_neighbour_encoder_folds_its_affine_tail_and_the_block_
     np.testing.assert_array_equal(model.predict(X), _block_labels(model, X))
 
 
+def test_folded_head_predict_equals_the_blocks_on_rows_far_outside_the_fitted_range(blobs):
+    """The fast path (trunk, one Linear to K) and the exact one (encoder, the block's quadratic
+    form) give the same labels on rows up to 10^6 times the fitted spread away, float32 and float64
+    (at 10^7 the blocks' float32 scores begin to saturate: 3 of these 120 rows differ)."""
+    X, _ = blobs
+    model = TDCMCluster(3, random_state=0, representation="neighbours", max_epochs=3, device="cpu").fit(X)
+    assert model._folded_head() is not None
+    for far in (X * 1e3, X + 1e4, X * 1e6, np.random.default_rng(0).standard_normal(X.shape) * 1e6):
+        for dtype in (np.float32, np.float64):
+            np.testing.assert_array_equal(model.predict(far.astype(dtype)), _block_labels(model, far.astype(dtype)))
+
+
+def test_folded_head_predict_keeps_the_labels_of_a_rows_direction_where_the_blocks_overflow(blobs):
+    """Past ~10^7 times the spread the blocks' float32 scores saturate and their labels collapse
+    towards one; the folded head's labels stay those of each row's direction."""
+    X, _ = blobs
+    model = TDCMCluster(3, random_state=0, representation="neighbours", max_epochs=3, device="cpu").fit(X)
+    direction = model.predict(X * 1e6)
+    for scale in (1e9, 1e20):
+        np.testing.assert_array_equal(model.predict((X * scale).astype(np.float32)), direction)
+
+
 # --------------------------------------------------------- representation="neighbours" (issue 28)
 
 NEIGHBOURS = dict(representation="neighbours", max_epochs=10, device="cpu")
