@@ -379,13 +379,47 @@ def _search_labellings(est, X):
     """What the search returns on ``X``: the labelling of CEM alone (``kmeans_candidates=False``)
     and that of ``transfer`` at the estimator's settings (CEM plus the k-means candidates). The
     second call leaves ``est`` transferred to ``X`` (its representation refined on ``X``)."""
-    old = est.kmeans_candidates
+    old, gap = est.kmeans_candidates, getattr(est, "gap_model_", None)
     try:
-        est.kmeans_candidates = False
+        # CEM alone of the main metric: with gap_critic, without its veto (the veto's search is
+        # the gap metric's, run once below).
+        est.kmeans_candidates, est.gap_model_ = False, None
         cem = est.transfer(X).copy()
     finally:
-        est.kmeans_candidates = old
+        est.kmeans_candidates, est.gap_model_ = old, gap
     return {"CEM": cem, "transfer": est.transfer(X).copy()}
+
+
+def _valley(X, fine, coarse, k=10):
+    """Where the labelling ``fine`` splits a cluster of ``coarse``: the least, over such clusters,
+    of the median log distance to the k-th neighbour of the points on the split (a neighbour in
+    the cluster on the other side) less its median over the cluster. Large: the split runs
+    through a density valley (blobs that touch); near 0: through an even part (a moon cut
+    across). None when ``fine`` splits no cluster of ``coarse``."""
+    from sklearn.neighbors import NearestNeighbors
+
+    dist, idx = NearestNeighbors(n_neighbors=k + 1).fit(X).kneighbors(X)
+    radius, nb = np.log(dist[:, -1]), idx[:, 1:]
+    other = fine[nb] != fine[:, None]
+    out = []
+    for c in np.unique(coarse):
+        m = coarse == c
+        if np.unique(fine[m]).shape[0] < 2:
+            continue
+        split = m & (other & m[nb]).any(1)
+        if split.any():
+            out.append(float(np.median(radius[split]) - np.median(radius[m])))
+    return min(out) if out else None
+
+
+def _gap_row(est, Xs, ys, labels):
+    """With ``gap_critic``: whether the veto took the gap metric's labelling, that labelling's ACC
+    and K, and, where it did not, :func:`_valley` of the main labelling inside the gap one's
+    clusters (the offline second rule of docs/notes/c2m.md, seventh session)."""
+    gap = est.gap_model_.labels_
+    vetoed = bool(est.gap_vetoed_)
+    return {"gap_vetoed": vetoed, "gap_acc": clustering_accuracy(ys, gap), "gap_k": int(np.unique(gap).shape[0]),
+            "valley": None if vetoed else _valley(Xs, labels, gap)}
 
 
 def _rank_one(est, Xs, ys, bound, seed, searched=None):
@@ -396,7 +430,8 @@ def _rank_one(est, Xs, ys, bound, seed, searched=None):
     :func:`_search_labellings` of ``Xs``). A candidate within 1 % of the truth (clustering
     accuracy >= 0.99) is the truth for this purpose and is not ranked against it; the truth is
     "first" when it scores strictly above every remaining candidate."""
-    searched = _search_labellings(est, Xs) if searched is None else searched
+    own_search = searched is None
+    searched = _search_labellings(est, Xs) if own_search else searched
     rep = getattr(est, "representation_", None)
     Z = Xs if rep is None else rep.transform(Xs)
     cands = {"KMeans(1)": np.zeros(Xs.shape[0], dtype=int)}
@@ -428,6 +463,8 @@ def _rank_one(est, Xs, ys, bound, seed, searched=None):
         "transfer_k": int(np.unique(cands["transfer"]).shape[0]),
         "cem_acc": accs["CEM"],
         "scores": {"truth": truth, **scores},
+        **(_gap_row(est, Xs, ys, cands["transfer"]) if getattr(est, "gap_model_", None) is not None
+           and own_search else {}),
     }
 
 
@@ -448,6 +485,19 @@ def _hdbscan_peer(X, seed, umap=True):
     return lab, int(np.unique(lab[lab >= 0]).shape[0])
 
 
+# The offline second rule (docs/notes/c2m.md, seventh session): where the veto keeps the main
+# labelling but that one splits a cluster of the gap metric's through no density valley, take the
+# gap metric's labelling. Chosen on seeds 0-1, sets 0-19; not in the estimator.
+_VALLEY = 0.3
+
+
+def _valley_rule(row):
+    """(ACC, K) of the labelling the veto plus the valley rule picks for one set's row."""
+    if not row["gap_vetoed"] and row["valley"] is not None and row["valley"] < _VALLEY:
+        return row["gap_acc"], row["gap_k"]
+    return row["transfer_acc"], row["transfer_k"]
+
+
 def _rank_summary(rows):
     mean = lambda key: float(np.mean([r[key] for r in rows]))  # noqa: E731
     return {
@@ -464,6 +514,11 @@ def _rank_summary(rows):
         "transfer_k_within_1": float(np.mean([abs(r["transfer_k"] - r["k_true"]) <= 1 for r in rows])),
         "cem_acc": mean("cem_acc"),
         "transfer_k_right": float(np.mean([r["transfer_k"] == r["k_true"] for r in rows])),
+        **({"gap_vetoed": mean("gap_vetoed"), "gap_acc": mean("gap_acc"),
+            "gap_k_within_1": float(np.mean([abs(r["gap_k"] - r["k_true"]) <= 1 for r in rows])),
+            "valley_rule_acc": float(np.mean([_valley_rule(r)[0] for r in rows])),
+            "valley_rule_k_within_1": float(np.mean([abs(_valley_rule(r)[1] - r["k_true"]) <= 1 for r in rows]))}
+           if "gap_vetoed" in rows[0] else {}),
         **({"peer_acc": mean("peer_acc"),
             "peer_k_within_1": float(np.mean([abs(r["peer_k"] - r["k_true"]) <= 1 for r in rows]))}
            if "peer_acc" in rows[0] else {}),
@@ -598,6 +653,27 @@ def _ranking_main(args):
                 f"{med(col(per_seed, 'transfer_k_within_1'))} | {med(col(per_seed, 'peer_acc'))} | "
                 f"{med(col(per_seed, 'peer_k_within_1'))} | "
                 f"{med(col(per_seed, 'kmeans_true_k_acc'))} | {np.median(col(per_seed, 'fit_cpu_s')):.0f} |"
+            )
+    gap_kinds = [kind for kind, per_seed in out.items() if "gap_vetoed" in per_seed[0]]
+    if gap_kinds:
+        md += [
+            "",
+            "## The gap critic's veto (`gap_critic=True`)",
+            "",
+            "Share of the sets where `transfer` took the gap metric's labelling, that metric's own "
+            "labelling (ACC, K within 1), and the offline second rule: where the veto kept the main "
+            f"labelling but it splits a gap-metric cluster through no density valley (`_valley` < {_VALLEY}), "
+            "the gap metric's labelling (not in the estimator).",
+            "",
+            "| sets | vetoed | gap metric ACC | its K within 1 | veto + valley rule ACC | its K within 1 |",
+            "|---|---|---|---|---|---|",
+        ]
+        for kind in gap_kinds:
+            per_seed = out[kind]
+            md.append(
+                f"| {kind} | {med(col(per_seed, 'gap_vetoed'))} | {med(col(per_seed, 'gap_acc'))} | "
+                f"{med(col(per_seed, 'gap_k_within_1'))} | {med(col(per_seed, 'valley_rule_acc'))} | "
+                f"{med(col(per_seed, 'valley_rule_k_within_1'))} |"
             )
     write("c2m", args.name or "c2m_ranking", {"kinds": out, "total_seconds": total, "command": cmd},
           "\n".join(md))

@@ -858,6 +858,49 @@ def test_a_tree_critic_learned_on_blobs_scores_true_moons_and_rings_above_kmeans
             assert truth > est.score(Xt, KMeans(k, n_init=3, random_state=0).fit_predict(Xt)), k
 
 
+def test_gap_veto_takes_a_cut_across_a_gap_and_never_a_merge_of_touching_blobs():
+    """One cluster over two rings (or two moons) keeps the gap the truth cuts: vetoed. Two
+    touching blobs merged keep no edge the split cuts; a blob cut in two cuts a short edge."""
+    from sklearn.cluster import KMeans
+
+    X, y = _rings(seed=3)
+    one = np.zeros_like(y)
+    assert graph.gap_veto(torch.as_tensor(X), one, y)
+    Xm, ym = make_moons(200, noise=0.05, random_state=3)
+    assert graph.gap_veto(torch.as_tensor(Xm), np.zeros_like(ym), ym)
+    Xb, yb = make_blobs(200, centers=[[0, 0], [2.5, 0]], cluster_std=1.0, random_state=3)
+    assert not graph.gap_veto(torch.as_tensor(Xb), yb, np.zeros_like(yb))
+    Xg, _ = make_blobs(200, centers=[[0, 0]], cluster_std=1.0, random_state=3)
+    halves = KMeans(2, n_init=3, random_state=0).fit_predict(Xg)
+    assert not graph.gap_veto(torch.as_tensor(Xg), np.zeros(200, dtype=int), halves)
+
+
+def test_gap_critic_returns_the_main_clustering_or_the_gap_metrics_and_predict_follows():
+    """With gap_critic the main metric is trained as without it; transfer returns its clustering
+    unless the veto takes the gap metric's (two rings the main metric leaves whole; never on one
+    blob, which has no gap), and predict serves whichever was taken."""
+    from sklearn.datasets import make_circles
+
+    X, y, g = make_c2m_sets("blobs", n_sets=4, n_points=400, separable=True, random_state=0)
+    kw = dict(critic_dims=(32, 32), max_epochs=2, population=8, cem_iter=2, representation=None, device="cpu",
+              random_state=0)
+    plain = C2MCluster(**kw).fit(X, y, groups=g)
+    est = C2MCluster(gap_critic=True, **kw).fit(X, y, groups=g)
+    assert est.gap_model_.tree_features and not plain.__dict__.get("gap_model_")
+    for (pa, pb) in zip(plain.critic_.parameters(), est.critic_.parameters()):
+        assert torch.equal(pa, pb)
+    Xr, yr = make_circles(200, noise=0.05, factor=0.5, random_state=5)
+    Xb, _ = make_blobs(200, centers=[[0, 0]], cluster_std=1.0, random_state=7)  # no gap to veto across
+    seen = set()
+    for Xt in (Xr, Xb):
+        labels = est.transfer(Xt)
+        seen.add(est.gap_vetoed_)
+        expected = est.gap_model_.labels_ if est.gap_vetoed_ else plain.transfer(Xt)
+        np.testing.assert_array_equal(compact_labels(labels)[0], compact_labels(expected)[0])
+        np.testing.assert_array_equal(est.predict(Xt), labels)
+    assert seen == {True, False}
+
+
 @pytest.mark.parametrize("d", [2, 64])
 def test_nearest_reference_finds_the_same_neighbours_as_knn_indices(d):
     rng = np.random.default_rng(d)

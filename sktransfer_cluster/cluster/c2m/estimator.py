@@ -50,6 +50,7 @@ from .graph import (
     cem_clustering,
     centroid_mlp_weights,
     corrupt_labels,
+    gap_veto,
     kmeans_candidates,
     mlp_inputs,
     mlp_labels,
@@ -79,6 +80,13 @@ _AUGMENT_NOISE = 0.5
 # epoch, and the largest set CEM clusters directly.
 _SETS_PER_EPOCH = {"rows": 10, "codes": 30}
 _CODES_CEM_SAMPLES = 5000
+# gap_critic: the second metric's settings over the estimator's own (the third session's tree critic).
+_GAP_CRITIC = {"tree_features": True, "tree_candidates": True, "candidate_fakes": True}
+# gap_critic: the largest set the veto's spanning tree is built on (one dense n x n distance matrix).
+_GAP_ROWS = 4096
+# The fitted state that predict reads, taken from the gap critic's search when the veto picks it.
+_PREDICT_STATE = ("_mlp_ref", "_cem_w", "_input_mean", "input_scale_", "cluster_outputs_", "_outputs",
+                  "cem_weights_", "cem_score_", "input_mean_", "n_clusters_", "labels_")
 
 
 
@@ -175,6 +183,7 @@ PAPER_PARAMS = {
     "size_features": False,
     "smooth_truth": False,
     "representation": None,
+    "gap_critic": False,
 }
 
 
@@ -414,6 +423,18 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         200-row set (MNIST seed 0: K 4, 0.774 on 200 rows; 6, 0.846 on the
         whole target), and 5,000 rows keep one CEM iteration to seconds.
         ``None``: no limit.
+    gap_critic : bool, default=False
+        Also learn a second metric that reads how a labelling cuts the set's minimum spanning
+        tree (``tree_features``, ``tree_candidates`` and ``candidate_fakes`` on, the rest as
+        this estimator's; attribute ``gap_model_``) and let it veto: every set is clustered by
+        both, and the gap metric's labelling replaces the main one when it cuts the longest
+        tree edge the main labelling keeps inside a cluster and that edge is a gap (at least
+        ``e`` times the median tree edge; edges that would cut off fewer than ``n // 20``
+        points are none; :func:`~sktransfer_cluster.cluster.c2m.graph.gap_veto`,
+        on at most ``max_cem_samples`` rows). Each metric is kept where it is right: the main
+        one on blobs that touch (which the gap metric merges), the gap metric where the main
+        one joins what a gap separates (one cluster over two rings). Twice the fit time.
+        ``score`` stays the main metric's.
     keep_best : bool, default=False
         On a ``KeyboardInterrupt`` during training, keep the critic of the last
         finished epoch (adversarial losses do not rank critics) and complete
@@ -447,7 +468,12 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     cem_weights_ : ndarray of shape (n_params,)
         Flat weights of the best clustering MLP found (see ``predict``).
     cem_score_ : float
-        Metric value of the clustering CEM found (on the CEM sample).
+        Metric value of the clustering CEM found (on the CEM sample); the gap metric's value
+        when its labelling was taken (``gap_critic``).
+    gap_model_ : C2MCluster or None
+        The gap metric's estimator (``gap_critic``), fitted on the same source; None without it.
+    gap_vetoed_ : bool
+        Whether the last clustering (``fit``'s or ``transfer``'s) is the gap metric's.
     input_mean_ : ndarray of shape (n_features,) or (n_components,)
     input_scale_ : float
         Standardisation of the clustered set, reused by ``predict``.
@@ -547,6 +573,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         "representation": [StrOptions({"auto", "neighbours"}), None],
         "image_shape": [tuple, list, None],
         "max_cem_samples": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"}), None],
+        "gap_critic": ["boolean"],
         **COMMON_PARAMETER_CONSTRAINTS,
     }
 
@@ -591,6 +618,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         representation="auto",
         image_shape=None,
         max_cem_samples="auto",
+        gap_critic=False,
         keep_best=False,
         callbacks=None,
         device="auto",
@@ -635,6 +663,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.representation = representation
         self.image_shape = image_shape
         self.max_cem_samples = max_cem_samples
+        self.gap_critic = gap_critic
         self.keep_best = keep_best
         self.callbacks = callbacks
         self.device = device
@@ -968,7 +997,36 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             self.representation_ = self._source_representation
         Z = self._encode_all(X)
         self.n_iter_ = self._train(Z, codes, sets, rng, torch_gen)
+        self.gap_model_ = self._fit_gap_model(Z, y, groups)
         self._cluster(Z, rng, torch_gen)
+        self._gap_veto(Z, None if self.gap_model_ is None else self.gap_model_.labels_, rng)
+
+    def _fit_gap_model(self, Z, y, groups):
+        """The gap metric's estimator fitted on the rows the main metric reads (``gap_critic``),
+        else None: this estimator's settings, resolved, with the tree's on."""
+        if not self.gap_critic:
+            return None
+        params = self.get_params(deep=False)
+        resolved = {name: self._resolved(name) for name in ("size_features", "sets_per_epoch", "max_cem_samples")}
+        params.update(resolved, **_GAP_CRITIC, gap_critic=False, representation=None, callbacks=None)
+        return C2MCluster(**params).fit(Z, y, groups=groups)
+
+    def _gap_veto(self, Z, gap_labels, rng):
+        """Take the gap metric's clustering ``gap_labels`` of ``Z`` (and its predict state) when
+        :func:`~.graph.gap_veto` says the main clustering ``labels_`` joins across a gap it cuts;
+        on at most ``max_cem_samples`` (and ``_GAP_ROWS``) rows drawn by ``rng``."""
+        self.gap_vetoed_ = False
+        if gap_labels is None:
+            return
+        n = Z.shape[0]
+        m = min(n, self._resolved("max_cem_samples") or n, _GAP_ROWS)
+        rows = np.arange(n) if m == n else np.sort(rng.choice(n, size=m, replace=False))
+        sample = torch.as_tensor(np.asarray(Z[rows], dtype=np.float64))
+        if gap_veto(sample, self.labels_[rows], np.asarray(gap_labels)[rows]):
+            for name in _PREDICT_STATE:
+                setattr(self, name, getattr(self.gap_model_, name))
+            self.labels_ = np.asarray(gap_labels).copy()
+            self.gap_vetoed_ = True
 
     def _encoder_landmarks(self, X, rng):
         """The rows the encoder's graph is built on, as :meth:`_encoder_rows` prepares them: ``X``
@@ -1042,8 +1100,12 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             target_rows = self._encoder_landmarks(X, rng)
             self.representation_ = copy.deepcopy(self._source_representation).refine(target_rows, self._refine_epochs)
             del target_rows
-        labels, n_iter = self._cluster(self._encode_all(X), rng, torch_gen)
+        Z = self._encode_all(X)
+        labels, n_iter = self._cluster(Z, rng, torch_gen)
         self.n_iter_ = int(n_iter)
+        if getattr(self, "gap_model_", None) is not None:
+            self._gap_veto(Z, self.gap_model_.transfer(Z), rng)
+            labels = self.labels_
         return labels
 
     def _predict(self, X):

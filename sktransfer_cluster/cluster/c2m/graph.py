@@ -45,6 +45,7 @@ __all__ = [
     "spectral_embedding",
     "spanning_tree",
     "tree_cut_embedding",
+    "gap_veto",
     "spectral_reference",
     "nearest_reference",
     "mlp_inputs",
@@ -356,6 +357,22 @@ def spanning_tree(X, n_neighbors=10):
     return {"u": as_t(T.row, torch.long), "v": as_t(T.col, torch.long), "w": as_t(lw, X.dtype)}
 
 
+def _tree_sides(u, v, n):
+    """Rooted view of a spanning tree with edges ``u``-``v`` on ``n`` points: the BFS order from
+    point 0 (parents first), each point's parent, the child end of every edge and the number of
+    points on the smaller side of every edge (what removing it cuts off)."""
+    from scipy.sparse.csgraph import breadth_first_order
+
+    A = sp.csr_matrix((np.ones(u.shape[0]), (u, v)), shape=(n, n))
+    order, parent = breadth_first_order(A, 0, directed=False, return_predecessors=True)
+    size = np.ones(n, dtype=np.int64)
+    for node in order[::-1][:-1]:  # children before parents; the root has no parent
+        size[parent[node]] += size[node]
+    # The child end of each edge: its subtree is the side cut off by removing the edge.
+    child = np.where(parent[v] == u, v, u)
+    return order, parent, child, np.minimum(size[child], n - size[child])
+
+
 def tree_cut_embedding(X, n_cuts, min_size=None):
     """Which side of each of the longest cuts of a set's minimum spanning tree a point lies on.
 
@@ -370,8 +387,6 @@ def tree_cut_embedding(X, n_cuts, min_size=None):
     -------
     ndarray of shape (n, n_cuts)
     """
-    from scipy.sparse.csgraph import breadth_first_order
-
     n = X.shape[0]
     out = np.zeros((n, n_cuts))
     if n < 4 or n_cuts < 1:
@@ -379,14 +394,8 @@ def tree_cut_embedding(X, n_cuts, min_size=None):
     min_size = max(2, n // 20) if min_size is None else int(min_size)
     tree = spanning_tree(X)
     u, v, w = (tree[key].cpu().numpy() for key in ("u", "v", "w"))
-    A = sp.csr_matrix((np.ones(u.shape[0]), (u, v)), shape=(n, n))
-    order, parent = breadth_first_order(A, 0, directed=False, return_predecessors=True)
-    size = np.ones(n, dtype=np.int64)
-    for node in order[::-1][:-1]:  # children before parents; the root has no parent
-        size[parent[node]] += size[node]
-    # The child end of each edge: its subtree is the side cut off by removing the edge.
-    child = np.where(parent[v] == u, v, u)
-    ok = np.minimum(size[child], n - size[child]) >= min_size
+    order, parent, child, side = _tree_sides(u, v, n)
+    ok = side >= min_size
     chosen = [e for e in np.argsort(-w, kind="stable") if ok[e]][:n_cuts]
     if not chosen:
         return out
@@ -400,6 +409,48 @@ def tree_cut_embedding(X, n_cuts, min_size=None):
                 inside[node] = True
         out[:, j] = np.where(inside, 1.0, -1.0)
     return out
+
+
+def gap_veto(X, kept, cutting, min_size=None, min_gap=1.0):
+    """Whether the labelling ``cutting`` cuts the widest gap that the labelling ``kept`` keeps
+    inside one of its clusters.
+
+    The gap is the longest edge of the set's minimum spanning tree (:func:`spanning_tree`) whose
+    two ends ``kept`` puts in one cluster, among the edges whose removal leaves at least
+    ``min_size`` points on each side (default ``max(2, n // 20)``, the rule of
+    :func:`tree_cut_embedding`: an edge to a lone outlier is no gap between clusters). True
+    when that edge is a gap (its length at least ``e ** min_gap`` times the median tree edge)
+    and ``cutting`` separates its two ends: ``kept`` then joins, across a gap, what ``cutting``
+    keeps apart (one cluster over two rings), so ``cutting`` is to be preferred. False when
+    ``kept`` keeps no such edge, ``cutting`` keeps it too (``cutting`` merely coarser, e.g.
+    two touching blobs merged) or the edge is short (``cutting`` cuts inside a blob).
+    O(n^2) for the tree of n points.
+
+    Parameters
+    ----------
+    X : torch.Tensor of shape (n, d)
+    kept, cutting : array-like of int of shape (n,)
+    min_size : int, default=None
+    min_gap : float, default=1.0
+        Least log length of the edge, relative to the median tree edge.
+
+    Returns
+    -------
+    bool
+    """
+    n = X.shape[0]
+    if n < 4:
+        return False
+    kept, cutting = np.asarray(kept), np.asarray(cutting)
+    min_size = max(2, n // 20) if min_size is None else int(min_size)
+    tree = spanning_tree(X)
+    u, v, w = (tree[key].cpu().numpy() for key in ("u", "v", "w"))
+    side = _tree_sides(u, v, n)[3]
+    inside = (kept[u] == kept[v]) & (side >= min_size)
+    if not inside.any():
+        return False
+    e = int(np.argmax(np.where(inside, w, -np.inf)))
+    return bool(w[e] >= min_gap and cutting[u[e]] != cutting[v[e]])
 
 
 def spectral_reference(Xref, n_components, n_neighbors, n_cuts=0):
