@@ -9,16 +9,19 @@ Python process (no in-memory compile cache carries over):
    a first fit on a new machine), then a second fit on the cache the first filled (a later fit
    on the same machine, which still traces the steps but reuses the compiled code);
 3. ``all-cold`` / ``all-warm``: the same with the neighbour encoder's step compiled too
-   (``train_neighbour_encoder(compile=True)``), on a cache of its own.
+   (``train_neighbour_encoder(compile=True)``), on a cache of its own;
+4. ``rule-cold`` / ``rule-warm``: TDCM's ``compile=True`` as shipped: each phase's step eager for
+   its first epoch, then compiled only where its ``CompileRule`` expects the compilation to be
+   repaid (the decisions are listed under the table), on a cache of its own.
 
-Which steps compile is set in the child by wrapping ``representation.train_neighbour_encoder``
-(``compile=`` forced per row), so the rows do not depend on what ``TDCMCluster(compile=True)``
-passes to it. Every process runs on one thread with ``TORCHINDUCTOR_COMPILE_THREADS=1``
-(inductor compiles in-process: ``time.process_time()`` plus the CPU time of its waited-for
-children, the C++ compiler runs, is the whole cost). Per phase of the fit (``neighbours``: the
+In rows 2-3 TDCM runs with ``compile="always"`` and which steps compile is set in the child by
+wrapping ``representation.train_neighbour_encoder`` (``compile=`` forced per row). Every process
+runs on one thread with ``TORCHINDUCTOR_COMPILE_THREADS=1`` (inductor compiles in-process:
+``time.process_time()`` plus the CPU time of its waited-for children, the C++ compiler runs, is
+the whole cost). Per phase of the fit (``neighbours``: the
 neighbour encoder; ``fit``: TDCM's blocks) a training callback records the CPU seconds of each
 epoch. Reported per phase: the median epoch after the first two, its ratio to eager's, the
-compilation (the first epoch minus the median one) and the phase's CPU seconds; per fit the
+compilation (the first two epochs minus twice the median one) and the phase's CPU seconds; per fit the
 whole fit's CPU seconds and ACC; and the peer, ``UMAP(10, n_neighbors=15, min_dist=0) +
 GaussianMixture(10, n_init=3)`` on the same rows, in the same run. The machine's load average
 is recorded before every fit.
@@ -26,6 +29,7 @@ is recorded before every fit.
 Usage::
 
     python benchmarks/compile_speed.py [--seeds 0 1 2] [--rows eager own-cold own-warm] [--estimator gan]
+    python benchmarks/compile_speed.py --rows eager rule-cold rule-warm --max-epochs 500  # a longer fit
     python benchmarks/compile_speed.py --smoke   # 400 blobs, 3 epochs, eager and aot_eager (no C++ build)
 
 ``--estimator gan``: PreciseFeatureGAN at its defaults instead, the "own" rows with the critic's,
@@ -59,6 +63,8 @@ ROWS = {
     "own-warm": ("own", "own", False),
     "all-cold": ("all", "all", True),
     "all-warm": ("all", "all", False),
+    "rule-cold": ("rule", "rule", True),
+    "rule-warm": ("rule", "rule", False),
 }
 #: estimator -> (what its own compile=True compiles, its training phases in the table).
 ESTIMATORS = {
@@ -72,6 +78,8 @@ def label(row, estimator):
     return {"eager": "eager", "own-cold": f"{own} compiled, cold cache", "own-warm": f"{own} compiled, warm cache",
             "all-cold": f"{own} + neighbour encoder compiled, cold cache",
             "all-warm": f"{own} + neighbour encoder compiled, warm cache",
+            "rule-cold": "compile=True (compiles where it repays), cold cache",
+            "rule-warm": "compile=True (compiles where it repays), warm cache",
             "peer": "peer: UMAP(10) + GMM(n_init=3)"}[row]
 
 
@@ -93,7 +101,7 @@ def _data(seed, smoke):
     return X, y, 10
 
 
-def one_fit(mode, seed, smoke, estimator="tdcm"):
+def one_fit(mode, seed, smoke, estimator="tdcm", max_epochs=None):
     """Fit once in this process; return the per-phase epoch CPU seconds, the total and the ACC."""
     import torch
 
@@ -122,8 +130,9 @@ def one_fit(mode, seed, smoke, estimator="tdcm"):
         kwargs["compile"] = mode == "all"
         return real(*args, **kwargs)
 
-    # TDCM imports the function at import time; the GAN from the package when it trains.
-    tdcm_estimator.train_neighbour_encoder = representation.train_neighbour_encoder = neighbour_training
+    if mode in ("own", "all"):
+        # TDCM imports the function at import time; the GAN from the package when it trains.
+        tdcm_estimator.train_neighbour_encoder = representation.train_neighbour_encoder = neighbour_training
 
     class EpochTimes:
         def __init__(self):
@@ -142,25 +151,36 @@ def one_fit(mode, seed, smoke, estimator="tdcm"):
     # "own" rows measure them compiled, as they were chosen against.
     PreciseFeatureGAN._compile_adversarial = True
     params = dict(n_clusters=k)
+    if max_epochs is not None:
+        params.update(max_epochs=max_epochs) if estimator == "tdcm" else params.update(n_iter=max_epochs)
     if smoke:
         TDCMCluster._neighbour_epochs = 3
         params.update(max_epochs=3) if estimator == "tdcm" else params.update(n_iter=20, representation_epochs=3)
         cls._compile_options = {"backend": "aot_eager"}
         encoder_module.NEIGHBOUR_COMPILE_OPTIONS.update(backend="aot_eager")
     timer = EpochTimes()
-    est = cls(**params, compile=mode != "eager", random_state=seed, callbacks=[timer])
+    # "own"/"all": every step compiled from its first call (TDCM's compile="always"); "rule": TDCM's
+    # compile=True, which compiles a phase's step only where its CompileRule expects it to repay.
+    compile = {"eager": False, "rule": True}.get(mode, "always" if estimator == "tdcm" else True)
+    if smoke and mode == "rule":
+        TDCMCluster._compile_expectations = {key: dict(value, cold_cost=0.0, warm_cost=0.0)
+                                             for key, value in TDCMCluster._compile_expectations.items()}
+    est = cls(**params, compile=compile, random_state=seed, callbacks=[timer])
     start = _cpu()
     labels = est.fit(X).labels_
     total = _cpu() - start
-    return {"mode": mode, "epochs": timer.times, "total": total, "acc": float(clustering_accuracy(y, labels))}
+    decisions = est.compile_decisions_ if mode == "rule" else []
+    return {"mode": mode, "epochs": timer.times, "total": total, "acc": float(clustering_accuracy(y, labels)),
+            "decisions": decisions}
 
 
-def run_child(mode, seed, smoke, cache_dir, estimator):
+def run_child(mode, seed, smoke, cache_dir, estimator, max_epochs=None):
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir, TORCHINDUCTOR_COMPILE_THREADS="1",
                OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", NUMBA_NUM_THREADS="1",
                PYTHONWARNINGS="ignore")
     cmd = [sys.executable, __file__, "--child", mode, "--seed", str(seed), "--estimator", estimator]
     cmd += ["--smoke"] if smoke else []
+    cmd += ["--max-epochs", str(max_epochs)] if max_epochs is not None else []
     load = os.getloadavg()[0]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
@@ -171,14 +191,16 @@ def run_child(mode, seed, smoke, cache_dir, estimator):
 def phase_summary(times):
     t = np.asarray(times, dtype=float)
     median = float(np.median(t[2:])) if t.size > 2 else float(np.median(t))
+    # The first two epochs: compile=True's rule compiles after its first (eager, probing) epoch.
     return {"epochs": int(t.size), "median_epoch": median, "first_epoch": float(t[0]),
-            "compile_cost": float(t[0] - median), "phase": float(t.sum())}
+            "compile_cost": float(t[:2].sum() - median * min(2, t.size)), "phase": float(t.sum())}
 
 
 def summarise(result):
     return {
         "phases": {phase: phase_summary(times) for phase, times in result["epochs"].items()},
         "total": result["total"], "acc": result["acc"], "load": result["load"],
+        "decisions": result.get("decisions", []),
     }
 
 
@@ -226,6 +248,21 @@ def table(results, rows, seeds, estimator):
     return lines
 
 
+def decision_lines(results, rows, seeds):
+    """What compile=True decided per phase (CompileRule), seed by seed."""
+    lines = []
+    for row in rows:
+        for s in seeds:
+            for d in results[s][row].get("decisions", []):
+                if d.get("eager_step_s") is None:
+                    lines.append(f"* {row}, seed {s}, {d['phase']}: eager (too few steps to probe)")
+                    continue
+                lines.append(f"* {row}, seed {s}, {d['phase']}: {'compiled' if d['compiled'] else 'eager'} "
+                             f"({d['steps_left']} steps left x {1e3 * d['eager_step_s']:.2f} ms: expected saving "
+                             f"{d['expected_saving_s']:.1f} s against {d['expected_cost_s']:.1f} s, {d['cache']} cache)")
+    return lines + [""] if lines else []
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -233,14 +270,16 @@ def main():
     parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
     parser.add_argument("--no-peer", action="store_true", help="skip the UMAP + GMM row")
     parser.add_argument("--estimator", choices=list(ESTIMATORS), default="tdcm")
+    parser.add_argument("--max-epochs", type=int, help="TDCM's max_epochs (the GAN's n_iter); default: the estimator's")
     parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--child", choices=["eager", "own", "all", "peer"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["eager", "own", "all", "rule", "peer"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(one_fit(args.child, args.seed, args.smoke, args.estimator)))
+        print(json.dumps(one_fit(args.child, args.seed, args.smoke, args.estimator, args.max_epochs)))
         return
 
-    rows = ["eager", "all-cold"] if args.smoke else list(args.rows)  # the smoke run: both code paths
+    # The smoke run: every code path (eager, all compiled, the rule with zero costs: compiles after its probe).
+    rows = ["eager", "all-cold", "rule-cold"] if args.smoke else list(args.rows)
     if not (args.smoke or args.no_peer):
         rows.append("peer")
     out_dir = Path(tempfile.mkdtemp()) if args.smoke else ROOT / "benchmarks" / "results" / "compile"
@@ -255,7 +294,7 @@ def main():
                 cache = os.path.join(caches, key or "none")
                 if cold:
                     assert not os.path.exists(cache), f"{row}: the cache is not empty"
-                results[seed][row] = summarise(run_child(mode, seed, args.smoke, cache, args.estimator))
+                results[seed][row] = summarise(run_child(mode, seed, args.smoke, cache, args.estimator, args.max_epochs))
                 print(seed, row, json.dumps(results[seed][row]), file=sys.stderr, flush=True)
 
     seeds = list(args.seeds)
@@ -263,9 +302,11 @@ def main():
     name = {"tdcm": "TDCMCluster", "gan": "PreciseFeatureGAN"}[args.estimator]
     command = f"python benchmarks/compile_speed.py --estimator {args.estimator}"
     command += " --smoke" if args.smoke else f" --seeds {' '.join(map(str, seeds))}"
+    command += f" --max-epochs {args.max_epochs}" if args.max_epochs is not None else ""
     if not args.smoke and rows[:-1 if rows[-1] == "peer" else None] != list(ROWS):
         command += " --rows " + " ".join(r for r in rows if r != "peer")
-    phases = {"tdcm": "`neighbours` = the neighbour encoder (40 epochs), `fit` = TDCM's blocks (100 epochs)",
+    epochs = args.max_epochs or 100
+    phases = {"tdcm": f"`neighbours` = the neighbour encoder (40 epochs), `fit` = TDCM's blocks ({epochs} epochs)",
               "gan": "`representation` = the neighbour encoder (40 epochs), `fit` = the adversarial training "
                      "(one 'epoch' = one generator step with its 5 critic and 4 classifier steps; 2,000 steps)"}
     lines = [
@@ -274,14 +315,15 @@ def main():
         "",
         f"`{command}` at commit {state['commit']}{' (uncommitted changes: ' + state['dirty'] + ')' if state['dirty'] else ''}; "
         "each row a fresh process; CPU seconds = process_time + the C++ compiler's (children's) CPU; inductor compiles "
-        f"in-process. Medians over the seeds [min, max]. Phases: {phases[args.estimator]}; compilation = first epoch "
-        "minus the median epoch; load = the 1-minute load average before the fit.",
+        f"in-process. Medians over the seeds [min, max]. Phases: {phases[args.estimator]}; compilation = the first two epochs "
+        "minus twice the median epoch; load = the 1-minute load average before the fit.",
         "",
         *table(results, rows, seeds, args.estimator),
         "",
+        *decision_lines(results, rows, seeds),
     ]
     text = "\n".join(lines) + "\n"
-    stem = f"{args.estimator}_seed{'-'.join(map(str, seeds))}"
+    stem = f"{args.estimator}{f'_epochs{args.max_epochs}' if args.max_epochs is not None else ''}_seed{'-'.join(map(str, seeds))}"
     (out_dir / f"{stem}.md").write_text(text)
     (out_dir / f"{stem}.json").write_text(json.dumps({"seeds": seeds, "smoke": args.smoke, "code": state,
                                                       "results": results}, indent=1))

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from sktransfer_cluster.base import CompiledStep, compile_step, compiler_unavailable
+from sktransfer_cluster.base.compiled import CompileRule
 
 
 def _step(x):
@@ -119,6 +120,41 @@ def test_a_float_argument_is_a_constant_traced_once(monkeypatch):
     torch.testing.assert_close(step(x, 0.79), scaled(x, 0.79))
     assert counters["aot_autograd"]["total"] == 1
     torch.testing.assert_close(step(x, 0.5), scaled(x, 0.5))  # another value: a new constant, still right
+
+
+def test_compile_rule_compiles_only_where_the_expected_saving_exceeds_the_cost():
+    rule = CompileRule(total_steps=2000, probe_steps=10, speedup=2.0, cold_cost=4.0, warm_cost=1.0)
+    # 1,000 steps left x 10 ms x (1 - 1/2) = 5 s saved against 4 s cold, 1 s warm.
+    assert rule.decide(0.01, 1000, warm=False) and rule.decision["expected_saving_s"] == pytest.approx(5.0)
+    assert not rule.decide(0.01, 700, warm=False)  # 3.5 s < 4 s
+    assert rule.decide(0.01, 700, warm=True) and rule.decision["cache"] == "warm"
+    assert not CompileRule(2000, 10, speedup=1.0, cold_cost=0.0).decide(0.01, 1000, warm=False)  # no speed-up
+
+
+@pytest.mark.skipif(compiler_unavailable("cpu") is not None, reason="torch.compile is unavailable here")
+@pytest.mark.parametrize("cost, compiled", [(0.0, True), (1e9, False)])
+def test_a_ruled_step_runs_eagerly_for_its_probe_then_as_decided(cost, compiled):
+    calls = []
+
+    def step(x):
+        calls.append(torch.compiler.is_compiling())
+        return (x @ x.T).relu().sum()
+
+    rule = CompileRule(total_steps=8, probe_steps=3, speedup=2.0, cold_cost=cost)
+    ruled = compile_step(step, rule, backend="aot_eager")
+    x = torch.randn(32, 32, generator=torch.Generator().manual_seed(4))
+    outs = [ruled(x) for _ in range(8)]
+    assert rule.decision["compiled"] is compiled and rule.decision["steps_left"] == 4
+    assert calls[:4] == [False] * 4  # the first call (untimed) and the 3 timed ones: eager
+    assert calls[4] is compiled  # the decision's call (the 5th) is the first traced one when compiled
+    for out in outs:
+        torch.testing.assert_close(out, step(x))
+
+
+def test_a_run_too_short_to_probe_stays_eager_and_says_so():
+    rule = CompileRule(total_steps=3, probe_steps=2, speedup=3.0, cold_cost=0.0)
+    assert compile_step(_step, rule, backend="aot_eager")(torch.ones(2, 2)).equal(_step(torch.ones(2, 2)))
+    assert rule.decision["compiled"] is False and rule.decision["eager_step_s"] is None
 
 
 def _neighbour_fit(compile, **kwargs):

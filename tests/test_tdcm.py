@@ -954,7 +954,7 @@ def test_compile_true_traces_the_step_and_matches_eager(monkeypatch):
     # aot_eager: TorchDynamo's graph and AOTAutograd's backward without a C++ build (seconds, not tens).
     monkeypatch.setattr(TDCMCluster, "_compile_options", {"backend": "aot_eager"})
     X = _tiny_blobs()
-    compiled = TDCMCluster(2, compile=True, **_TINY).fit(X)
+    compiled = TDCMCluster(2, compile="always", **_TINY).fit(X)
     eager = TDCMCluster(2, **_TINY).fit(X)
     np.testing.assert_allclose(compiled.cluster_centers_, eager.cluster_centers_, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(compiled.labels_, eager.labels_)
@@ -976,11 +976,38 @@ def test_compile_true_without_a_compiler_warns_and_equals_eager_exactly():
     assert fallback.history_ == eager.history_
 
 
+def test_compile_true_keeps_each_step_eager_where_its_phase_cannot_repay_the_compilation():
+    # 2 epochs of 60 rows: the rule's expected saving (steps left x eager step x (1 - 1/speed-up))
+    # is far below any compilation cost, so compile=True trains exactly as eager mode.
+    X = _tiny_blobs()
+    ruled = TDCMCluster(2, compile=True, **_TINY).fit(X)
+    eager = TDCMCluster(2, **_TINY).fit(X)
+    assert [(d["phase"], d["step"], d["compiled"]) for d in ruled.compile_decisions_] == [("fit", "blocks", False)]
+    np.testing.assert_array_equal(ruled.cluster_centers_, eager.cluster_centers_)
+    assert ruled.history_ == eager.history_
+    assert eager.compile_decisions_ == []
+
+
+@pytest.mark.skipif(compiler_unavailable("cpu") is not None, reason="torch.compile is unavailable here")
+def test_compile_true_compiles_a_step_after_its_probe_epoch_where_the_saving_exceeds_the_cost(monkeypatch):
+    monkeypatch.setattr(TDCMCluster, "_compile_options", {"backend": "aot_eager"})
+    free = {key: dict(v, cold_cost=0.0, warm_cost=0.0) for key, v in TDCMCluster._compile_expectations.items()}
+    monkeypatch.setattr(TDCMCluster, "_compile_expectations", free)
+    X = _tiny_blobs()
+    ruled = TDCMCluster(2, compile=True, **dict(_TINY, max_epochs=3)).fit(X)
+    eager = TDCMCluster(2, **dict(_TINY, max_epochs=3)).fit(X)
+    (d,) = ruled.compile_decisions_
+    # 3 epochs of 2 steps (60 rows, batches of 32): the first step, 2 timed ones, then compiled for the 3 left.
+    assert d["compiled"] and d["steps_left"] == 3 and d["expected_saving_s"] > 0
+    np.testing.assert_allclose(ruled.cluster_centers_, eager.cluster_centers_, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(ruled.labels_, eager.labels_)
+
+
 @pytest.mark.skipif(not os.environ.get("SKTRANSFER_COMPILE_TESTS"),
                     reason="compiles C++ with inductor (tens of CPU seconds cold); set SKTRANSFER_COMPILE_TESTS=1")
 def test_compile_true_with_inductor_matches_eager_within_float_tolerance():
     X = _tiny_blobs()
-    compiled = TDCMCluster(2, compile=True, **_TINY).fit(X)
+    compiled = TDCMCluster(2, compile="always", **_TINY).fit(X)
     eager = TDCMCluster(2, **_TINY).fit(X)
     np.testing.assert_allclose(compiled.cluster_centers_, eager.cluster_centers_, rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(compiled.labels_, eager.labels_)

@@ -30,19 +30,33 @@ them). A float that changes during a run would recompile at each new value: pass
 
 Compilation costs seconds to tens of seconds on the first call (and once more
 for each new input shape, e.g. a shorter last minibatch); it pays only for
-fits long enough to repay it (``docs/performance.md``).
+fits long enough to repay it (``docs/performance.md``). ``enabled`` may
+therefore be a :class:`CompileRule`: the step then runs eagerly for a probe
+(the first ``probe_steps`` steps after the first), and is compiled for the
+rest of its run only where the measured eager time of the steps left, times
+the step's expected saving, exceeds the step's expected compilation cost:
+
+>>> from sktransfer_cluster.base.compiled import CompileRule
+>>> rule = CompileRule(total_steps=10, probe_steps=2, speedup=2.0, cold_cost=1e9)
+>>> step = compile_step(loss, rule)
+>>> float(sum(step(torch.ones(2)) for _ in range(10)))  # too short to repay 1e9 s: eager
+20.0
+>>> rule.decision["compiled"]
+False
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import time
 
 import torch
 
 from .runtime import warn
 
-__all__ = ["compiler_unavailable", "compile_step", "CompiledStep", "COMPILE_OPTIONS", "CPU_INDUCTOR_OPTIONS", "DYNAMO_CONFIG"]
+__all__ = ["compiler_unavailable", "compile_step", "CompiledStep", "CompileRule", "COMPILE_OPTIONS",
+           "CPU_INDUCTOR_OPTIONS", "DYNAMO_CONFIG"]
 
 
 #: ``torch.compile``'s options unless the caller overrides them. ``dynamic=True``: one graph
@@ -174,8 +188,9 @@ def compile_step(fn, enabled, *, device="cpu", what="the training step", dynamo_
     Parameters
     ----------
     fn : callable
-    enabled : bool
-        The estimator's ``compile`` parameter.
+    enabled : bool or CompileRule
+        The estimator's ``compile`` parameter. A :class:`CompileRule`: eager for its
+        probe, then compiled only if the rule finds that compiling repays itself.
     device : str or torch.device, default="cpu"
     what : str, default="the training step"
     dynamo_config : dict, optional
@@ -189,4 +204,102 @@ def compile_step(fn, enabled, *, device="cpu", what="the training step", dynamo_
     """
     if not enabled:
         return fn
+    if isinstance(enabled, CompileRule):
+        return enabled.wrap(fn, device=device, what=what, dynamo_config=dynamo_config, **options)
     return CompiledStep(fn, device=device, what=what, dynamo_config=dynamo_config, **options)
+
+
+#: Keys of the steps compiled in this process (:meth:`CompileRule.wrap`): a later compilation of the
+#: same step finds its code in inductor's cache, and costs the rule's ``warm_cost``.
+_COMPILED_HERE = set()
+
+
+class CompileRule:
+    """Compile a training step only where its expected saving repays its expected compilation.
+
+    The step runs eagerly for its first ``probe_steps + 1`` calls; the CPU time of the last
+    ``probe_steps`` (the first is left out: it pays one-off costs) gives the eager time per
+    step, ``t``. With ``n`` steps left, compiling is expected to save
+    ``n * t * (1 - 1 / speedup)`` CPU seconds and to cost ``cold_cost`` (``warm_cost`` when
+    this process compiled the same step before, so inductor's cache holds its code). The
+    step is compiled for the rest of the run if the saving exceeds the cost, and stays
+    eager otherwise. ``t`` and ``n`` are measured on the run; ``speedup`` and the costs are
+    properties of the step's graph and of the machine, which its owner states.
+
+    Parameters
+    ----------
+    total_steps : int
+        Calls the step will receive in this run.
+    probe_steps : int
+        Eager steps timed before deciding (e.g. one epoch's).
+    speedup : float
+        Expected ratio of the eager to the compiled time of a whole step (forward,
+        backward, optimiser), e.g. per epoch.
+    cold_cost : float
+        Expected CPU seconds of compiling the step on an empty inductor cache.
+    warm_cost : float, optional
+        The same when the cache holds the step (default ``cold_cost``).
+    name : str, default="step"
+        Names the step in :attr:`decision`.
+
+    Attributes
+    ----------
+    decision : dict or None
+        Once decided: ``name``, ``eager_step_s`` (``t``), ``steps_left`` (``n``),
+        ``expected_saving_s``, ``expected_cost_s``, ``cache`` (``"cold"`` or ``"warm"``),
+        ``compiled`` (bool). A run too short to probe decides eager at once
+        (``eager_step_s`` None).
+    """
+
+    def __init__(self, total_steps, probe_steps, speedup, cold_cost, warm_cost=None, name="step"):
+        self.total_steps, self.probe_steps = int(total_steps), max(1, int(probe_steps))
+        self.speedup, self.cold_cost = float(speedup), float(cold_cost)
+        self.warm_cost = self.cold_cost if warm_cost is None else float(warm_cost)
+        self.name = name
+        self.decision = None
+
+    def decide(self, eager_step_s, steps_left, warm):
+        """Record and return whether to compile (the rule above)."""
+        saving = steps_left * eager_step_s * (1.0 - 1.0 / self.speedup) if eager_step_s is not None else 0.0
+        cost = self.warm_cost if warm else self.cold_cost
+        self.decision = {"name": self.name, "eager_step_s": eager_step_s, "steps_left": int(steps_left),
+                         "expected_saving_s": saving, "expected_cost_s": cost, "cache": "warm" if warm else "cold",
+                         "compiled": eager_step_s is not None and saving > cost}
+        return self.decision["compiled"]
+
+    def wrap(self, fn, *, device="cpu", what="the training step", dynamo_config=None, **options):
+        """``fn`` behind the rule: eager until decided, then compiled or eager for good."""
+        reason = compiler_unavailable(device)
+        if reason is not None:
+            # Said at once, whatever the rule would decide: the caller asked for compilation.
+            warn(f"compile=True: {reason}; {what} runs eagerly (same results, no speed-up).")
+            self.decide(None, self.total_steps, False)
+            return fn
+        key = (getattr(fn, "__qualname__", repr(fn)), what, repr(sorted(options.items())), repr(dynamo_config))
+        return _RuledStep(fn, self, key, dict(device=device, what=what, dynamo_config=dynamo_config, **options))
+
+
+class _RuledStep:
+    """A step under a :class:`CompileRule`: eager while probing, then compiled or eager."""
+
+    def __init__(self, fn, rule, key, compile_kwargs):
+        self.fn, self.rule, self.key, self.compile_kwargs = fn, rule, key, compile_kwargs
+        self.calls, self.start, self.step = 0, None, fn
+        if rule.total_steps < rule.probe_steps + 2:  # nothing left to compile after the probe
+            rule.decide(None, max(0, rule.total_steps - rule.probe_steps - 1), key in _COMPILED_HERE)
+
+    def __call__(self, *args, **kwargs):
+        if self.rule.decision is None:
+            self.calls += 1
+            if self.calls == 2:
+                self.start = time.process_time()
+            elif self.calls == self.rule.probe_steps + 2:
+                per_step = (time.process_time() - self.start) / self.rule.probe_steps
+                steps_left = self.rule.total_steps - self.calls + 1
+                if self.rule.decide(per_step, steps_left, self.key in _COMPILED_HERE):
+                    self.step = CompiledStep(self.fn, **self.compile_kwargs)
+                    out = self.step(*args, **kwargs)
+                    if self.step.compiled:
+                        _COMPILED_HERE.add(self.key)
+                    return out
+        return self.step(*args, **kwargs)

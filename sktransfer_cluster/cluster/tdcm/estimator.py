@@ -21,10 +21,12 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted
 
 from . import model
 from .blocks import CentroidUpdateBlock
 from ...representation import make_encoder, train_neighbour_encoder
+from ...base.compiled import CompileRule
 from ...base import (
     COMMON_PARAMETER_CONSTRAINTS,
     TransferClusterMixin,
@@ -34,6 +36,7 @@ from ...base import (
     compact_labels,
     compile_step,
     make_generators,
+    minibatches,
     on_compute_threads,
 )
 
@@ -203,19 +206,29 @@ class TDCMCluster(
         Adam learning rate (paper: 5e-3 synthetic, 5e-4 real data).
     weight_decay : float, default=5e-4
         Adam weight decay.
-    compile : bool, default=False
-        Compile the training step (a minibatch's encoder pass and TDCM's loss, and
-        so its backward) with ``torch.compile``
-        (:func:`~sktransfer_cluster.base.compile_step`): fused kernels instead of
-        hundreds of small operations per step. Epochs of the blocks' training run
-        several times faster, after a one-off compilation of tens of CPU seconds
-        (less when inductor's on-disk cache already holds the graph, e.g. on a
-        second fit); worth it for long fits only (``docs/notes/tdcm.md``).
+    compile : bool or "always", default=False
+        Compile the training steps (a minibatch's forward pass and loss, and so
+        its backward) with ``torch.compile``
+        (:func:`~sktransfer_cluster.base.compile_step`) where that repays the
+        compilation. Each training phase's step (the neighbour encoder's, the
+        blocks') runs eagerly for its first epoch; from the CPU time of that
+        epoch's steps and the steps left, it is compiled for the rest of the phase
+        only if the expected saving, ``steps left x eager step x (1 - 1 /
+        speed-up)``, exceeds the step's expected compilation cost
+        (:class:`~sktransfer_cluster.base.compiled.CompileRule`; the step's
+        speed-up and cost in ``_compile_expectations``, measured on this
+        package's benchmark machine: the blocks' step about 2.7x per epoch for
+        about 19 CPU s on an empty inductor cache, the matmul-bound neighbour
+        encoder's about 1.07x for about 10 CPU s). The decisions are in
+        ``compile_decisions_``. A short fit therefore stays eager (at the
+        defaults on 5,000 rows: the blocks' phase is too short to repay a cold
+        compilation), a long one compiles; ``"always"`` compiles every step
+        from its first call (e.g. when inductor's on-disk cache already holds
+        them from an earlier fit, where compilation costs about 1-3 CPU s).
         Needs a C++ compiler on the CPU (Triton on CUDA); without one, or if
         compilation fails, it warns and trains eagerly. Results equal the eager
-        ones within floating-point rounding. The neighbour encoder's step
-        (``representation="neighbours"``) is compiled too; it is matmul-bound, so it
-        gains less (about 1.1x per epoch; ``docs/notes/performance.md``).
+        ones within floating-point rounding; which steps compile depends on the
+        measured times (``docs/notes/tdcm.md``).
     keep_best : bool, default=False
         After a ``KeyboardInterrupt`` in training, True keeps the encoder and
         blocks of the lowest-loss epoch so far and completes with a warning
@@ -245,6 +258,12 @@ class TDCMCluster(
         Training epochs run by ``fit``.
     embedding_dim_ : int
         The embedding dimension used (``embedding_dim`` with ``"auto"`` resolved).
+    compile_decisions_ : list of dict
+        With ``compile=True``: per training phase of the last ``fit`` or
+        ``transfer``, ``phase``, ``step`` and what decided compilation
+        (:attr:`CompileRule.decision <sktransfer_cluster.base.compiled.CompileRule>`:
+        ``eager_step_s``, ``steps_left``, ``expected_saving_s``,
+        ``expected_cost_s``, ``cache``, ``compiled``). Empty otherwise.
     history_ : list of dict
         One record per training epoch: ``phase`` (``"fit"`` or
         ``"transfer"``), ``epoch``, ``loss`` (its mean over the epoch's rows)
@@ -335,7 +354,7 @@ class TDCMCluster(
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "weight_decay": [Interval(Real, 0, None, closed="left")],
-        "compile": ["boolean"],
+        "compile": ["boolean", StrOptions({"always"})],
         **COMMON_PARAMETER_CONSTRAINTS,
     }
 
@@ -455,8 +474,10 @@ class TDCMCluster(
         params = list(encoder.parameters()) + list(self.blocks_.parameters())
         opt = torch.optim.Adam(params, lr=self.learning_rate, weight_decay=self.weight_decay)
         n = Xt.shape[0]
-        # compile=True: the minibatch's forward pass and loss (and so its backward) as fused kernels.
-        objective = compile_step(_batch_objective, self.compile, device=self.device_, what="TDCM's training step",
+        # compile: the minibatch's forward pass and loss (and so its backward) as fused kernels.
+        per_epoch = len(minibatches(torch.arange(n), self.batch_size))
+        compile = self._compile_rule("blocks", phase, epochs * per_epoch, per_epoch)
+        objective = compile_step(_batch_objective, compile, device=self.device_, what="TDCM's training step",
                                  **self._compile_options)
         encoder.train()
         with self._training(phase, epochs, state=[encoder, self.blocks_]) as run:
@@ -466,7 +487,49 @@ class TDCMCluster(
                     run.step(opt, loss, weight=idx.shape[0], **terms)
                 run.end_epoch()
         encoder.eval()
+        self._say_compile_decision(compile)
         return run.completed
+
+    #: Each compiled step's expected speed-up per epoch and compilation CPU seconds on an empty / a warm
+    #: inductor cache (CompileRule), measured with benchmarks/compile_speed.py on MNIST-5k at the
+    #: defaults (1 thread; docs/notes/performance.md and tdcm.md, 2026-11-27): the blocks' step on
+    #: the 10-D codes 2.67x, 18.7 s / 0.8 s; with representation="input" (an encoder on the raw
+    #: rows in the step) 3.99x, 28.0 s / 2.1 s; the neighbour encoder's step 1.07x, 10.5 s / 2.7 s.
+    #: The blocks' graph does not depend on the data set (it sees the codes), and the speed-ups
+    #: are per step, so none of these scales with the rows; they scale with the machine's speed.
+    _compile_expectations = {
+        "blocks": {"speedup": 2.67, "cold_cost": 18.7, "warm_cost": 0.8},
+        "blocks-input": {"speedup": 3.99, "cold_cost": 28.0, "warm_cost": 2.1},
+        "neighbours": {"speedup": 1.07, "cold_cost": 10.5, "warm_cost": 2.7},
+    }
+
+    def _compile_rule(self, step, phase, total_steps, probe_steps):
+        """What ``compile_step`` gets for ``step`` in ``phase``: False, True (``"always"``) or a CompileRule."""
+        if self.compile is False or self.compile == "always":
+            return self.compile == "always"
+        key = "blocks-input" if step == "blocks" and not self._neighbours() else step
+        rule = CompileRule(total_steps, probe_steps, name=step, **self._compile_expectations[key])
+        self._compile_rules.append((phase, rule))
+        return rule
+
+    def _say_compile_decision(self, rule):
+        """With ``verbose >= 1``, print why a phase's step was (not) compiled."""
+        if not (self.verbose and isinstance(rule, CompileRule) and rule.decision is not None):
+            return
+        d = rule.decision
+        if d["eager_step_s"] is None:
+            why = "too few steps to probe"
+        else:
+            why = (f"{d['steps_left']} steps left x {d['eager_step_s'] * 1e3:.1f} ms eager: expected saving "
+                   f"{d['expected_saving_s']:.1f} CPU s against {d['expected_cost_s']:.1f} s of compilation ({d['cache']} cache)")
+        print(f"TDCMCluster: the {rule.name} step {'compiled' if d['compiled'] else 'kept eager'}: {why}", flush=True)
+
+    @property
+    def compile_decisions_(self):
+        check_is_fitted(self)
+        return [{"phase": phase, "step": rule.name,
+                 **{k: v for k, v in (rule.decision or {"compiled": False}).items() if k != "name"}}
+                for phase, rule in getattr(self, "_compile_rules", [])]
 
     #: torch.compile's options for compile=True (over base.COMPILE_OPTIONS): scalar C++ kernels
     #: (the tensors are b x b and batch x K, too small for SIMD to pay), whose compilation took a
@@ -537,6 +600,7 @@ class TDCMCluster(
     def _train_neighbour_encoder(self, codes, inputs, graph, epochs, torch_gen, phase):
         """Train the MLP ``codes`` in place on ``graph`` over the rows ``inputs`` (on the CPU)."""
         steps = model.neighbour_steps_per_epoch(graph, 4096)
+        compile = self._compile_rule("neighbours", phase, epochs * steps, steps)
         was = next(codes.parameters()).device
         codes.to("cpu")
         with self._training(phase, epochs, state=[codes]) as run:
@@ -550,11 +614,12 @@ class TDCMCluster(
 
             train_neighbour_encoder(
                 codes, inputs, graph, n_epochs=epochs, batch_size=4096, learning_rate=1e-3,
-                generator=torch_gen, callback=close_epoch, compile=self.compile,
+                generator=torch_gen, callback=close_epoch, compile=compile,
             )
             if losses:
                 run.end_epoch(loss=sum(losses) / len(losses))
         codes.to(was).eval()
+        self._say_compile_decision(compile)
 
     def _codes(self, X, index=None):
         """Neighbour codes of ``X`` (before the normalisation), smoothed over their own neighbours.
@@ -714,6 +779,7 @@ class TDCMCluster(
         return next((m for m in self.encoder_.modules() if isinstance(m, model.InputProjection)), None)
 
     def _fit(self, X, y, *, rng, torch_gen):
+        self._compile_rules = []
         if self._neighbours():
             return self._fit_neighbours(X, rng, torch_gen)
         b = self.embedding_dim_
@@ -790,6 +856,7 @@ class TDCMCluster(
             target before the forward pass; 0 is the paper's pure forward-pass
             transfer.
         """
+        self._compile_rules = []
         if self._neighbours():
             return self._transfer_neighbours(X, rng, torch_gen, fine_tune_epochs)
         X = self._smoothed(X, self._input_projection())
