@@ -36,7 +36,8 @@ Usage::
 classifier's and generator's losses compiled (``_compile_adversarial``, off in the estimator since
 this measurement); phases ``representation`` and ``fit``, one epoch per generator step.
 
-Writes ``benchmarks/results/compile/<estimator>_seed<seeds>.{md,json}`` (``--smoke``: a temporary folder).
+Writes ``benchmarks/results/compile/<estimator>[_epochs<n>]_seed<seeds>.{md,json}``, or ``<name>.{md,json}``
+with ``--name`` (``--smoke``: a temporary folder).
 """
 
 from __future__ import annotations
@@ -271,6 +272,7 @@ def main():
     parser.add_argument("--no-peer", action="store_true", help="skip the UMAP + GMM row")
     parser.add_argument("--estimator", choices=list(ESTIMATORS), default="tdcm")
     parser.add_argument("--max-epochs", type=int, help="TDCM's max_epochs (the GAN's n_iter); default: the estimator's")
+    parser.add_argument("--name", help="file stem of the results (default: <estimator>[_epochs<n>]_seed<seeds>)")
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--child", choices=["eager", "own", "all", "rule", "peer"], help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -323,7 +325,8 @@ def main():
         *decision_lines(results, rows, seeds),
     ]
     text = "\n".join(lines) + "\n"
-    stem = f"{args.estimator}{f'_epochs{args.max_epochs}' if args.max_epochs is not None else ''}_seed{'-'.join(map(str, seeds))}"
+    stem = args.name or (f"{args.estimator}{f'_epochs{args.max_epochs}' if args.max_epochs is not None else ''}"
+                         f"_seed{'-'.join(map(str, seeds))}")
     (out_dir / f"{stem}.md").write_text(text)
     (out_dir / f"{stem}.json").write_text(json.dumps({"seeds": seeds, "smoke": args.smoke, "code": state,
                                                       "results": results}, indent=1))
