@@ -36,7 +36,7 @@ therefore be a :class:`CompileRule`: the step then runs eagerly for a probe
 rest of its run only where the measured eager time of the steps left, times
 the step's expected saving, exceeds the step's expected compilation cost:
 
->>> from sktransfer_cluster.base.compiled import CompileRule
+>>> from sktransfer_cluster.base.compiled import CompileRule, compile_step
 >>> rule = CompileRule(total_steps=10, probe_steps=2, speedup=2.0, cold_cost=1e9)
 >>> step = compile_step(loss, rule)
 >>> float(sum(step(torch.ones(2)) for _ in range(10)))  # too short to repay 1e9 s: eager
