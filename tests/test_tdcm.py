@@ -713,7 +713,7 @@ def test_predict_with_the_neighbour_encoder_folds_its_affine_tail_and_the_block_
 def test_folded_head_predict_equals_the_blocks_on_rows_far_outside_the_fitted_range(blobs):
     """The fast path (trunk, one Linear to K) and the exact one (encoder, the block's quadratic
     form) give the same labels on rows up to 10^6 times the fitted spread away, float32 and float64
-    (at 10^7 the blocks' float32 scores begin to saturate: 3 of these 120 rows differ)."""
+    (beyond, the exact path pulls rows in: the next tests)."""
     X, _ = blobs
     model = TDCMCluster(3, random_state=0, representation="neighbours", max_epochs=3, device="cpu").fit(X)
     assert model._folded_head() is not None
@@ -730,6 +730,27 @@ def test_folded_head_predict_keeps_the_labels_of_a_rows_direction_where_the_bloc
     direction = model.predict(X * 1e6)
     for scale in (1e9, 1e20):
         np.testing.assert_array_equal(model.predict((X * scale).astype(np.float32)), direction)
+
+
+def test_exact_predict_path_gives_the_labels_of_a_rows_direction_on_rows_far_outside_the_fitted_range(blobs):
+    """The exact path (encoder, the block's quadratic form: predict's where the folded head does not
+    hold) pulls rows beyond ``_FAR_ROW`` in along their direction; its float32 scores saturated from
+    ~10^7 times the spread (3 of these 120 rows at x1e7, 92 from x1e9) and now agree with the folded head."""
+    X, _ = blobs
+    model = TDCMCluster(3, random_state=0, representation="neighbours", max_epochs=3, device="cpu").fit(X)
+    direction = model.predict(X * 1e6)
+    for scale in (1e7, 3e7, 1e9, 1e30):
+        for dtype in (np.float32, np.float64):
+            far = (X * scale).astype(dtype)
+            np.testing.assert_array_equal(_block_labels(model, far), direction)
+            np.testing.assert_array_equal(_block_labels(model, far), model.predict(far))
+
+
+def test_exact_predict_path_scores_the_fitted_rows_untouched(blobs):
+    X, _ = blobs
+    model = TDCMCluster(3, random_state=0, representation="neighbours", max_epochs=3, device="cpu").fit(X)
+    for rows in (X, X * 1e3):  # inside the bound in the fitted units: scored as they are, no float64 copy
+        assert model._pulled_in(rows) is rows
 
 
 # --------------------------------------------------------- representation="neighbours" (issue 28)

@@ -867,7 +867,49 @@ class TDCMCluster(
         return self._adapt(X)
 
     def _predict(self, X):
-        return self._model().assign(self._embed(X), self._centroids)
+        """Labels of rows through the encoder and the last block's scores (the exact path).
+
+        Rows far beyond the fitted data are first pulled in (:meth:`_pulled_in`): their scores
+        would saturate in float32 and lose the differences between centroids.
+        """
+        return self._model().assign(self._embed(self._pulled_in(X)), self._centroids)
+
+    #: Largest entry, in the fitted normalisation's units, of a row the exact predict path scores as
+    #: it is. The last block's scores ``(z - c_j)^T S (z - c_j)`` of a code ``z`` at distance ``r``
+    #: differ between centroids by about ``r |c|`` on top of ``r^2``: in float32 the difference is
+    #: lost from about ``r = 10^7`` (3 of 120 blob rows changed label at x1e7, all rows at x1e30:
+    #: docs/notes/roofline_2026-11-27.md). At 10^5, two decades inside that, the biases are
+    #: 10^-5 of a row's signal: its label is that of its direction, as the folded head gives.
+    _FAR_ROW = 1e5
+
+    def _pulled_in(self, X):
+        """``X`` with each row beyond :data:`_FAR_ROW` moved along its direction to that bound.
+
+        A row ``x`` whose normalised entries ``(x - shift) / scale`` exceed the bound in
+        magnitude becomes ``shift + (x - shift) * bound / peak`` (in float64): the networks
+        are piecewise linear, so far away only a row's direction from the fitted mean decides
+        its label, which is what the folded head (:meth:`_folded_head`) computes at any
+        distance. Rows within half the bound on every feature (all fitted data) skip the
+        float64 pass, and come back untouched.
+        """
+        affine = getattr(self, "_input_affine", None)
+        shift, scale = (0.0, 1.0) if affine is None else (np.asarray(affine[0], dtype=np.float64), float(affine[1]))
+        X = np.asarray(X)
+        if X.size == 0:
+            return X
+        bound = self._FAR_ROW * scale
+        low, high = shift - 0.5 * bound, shift + 0.5 * bound
+        if np.all(X.min(0) >= low) and np.all(X.max(0) <= high):  # a NaN fails it, and stays NaN below
+            return X
+        # Divide before subtracting: rows near float64's largest value stay finite.
+        rows = X.astype(np.float64) / scale - shift / scale
+        peak = np.abs(rows).max(1)
+        far = peak > self._FAR_ROW
+        if not far.any():
+            return X
+        out = np.array(X, dtype=np.float64)
+        out[far] = rows[far] * (self._FAR_ROW / peak[far])[:, None] * scale + shift
+        return out
 
     #: Modules that map rows affinely in eval mode (what a linear head can absorb).
     _AFFINE_MODULES = (model.InputProjection, torch.nn.Linear, torch.nn.BatchNorm1d)
