@@ -578,7 +578,10 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         if encoder is None:
             return Xt
         with torch.no_grad():
-            return self._standard_codes(chunked(encoder, Xt))
+            # A predict chunk fits one of chunked's: one call and no copy of the codes (the same
+            # rows through the same layers as chunked's one call).
+            Z = encoder(Xt) if Xt.shape[0] <= chunk_rows(Xt.shape[1]) else chunked(encoder, Xt)
+            return self._standard_codes(Z)
 
     def _standard_codes(self, Z):
         """The codes ``Z`` standardised by the source's code statistics (``_code_affine``)."""
@@ -1128,7 +1131,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         copies of the networks where the rows would overflow float32 (:meth:`_exact`)."""
         exact = self._exact(X)
         classifier = self._networks(exact)[1]
-        return classifier(self._prep(X, exact=exact))[:, self._used]
+        return classifier(self._prep(X, exact=exact)).index_select(1, self._used)
 
     def _log_proba(self, X):
         """Log-posterior over the used ids (the labels), rows ``X`` (validated ndarray)."""
