@@ -20,7 +20,7 @@ from sktransfer_cluster import (  # noqa: E402
     SinkhornKMeans,
     TDCMCluster,
 )
-from sktransfer_cluster.base import arrays  # noqa: E402
+from sktransfer_cluster.base import arrays, streaming  # noqa: E402
 from sktransfer_cluster.base.streaming import DaskRows, value_signs  # noqa: E402
 from sktransfer_cluster.representation import landmarks  # noqa: E402
 
@@ -100,8 +100,10 @@ class ClientReads:
 
 @pytest.fixture
 def streamed(monkeypatch):
-    """Past the landmark count at 400 rows; input_affine reads pieces of 256 rows (dask chunks of 512 align)."""
+    """Past the landmark count at 400 rows; input_affine reads pieces of 256 rows (dask chunks of 512 align);
+    planned minibatches come 256 rows per read."""
     monkeypatch.setattr(landmarks, "LANDMARK_ROWS", LANDMARKS)
+    monkeypatch.setattr(streaming, "DASK_READ_ROWS", PIECE)
     monkeypatch.setattr(arrays, "CHUNK_BYTES", PIECE * 8 * D)
     assert arrays.chunk_rows(D) == PIECE
     with dask.config.set(scheduler="synchronous"):
@@ -132,13 +134,14 @@ def test_past_the_landmark_count_fit_and_transfer_of_a_dask_array_equal_them_in_
 def test_past_the_landmark_count_rows_reach_the_client_only_as_landmarks_or_minibatches(monkeypatch, name):
     X, y = _blobs()
     monkeypatch.setattr(landmarks, "LANDMARK_ROWS", LANDMARKS)
+    monkeypatch.setattr(streaming, "DASK_READ_ROWS", PIECE)
     reads = ClientReads(D)
     with dask.config.set(scheduler=reads):
         model = _fit(name, da.from_array(X, chunks=(CHUNK, -1)), y)
         model.transfer(da.from_array(X, chunks=(CHUNK, -1)))
     assert reads.reads, "nothing was computed through the scheduler"
-    # Never the array, nor one of its chunks: at most the landmarks (or one minibatch) per compute.
-    assert max(reads.reads) <= LANDMARKS
+    # Never the array, nor one of its chunks: at most the landmarks (or a group of minibatches) per compute.
+    assert max(reads.reads) <= max(LANDMARKS, PIECE)
 
 
 @pytest.mark.parametrize("name", ["skm-paper-autoencoder", "gan-rows"])
@@ -161,6 +164,17 @@ def test_up_to_the_landmark_count_a_dask_array_is_fitted_as_its_numpy_array(name
     np.testing.assert_array_equal(on_dask.labels_, in_memory.transfer(X[::-1]))
     assert isinstance(labels, da.Array) and labels.chunks == ((250, 250, 100),)
     np.testing.assert_array_equal(labels.compute(), on_dask.labels_)
+
+
+@pytest.mark.parametrize("embedding", [None, "autoencoder"])
+def test_fit_predict_of_a_dask_array_gives_labels_as_a_dask_array_chunked_as_its_rows(embedding):
+    X, _ = _blobs(300)
+    params = dict(embedding=embedding, neighbour_weight=0, pretrain_epochs=1, max_epochs=1, random_state=0, device="cpu")
+    with dask.config.set(scheduler="synchronous"):
+        model = SinkhornKMeans(3, **params)
+        labels = model.fit_predict(da.from_array(X, chunks=(100, -1)))
+    assert isinstance(labels, da.Array) and labels.chunks == ((100, 100, 100),)
+    np.testing.assert_array_equal(labels.compute(), model.labels_)
 
 
 # ------------------------------------------------------------------ bad input
@@ -230,6 +244,32 @@ def test_codes_of_a_dask_array_are_computed_on_its_chunks_equal_to_the_codes_in_
     torch.testing.assert_close(aligned, expected, rtol=0, atol=0)  # the same pieces: the same bits
     torch.testing.assert_close(other, expected)
     assert encoder.training  # its mode is given back
+
+
+def test_planned_minibatches_are_read_a_group_per_call_and_give_the_same_rows():
+    from sktransfer_cluster.base.streaming import PlannedReads
+
+    X = np.arange(200.0).reshape(100, 2)
+    order = np.random.default_rng(0).permutation(100)
+    batches = [order[s : s + 16] for s in range(0, 100, 16)]
+    calls = []
+    plan = PlannedReads(lambda index: calls.append(len(index)) or X[index], batches, group_rows=40)
+    for batch in batches:
+        np.testing.assert_array_equal(plan.take(batch), X[batch])  # in the batch's own order
+    assert calls == [32, 32, 36]  # as many whole batches as fit in 40 rows per read
+    assert plan.take(batches[0]) is None  # an unplanned index is left to the caller
+
+
+def test_the_paper_autoencoder_reads_a_dask_arrays_minibatches_in_groups(streamed):
+    X, y = _blobs()
+    reads = ClientReads(D)
+    with dask.config.set(scheduler=reads):
+        _fit("skm-paper-autoencoder", da.from_array(X, chunks=(CHUNK, -1)), y)
+    model = _fit("skm-paper-autoencoder", X, y)
+    batches = -(-N // model.batch_size)
+    row_reads = [r for r in reads.reads if r]
+    # Two epochs over every row, each a few round trips instead of one per minibatch.
+    assert sum(row_reads) >= 2 * N and len(row_reads) < batches
 
 
 def test_value_signs_of_a_dask_array_are_read_on_its_workers():

@@ -125,6 +125,13 @@ def _chunks_into(fn, X, chunk_size):
     return out
 
 
+def _as_dask_labels(labels, rows):
+    """``labels`` (one per row, on the client) as a dask array chunked as ``rows`` (a dask array or its row chunks)."""
+    import dask.array as da
+
+    return da.from_array(np.asarray(labels), chunks=(rows.chunks[0] if is_dask_array(rows) else rows,))
+
+
 def _chunked_block(start, block, fn, chunk_size, dtype):
     """:meth:`TransferClusterMixin._chunked` of one dask chunk, on a worker (None for an empty chunk)."""
     rows = np.ascontiguousarray(block, dtype=dtype)
@@ -609,8 +616,10 @@ class TransferClusterMixin(ABC):
         Returns
         -------
         labels : ndarray of shape (n_samples,)
+            A dask array, chunked as the rows, for a dask array.
         """
-        return self.fit(X, y, **fit_params).labels_
+        labels = self.fit(X, y, **fit_params).labels_
+        return _as_dask_labels(labels, X) if is_dask_array(X) else labels
 
     def transfer(self, X, **kwargs):
         """Adapt the fitted model to an unlabelled target ``X`` and return its labels.
@@ -645,11 +654,7 @@ class TransferClusterMixin(ABC):
             self._inplace_activations()
         self._record_clusters(X, "transfer")
         self._check_consistency(X, "transfer")
-        if row_chunks is not None:
-            import dask.array as da
-
-            return da.from_array(np.asarray(labels), chunks=(row_chunks,))
-        return labels
+        return _as_dask_labels(labels, row_chunks) if row_chunks is not None else labels
 
     def predict(self, X):
         """Assign each sample of ``X`` to a cluster of the current model.

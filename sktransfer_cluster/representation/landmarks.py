@@ -30,7 +30,7 @@ import copy
 from ..base import streaming
 from ..base.arrays import chunk_rows, normalised_blocks
 from ..base.runtime import compute_threads, on_compute_threads
-from ..base.streaming import DASK_READ_ROWS, DaskRows, RowReader, iter_row_chunks
+from ..base.streaming import DaskRows, PlannedReads, RowReader, iter_row_chunks
 
 __all__ = ["LANDMARK_ROWS", "StreamedRows", "encode_chunks", "landmark_graph_inputs", "landmark_graph_rows",
            "landmark_indices", "normalise_rows", "read_landmarks", "row_reader", "unit_peak_rows", "uses_landmarks"]
@@ -129,7 +129,7 @@ def read_landmarks(X, index, shift=None, scale=1.0):
     reader = RowReader(X)
     out = np.empty((index.shape[0], X.shape[1]), dtype=np.float32)
     # A dask array's rows come in larger pieces: each read is a compute, a task per chunk touched.
-    step = max(chunk_rows(X.shape[1]), DASK_READ_ROWS) if isinstance(X, DaskRows) else chunk_rows(X.shape[1])
+    step = max(chunk_rows(X.shape[1]), streaming.DASK_READ_ROWS) if isinstance(X, DaskRows) else chunk_rows(X.shape[1])
     for start in range(0, index.shape[0], step):
         part = index[start : start + step]
         normalise_rows(reader(part), shift, scale, out=out[start : start + part.shape[0]])
@@ -217,6 +217,14 @@ class StreamedRows:
         self.device, self.dtype = torch.device(device), dtype
         self._source = (X, shift, scale)
         self._read = row_reader(X, shift, scale)
+        self._planned = None
+
+    def plan(self, batches):
+        """The coming epoch's minibatches (in order): a dask array's rows are then read a group of
+        batches per round trip (:class:`~sktransfer_cluster.base.streaming.PlannedReads`), the same
+        rows; other arrays ignore it."""
+        if isinstance(self._source[0], DaskRows):
+            self._planned = PlannedReads(self._read, batches)
 
     def map_chunks(self, fn, chunk_size=None):
         """``chunked(fn, rows)``: ``fn`` over consecutive chunks of the rows as ``rows[a:b]`` gives them.
@@ -242,6 +250,9 @@ class StreamedRows:
         if isinstance(index, slice):
             index = np.arange(*index.indices(self.shape[0]))
         index = index.cpu().numpy() if torch.is_tensor(index) else np.asarray(index)
+        planned = self._planned.take(index) if self._planned is not None else None
+        if planned is not None:
+            return planned.to(self.device, self.dtype)
         # The reader takes sorted distinct rows: read those, then put them in the order asked.
         unique, inverse = np.unique(index, return_inverse=True)
         rows = self._read(unique)[torch.from_numpy(inverse.reshape(-1))]

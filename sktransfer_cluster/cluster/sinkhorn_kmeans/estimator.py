@@ -550,7 +550,10 @@ class SinkhornKMeans(
         n = Xt.shape[0]
         with self._training(phase, epochs, state=[ae] if recon_only else [ae, centers]) as run:
             for _ in run.epochs():
-                for idx in run.batches(n, self.batch_size, torch_gen, Xt.device):
+                batches = run.batches(n, self.batch_size, torch_gen, Xt.device)
+                if isinstance(Xt, IndexedRows):
+                    Xt.plan(batches)  # a dask array's rows then come a group of batches per round trip
+                for idx in batches:
                     xb = Xt[idx]
                     z, rec = ae(xb)
                     loss_rec = ((rec - xb) ** 2).sum(1).mean()

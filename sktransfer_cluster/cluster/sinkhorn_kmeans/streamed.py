@@ -20,7 +20,7 @@ from sklearn.utils._available_if import available_if
 
 from ...base.arrays import normalise_rows
 from ...base.runtime import compute_threads, make_generators, resolve_device, working_dtype
-from ...base.streaming import RowReader, iter_row_chunks
+from ...base.streaming import DaskRows, PlannedReads, RowReader, iter_row_chunks
 from . import lloyd
 from .minibatch import MinibatchState, minibatch_passes, minibatch_step
 from .objective import squared_distances
@@ -71,9 +71,20 @@ class IndexedRows:
         self.dtype, self.device = dtype, torch.device(device)
         self.shape = tuple(X.shape)
         self._read = RowReader(X)
+        self._planned = None
+
+    def plan(self, batches):
+        """The coming epoch's minibatches: a dask array's rows are then read a group of batches per
+        round trip (:class:`~sktransfer_cluster.base.streaming.PlannedReads`); other arrays ignore it."""
+        if isinstance(self.X, DaskRows):
+            self._planned = PlannedReads(
+                lambda index: normalise_rows(self._read(index), self.shift, self.scale, self.dtype, "cpu"), batches)
 
     def __getitem__(self, idx):
         index = idx.cpu().numpy() if torch.is_tensor(idx) else np.asarray(idx)
+        planned = self._planned.take(index) if self._planned is not None else None
+        if planned is not None:
+            return planned.to(self.device)
         order = np.argsort(index, kind="stable")
         index = index[order]
         rows = normalise_rows(self._read(index), self.shift, self.scale, self.dtype, "cpu")
