@@ -26,13 +26,6 @@ from sktransfer_cluster.representation import landmarks  # noqa: E402
 
 N, D, LANDMARKS, PIECE, CHUNK = 1536, 30, 400, 256, 512
 
-# The graph estimators choose their distance with representation.auto_metric, which converts
-# its input with np.asarray: a DaskRows refuses that (it would compute the array whole) until
-# auto_metric reads streaming.value_signs (requested of graph.py's owner, issue 31).
-_NEEDS_METRIC = pytest.mark.xfail(
-    raises=TypeError, strict=True,
-    reason="representation.auto_metric converts X with np.asarray; it must read base.streaming.value_signs")
-
 ESTIMATORS = {
     "skm-paper-autoencoder": (lambda: SinkhornKMeans(3, embedding="autoencoder", neighbour_weight=0, pretrain_epochs=1,
                                                      max_epochs=1, random_state=0, device="cpu"), False),
@@ -47,7 +40,6 @@ ESTIMATORS = {
                                     set_size=100, max_cem_samples=300, representation=None, random_state=0,
                                     device="cpu"), True),
 }
-ON_GRAPHS = {"skm-graph-autoencoder", "tdcm", "ccn"}
 # Loops of the wings over every row that still bring each dask chunk to the client (bounded
 # memory, but not on the workers); requested of their owners (issue 31):
 ON_THE_CLIENT = {
@@ -61,9 +53,7 @@ ON_THE_CLIENT = {
 def _params(client_side=False):
     params = []
     for name in ESTIMATORS:
-        if name in ON_GRAPHS:
-            params.append(pytest.param(name, marks=_NEEDS_METRIC))
-        elif client_side and name in ON_THE_CLIENT:
+        if client_side and name in ON_THE_CLIENT:
             params.append(pytest.param(name, marks=pytest.mark.xfail(raises=AssertionError, strict=True,
                                                                      reason=ON_THE_CLIENT[name])))
         else:

@@ -15,7 +15,7 @@ import torch
 
 from ..base.arrays import chunk_rows
 from ..base.runtime import compute_threads
-from ..base.streaming import iter_row_chunks
+from ..base.streaming import DaskRows, value_signs
 
 __all__ = [
     "knn",
@@ -293,16 +293,11 @@ def auto_metric(X):
     >>> auto_metric(np.array([[5.0, 3.0], [4.0, 2.0]]))  # positive, but no zero: an offset, not intensities
     'euclidean'
     """
-    negative = zero = False
-    if not isinstance(X, np.ndarray):
+    if not isinstance(X, (np.ndarray, DaskRows)):
         X = np.asarray(X)
-    step = chunk_rows(X.shape[1])  # row chunks of 4 MiB: no copy of a memmap
-    # iter_row_chunks hands a memmap's pages back chunk by chunk; one negative value decides.
-    for _, _, block in iter_row_chunks(X, step, dtype=X.dtype):
-        negative = negative or bool((block < 0).any())
-        zero = zero or bool((block == 0).any())
-        if negative:
-            break
+    # Row chunks of 4 MiB, a memmap's pages handed back after each, the first negative value
+    # deciding; a dask input is read on its workers.
+    negative, zero = value_signs(X, chunk_rows(X.shape[1]))
     return "cosine" if zero and not negative else "euclidean"
 
 
