@@ -810,7 +810,12 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     @torch.no_grad()
     def _assign(self, Xt):
         """Labels of a data set (standardised tensor); sets ``cluster_ids_`` and the centres."""
-        ids = chunked(lambda part: self.classifier_(part).argmax(1), Xt).cpu().numpy()
+        def ids_of(part):
+            return self.classifier_(part).argmax(1)
+
+        # Past the landmark count Xt stands for the rows (StreamedRows): a dask array's chunks are
+        # then labelled on their workers.
+        ids = (Xt.map_chunks(ids_of) if isinstance(Xt, StreamedRows) else chunked(ids_of, Xt)).cpu().numpy()
         labels, self.cluster_ids_ = compact_labels(ids, self.n_clusters)
         self.n_clusters_ = int(self.cluster_ids_.shape[0])
         self._used = torch.as_tensor(self.cluster_ids_, device=self.device_)
