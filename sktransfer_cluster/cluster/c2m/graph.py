@@ -411,20 +411,44 @@ def tree_cut_embedding(X, n_cuts, min_size=None):
     return out
 
 
+def _straddles(u, v, n, labels, min_size):
+    """For each edge of a spanning tree: whether some cluster of ``labels`` has at least
+    ``min_size`` points on each side of it (removing the edge splits the tree in two). Subtrees
+    are slices of the depth-first preorder, so one prefix count per cluster answers every edge."""
+    from scipy.sparse.csgraph import depth_first_order
+
+    A = sp.csr_matrix((np.ones(u.shape[0]), (u, v)), shape=(n, n))
+    order, parent = depth_first_order(A, 0, directed=False, return_predecessors=True)
+    size = np.ones(n, dtype=np.int64)
+    for node in order[::-1][:-1]:
+        size[parent[node]] += size[node]
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    child = np.where(parent[v] == u, v, u)
+    codes = compact_labels(np.asarray(labels))[0]
+    onehot = np.zeros((n + 1, int(codes.max()) + 1), dtype=np.int64)
+    onehot[pos + 1, codes] = 1
+    prefix = onehot.cumsum(0)
+    start = pos[child]
+    inside = prefix[start + size[child]] - prefix[start]  # (E, k): each cluster's points in the subtree
+    return (np.minimum(inside, prefix[-1] - inside) >= min_size).any(1)
+
+
 def gap_veto(X, kept, cutting, min_size=None, min_gap=1.0):
     """Whether the labelling ``cutting`` cuts the widest gap that the labelling ``kept`` keeps
     inside one of its clusters.
 
-    The gap is the longest edge of the set's minimum spanning tree (:func:`spanning_tree`) whose
-    two ends ``kept`` puts in one cluster, among the edges whose removal leaves at least
-    ``min_size`` points on each side (default ``max(2, n // 20)``, the rule of
-    :func:`tree_cut_embedding`: an edge to a lone outlier is no gap between clusters). True
-    when that edge is a gap (its length at least ``e ** min_gap`` times the median tree edge)
-    and ``cutting`` separates its two ends: ``kept`` then joins, across a gap, what ``cutting``
-    keeps apart (one cluster over two rings), so ``cutting`` is to be preferred. False when
-    ``kept`` keeps no such edge, ``cutting`` keeps it too (``cutting`` merely coarser, e.g.
-    two touching blobs merged) or the edge is short (``cutting`` cuts inside a blob).
-    O(n^2) for the tree of n points.
+    On the set's minimum spanning tree (:func:`spanning_tree`), an edge is *kept* by a labelling
+    when one of its clusters has at least ``min_size`` points on each side of the edge (default
+    ``max(2, n // 20)``, the rule of :func:`tree_cut_embedding`: a lone outlier, or one point
+    given the wrong label, decides nothing), *cut* otherwise. The gap is the longest edge that
+    ``kept`` keeps. True when that edge is a gap (at least ``e ** min_gap`` times the median tree
+    edge, and longer than every edge ``kept`` cuts) and ``cutting`` cuts it: ``kept`` then joins,
+    across a gap, what ``cutting`` keeps apart (one cluster over two rings), so ``cutting`` is to
+    be preferred. False when ``cutting`` keeps the edge too (it is merely coarser, e.g. two
+    touching blobs merged) or the edge is short (inside a blob) or shorter than a boundary
+    ``kept`` draws itself (a long edge inside one of well-separated blobs). O(n^2) for the tree
+    of n points.
 
     Parameters
     ----------
@@ -439,18 +463,18 @@ def gap_veto(X, kept, cutting, min_size=None, min_gap=1.0):
     bool
     """
     n = X.shape[0]
-    if n < 4:
-        return False
-    kept, cutting = np.asarray(kept), np.asarray(cutting)
     min_size = max(2, n // 20) if min_size is None else int(min_size)
+    if n < 2 * min_size:
+        return False
     tree = spanning_tree(X)
     u, v, w = (tree[key].cpu().numpy() for key in ("u", "v", "w"))
-    side = _tree_sides(u, v, n)[3]
-    inside = (kept[u] == kept[v]) & (side >= min_size)
-    if not inside.any():
+    by_kept = _straddles(u, v, n, kept, min_size)
+    if not by_kept.any():
         return False
-    e = int(np.argmax(np.where(inside, w, -np.inf)))
-    return bool(w[e] >= min_gap and cutting[u[e]] != cutting[v[e]])
+    e = int(np.argmax(np.where(by_kept, w, -np.inf)))
+    drawn = ~by_kept & (_tree_sides(u, v, n)[3] >= min_size)
+    wider = not drawn.any() or w[e] > w[drawn].min()
+    return bool(w[e] >= min_gap and wider and not _straddles(u, v, n, cutting, min_size)[e])
 
 
 def spectral_reference(Xref, n_components, n_neighbors, n_cuts=0):
