@@ -443,12 +443,13 @@ def gap_veto(X, kept, cutting, min_size=None, min_gap=1.0):
     ``max(2, n // 20)``, the rule of :func:`tree_cut_embedding`: a lone outlier, or one point
     given the wrong label, decides nothing), *cut* otherwise. The gap is the longest edge that
     ``kept`` keeps. True when that edge is a gap (at least ``e ** min_gap`` times the median tree
-    edge, and longer than every edge ``kept`` cuts) and ``cutting`` cuts it: ``kept`` then joins,
-    across a gap, what ``cutting`` keeps apart (one cluster over two rings), so ``cutting`` is to
-    be preferred. False when ``cutting`` keeps the edge too (it is merely coarser, e.g. two
-    touching blobs merged) or the edge is short (inside a blob) or shorter than a boundary
-    ``kept`` draws itself (a long edge inside one of well-separated blobs). O(n^2) for the tree
-    of n points.
+    edge, and longer than the shortest boundary edge ``kept`` draws itself, i.e. than the
+    narrowest gap ``kept`` does cut) and ``cutting`` cuts it: ``kept`` then joins, across a gap,
+    what ``cutting`` keeps apart (one cluster over two rings), so ``cutting`` is to be preferred.
+    False when ``cutting`` keeps the edge too (it is merely coarser, e.g. two touching blobs
+    merged) or the edge is short (inside a blob) or no longer than every boundary ``kept``
+    draws (a long edge inside one of well-separated blobs, whose boundaries are all longer).
+    O(n^2) for the tree of n points.
 
     Parameters
     ----------
