@@ -1063,3 +1063,113 @@ def test_a_transfer_past_the_landmark_count_reads_landmarks_and_chunks_never_the
     labels = model.transfer(np.load(tmp_path / "X.npy", mmap_mode="r"))
     assert RowsTouched.log and labels.shape == (6000,)
     assert max(RowsTouched.log + tensors) <= max(500, chunk_rows(200)) < 6000
+
+
+# ------------------------------------------------------------- a dask array past LANDMARK_ROWS (issue 31)
+def _dask(X, chunks):
+    da = pytest.importorskip("dask.array", reason="needs the 'distributed' extra (dask[distributed])")
+    return da.from_array(X, chunks=(chunks, -1))
+
+
+def _dask_rows(X, chunks):
+    from sktransfer_cluster.base.streaming import DaskRows
+
+    return DaskRows(_dask(X, chunks))
+
+
+def _uneven_rows(n=1536, d=30, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.normal(size=(n, d)) * rng.uniform(0.1, 1e3, d) + rng.normal(size=d) * 1e3).astype(np.float32)
+
+
+@pytest.mark.parametrize("chunks", [512, 300])
+def test_the_streamed_standardisation_of_a_dask_array_equals_it_on_the_array(tmp_path, monkeypatch, chunks):
+    # Pieces of 256 rows: dask chunks of 512 cut the rows where the array's pieces end (the same bits),
+    # chunks of 300 cut pieces in two (another summation order: the same to rounding).
+    dask = pytest.importorskip("dask")
+    from sktransfer_cluster.base import arrays
+
+    X = _uneven_rows()
+    monkeypatch.setattr(arrays, "CHUNK_BYTES", 256 * 8 * X.shape[1])
+    with dask.config.set(scheduler="synchronous"):
+        mean, scale = c2m._streamed_standardize(_dask_rows(X, chunks))
+    np.save(tmp_path / "X.npy", X)
+    for rows in (X, np.load(tmp_path / "X.npy", mmap_mode="r")):
+        expected_mean, expected_scale = c2m._streamed_standardize(rows)
+        if chunks % 256 == 0:
+            np.testing.assert_array_equal(mean, expected_mean)
+            assert scale == expected_scale
+        else:
+            np.testing.assert_allclose(mean, expected_mean, rtol=1e-12)
+            assert scale == pytest.approx(expected_scale, rel=1e-12)
+
+
+def test_the_streamed_shift_and_peak_of_a_dask_array_equal_them_on_the_array(monkeypatch):
+    dask = pytest.importorskip("dask")
+    from sktransfer_cluster.base import arrays
+
+    X = _uneven_rows()
+    monkeypatch.setattr(arrays, "CHUNK_BYTES", 256 * 8 * X.shape[1])
+    for centre in (True, False):
+        with dask.config.set(scheduler="synchronous"):
+            shift, peak = c2m._streamed_shift_and_peak(_dask_rows(X, 512), centre)
+        expected_shift, expected_peak = c2m._streamed_shift_and_peak(X, centre)
+        assert peak == expected_peak
+        if centre:
+            np.testing.assert_array_equal(shift, expected_shift)
+        else:
+            assert shift is None and expected_shift is None
+
+
+@pytest.fixture
+def dask_past_landmarks(monkeypatch):
+    """Past the landmark count at 400 rows, pieces of 256 rows (dask chunks of 512 align with them)."""
+    dask = pytest.importorskip("dask")
+    from sktransfer_cluster.base import arrays, streaming
+    from sktransfer_cluster.representation import landmarks
+
+    monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 400)
+    monkeypatch.setattr(streaming, "DASK_READ_ROWS", 256)
+    monkeypatch.setattr(arrays, "CHUNK_BYTES", 256 * 8 * 30)
+    return dask
+
+
+def test_on_the_codes_route_a_dask_array_reaches_the_client_only_as_landmarks_or_sets(dask_past_landmarks):
+    from tests.test_dask_networks import ClientReads, _blobs
+
+    X, y = _blobs()
+    reads = ClientReads(X.shape[1])
+    with dask_past_landmarks.config.set(scheduler=reads):
+        model = C2MCluster(**STREAM).fit(_dask(X, 512), y)
+        model.transfer(_dask(X, 512))
+    assert model.representation_ is not None
+    # Every row's codes, the moments and the labels on the workers: never a chunk of rows on the client.
+    assert reads.reads and max(reads.reads) <= 400
+
+
+def test_on_the_codes_route_a_fit_of_a_dask_array_equals_it_on_the_array(dask_past_landmarks):
+    from tests.test_dask_networks import _blobs
+
+    X, y = _blobs()
+    with dask_past_landmarks.config.set(scheduler="synchronous"):
+        on_dask = C2MCluster(**STREAM).fit(_dask(X, 512), y)
+    in_memory = C2MCluster(**STREAM).fit(X, y)
+    assert on_dask.representation_ is not None
+    np.testing.assert_array_equal(on_dask.input_mean_, in_memory.input_mean_)
+    assert on_dask.input_scale_ == in_memory.input_scale_
+    np.testing.assert_array_equal(on_dask.labels_, in_memory.labels_)
+
+
+def test_on_grouped_rows_a_dask_array_is_fitted_and_transferred_with_its_gap_critic_as_the_array(dask_past_landmarks):
+    # gap_critic="auto" fits a second estimator on the rows: it takes the dask array as the first one does.
+    from tests.test_dask_networks import _blobs
+
+    X, y = _blobs()
+    groups = np.arange(y.shape[0]) // 300
+    with dask_past_landmarks.config.set(scheduler="synchronous"):
+        on_dask = C2MCluster(**STREAM, representation=None).fit(_dask(X, 512), y, groups=groups)
+        gap_labels = on_dask.gap_model_.labels_.copy()  # before transfer sets them anew
+        labels = on_dask.transfer(_dask(X[::-1], 512)).compute()
+    in_memory = C2MCluster(**STREAM, representation=None).fit(X, y, groups=groups)
+    np.testing.assert_array_equal(gap_labels, in_memory.gap_model_.labels_)
+    np.testing.assert_array_equal(labels, in_memory.transfer(np.ascontiguousarray(X[::-1])))

@@ -43,8 +43,6 @@ ESTIMATORS = {
 # Loops of the wings over every row that still bring each dask chunk to the client (bounded
 # memory, but not on the workers); requested of their owners (issue 31):
 ON_THE_CLIENT = {
-    # C2M's _streamed_standardize (and _streamed_shift_and_peak, _encode_all): iter_row_chunks on the client.
-    "c2m-rows": "C2MCluster's _streamed_standardize reads every chunk on the client, not with DaskRows.map_blocks",
 }
 
 

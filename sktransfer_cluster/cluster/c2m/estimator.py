@@ -26,8 +26,11 @@ too large to copy) ``fit`` and ``transfer`` never hold a float copy of ``X``: th
 is built on that many landmark rows read by index and every row is encoded chunk by chunk (only
 the codes are held); each critic step reads its set (at most ``set_size`` rows) by index; the
 clustering's statistics come from one streamed pass, CEM reads its ``max_cem_samples`` rows by
-index and every row is labelled chunk by chunk. Below that count every step is as before, to the
-bit. What still needs a whole set in memory: ``max_cem_samples=None`` (CEM on every row, as asked)
+index and every row is labelled chunk by chunk. A dask array is read the same way, its chunks left
+on the workers: the moments, the encoder's codes and the labels are computed there, one task per
+chunk, and only landmarks, sets and the CEM subsample come to the client by index (equal to the
+memmap's fit where the chunks start at multiples of the piece size). Below that count every step is
+as before, to the bit. What still needs a whole set in memory: ``max_cem_samples=None`` (CEM on every row, as asked)
 and ``score``, which rates ``X`` as one set (the critic pools over all its points).
 
 The encoder and critic are in :mod:`sktransfer_cluster.cluster.c2m.critic`; the clustering MLP,
@@ -38,6 +41,7 @@ and the reasons behind the defaults: ``docs/notes/c2m.md``.
 
 from __future__ import annotations
 
+import functools
 import math
 from numbers import Integral, Real
 
@@ -48,7 +52,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_consistent_length, column_or_1d
 
 from ...base import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_widths, chunk_rows, compact_labels
-from ...base.streaming import RowReader, iter_row_chunks
+from ...base.runtime import compute_threads
+from ...base.streaming import DaskRows, RowReader, _subchunks, iter_row_chunks
 from .graph import (
     cem_clustering,
     centroid_mlp_weights,
@@ -101,14 +106,115 @@ def _streams(n_samples):
     return uses_landmarks(n_samples)
 
 
+def _centred(rows):
+    """Centre a float64 piece of rows in place on its column means; ``(means, largest |deviation|)``."""
+    piece_mean = rows.mean(0)
+    rows -= piece_mean
+    return piece_mean, float(np.abs(rows).max(initial=0.0))
+
+
+def _merge_moments(pieces, d):
+    """Chan et al.'s pairwise merge of per-piece moments, in row order: ``(n, mean, ss, peak)``.
+
+    ``pieces`` yields ``(m, piece_mean, deviation, squares)``: a piece's row count, its column
+    means, its largest deviation from them, and ``squares(p)``, the column sums of
+    ``((x - piece_mean) / p) ** 2`` over its rows for the running peak ``p``. The sums of
+    squares are carried divided by the square of the largest deviation met so far, so squares
+    neither over- nor underflow. The means and peaks do not depend on ``squares``.
+    """
+    n, mean, ss, peak = 0, np.zeros(d), np.zeros(d), 0.0
+    for m, piece_mean, deviation, squares in pieces:
+        delta = piece_mean - mean
+        new_peak = max(peak, deviation, float(np.abs(delta).max(initial=0.0)))
+        if new_peak > 0:
+            ss = ss * (peak / new_peak) ** 2 + squares(new_peak) + (delta / new_peak) ** 2 * (n * m / (n + m))
+            peak = new_peak
+        mean = mean + delta * (m / (n + m))
+        n += m
+    return n, mean, ss, peak
+
+
+def _scaled_squares(rows, p):
+    return ((rows / p) ** 2).sum(0)
+
+
+def _pieces_of(start, block, step):
+    """``(lo, float64 copy of rows lo:hi)`` of one dask chunk (rows ``start:``), cut at the multiples
+    of ``step`` as :func:`~sktransfer_cluster.base.streaming.iter_row_chunks` cuts an array."""
+    rows = np.asarray(block)
+    for _, lo, hi in _subchunks(start, start + rows.shape[0], step):
+        yield lo, np.array(rows[lo - start : hi - start], dtype=np.float64, copy=True)
+
+
+def _block_moments(start, block, step):
+    """Pass 1 of :func:`_streamed_standardize` on one dask chunk, on its worker:
+    ``(lo, m, piece_mean, deviation)`` per piece."""
+    return [(lo, rows.shape[0], *_centred(rows)) for lo, rows in _pieces_of(start, block, step)]
+
+
+def _block_squares(start, block, step, means, peaks):
+    """Pass 2 of :func:`_streamed_standardize` on one dask chunk, on its worker: ``(lo, squares)``
+    per piece that the merge scales (``peaks[lo]``), about the piece's mean from pass 1."""
+    out = []
+    for lo, rows in _pieces_of(start, block, step):
+        if lo in peaks:
+            rows -= means[lo]
+            out.append((lo, _scaled_squares(rows, peaks[lo])))
+    return out
+
+
+def _block_extremes(start, block, step):
+    """:func:`_streamed_shift_and_peak` of one dask chunk, on its worker: the float64 sums of its
+    pieces in order, with its column minima and maxima (None for an empty chunk)."""
+    sums, low, high = [], None, None
+    for _, rows in _pieces_of(start, block, step):
+        sums.append(rows.sum(0))
+        low = rows.min(0) if low is None else np.minimum(low, rows.min(0))
+        high = rows.max(0) if high is None else np.maximum(high, rows.max(0))
+    return sums, low, high
+
+
+def _encoder_input(X, shift, exponent):
+    """``X`` less ``shift`` (when not None) times ``2 ** -exponent``, in ``X``'s dtype (:meth:`C2MCluster._encoder_rows`)."""
+    if shift is not None:
+        X = X - shift.astype(X.dtype, copy=False)
+    return X if exponent == 0 else times_power_of_two(X, -exponent)
+
+
+def _encode_rows(representation, rows, shift, exponent):
+    """:meth:`C2MCluster._encode` of ``rows`` with the fitted ``representation``."""
+    return np.asarray(representation.transform(_encoder_input(rows, shift, exponent)), dtype=rows.dtype)
+
+
+def _block_codes(start, block, step, dtype, representation, shift, exponent):
+    """:meth:`C2MCluster._encode_all` of one dask chunk, on its worker: the codes of its pieces
+    (cut as :func:`~sktransfer_cluster.base.streaming.iter_row_chunks` cuts), None if empty."""
+    with compute_threads():
+        codes = [_encode_rows(representation, rows.astype(dtype, copy=False), shift, exponent)
+                 for _, rows in _pieces_of(start, block, step)]
+    return np.concatenate(codes) if codes else None
+
+
+def _as_given(X):
+    """``X`` as an estimator takes it: a :class:`~sktransfer_cluster.base.streaming.DaskRows`'s dask array."""
+    return X.array if isinstance(X, DaskRows) else X
+
+
 def _streamed_standardize(X, enabled=True):
     """``(mean, scale)`` of :func:`~.graph.standardize` over the rows of ``X`` in one streamed pass.
 
     Per chunk (float64 copies, a memmap's pages handed back): its mean and the sums of squares
-    about it, merged by Chan et al.'s pairwise update with the sums carried divided by the
-    square of the largest deviation met so far, so squares neither over- nor underflow. The
-    scale is the mean over features of the unbiased standard deviations, as ``standardize``'s;
-    equal to it up to rounding (another summation order). A constant set keeps scale 1.
+    about it, merged by Chan et al.'s pairwise update (:func:`_merge_moments`). The scale is
+    the mean over features of the unbiased standard deviations, as ``standardize``'s; equal to
+    it up to rounding (another summation order). A constant set keeps scale 1.
+
+    A dask array's rows (:class:`~sktransfer_cluster.base.streaming.DaskRows`) are read on
+    their workers in two passes, one task per chunk each, only per-piece sums coming back:
+    each piece's mean and largest deviation, from which the client runs the merge's means and
+    peaks; then each piece's sums of squares scaled by the peak the merge reached there. The
+    pieces are the same rows at the same offsets, merged in the same order by the same code,
+    so where the chunks start at multiples of the piece size the result is the memmap's to
+    the bit.
 
     Returns
     -------
@@ -118,18 +224,22 @@ def _streamed_standardize(X, enabled=True):
     d = X.shape[1]
     if not enabled:
         return np.zeros(d), 1.0
-    n, mean, ss, peak = 0, np.zeros(d), np.zeros(d), 0.0
-    for start, stop, rows in iter_row_chunks(X):
-        m = stop - start
-        chunk_mean = rows.mean(0)
-        rows -= chunk_mean
-        delta = chunk_mean - mean
-        new_peak = max(peak, float(np.abs(rows).max(initial=0.0)), float(np.abs(delta).max(initial=0.0)))
-        if new_peak > 0:
-            ss = ss * (peak / new_peak) ** 2 + ((rows / new_peak) ** 2).sum(0) + (delta / new_peak) ** 2 * (n * m / (n + m))
-            peak = new_peak
-        mean = mean + delta * (m / (n + m))
-        n += m
+    if isinstance(X, DaskRows):
+        step = chunk_rows(d)
+        pieces = [piece for part in X.map_blocks(_block_moments, step) for piece in part]
+        peaks = {}
+
+        def record(lo):
+            return lambda p: peaks.__setitem__(lo, p) or 0.0
+
+        _merge_moments(((m, mu, dev, record(lo)) for lo, m, mu, dev in pieces), d)
+        means = {lo: mu for lo, _, mu, _ in pieces if lo in peaks}
+        squares = dict(piece for part in X.map_blocks(_block_squares, step, means, peaks) for piece in part)
+        n, mean, ss, peak = _merge_moments(((m, mu, dev, lambda p, lo=lo: squares[lo]) for lo, m, mu, dev in pieces), d)
+    else:
+        n, mean, ss, peak = _merge_moments(
+            ((stop - start, *_centred(rows), functools.partial(_scaled_squares, rows))
+             for start, stop, rows in iter_row_chunks(X)), d)
     scale = float((peak * np.sqrt(ss / max(n - 1, 1))).mean())
     if not math.isfinite(scale) or scale <= 0:
         return mean, 1.0
@@ -142,13 +252,23 @@ def _streamed_shift_and_peak(X, centre):
 
     The shift is the float64 sum of the chunks' sums over n; the peak is read from each column's
     extremes, ``max(max_j - shift_j, shift_j - min_j)``: rounding is monotonic, so it is the
-    largest rounded ``|x - shift|`` exactly.
+    largest rounded ``|x - shift|`` exactly. A dask array's rows (``DaskRows``) are summed on
+    their workers, one task per chunk returning its pieces' sums and its extremes, added on
+    the client in the same order (the memmap's bits where chunks start at multiples of the
+    piece size).
     """
     d = X.shape[1]
     total, low, high = np.zeros(d), np.full(d, np.inf), np.full(d, -np.inf)
-    for _, _, rows in iter_row_chunks(X):
-        total += rows.sum(0)
-        low, high = np.minimum(low, rows.min(0)), np.maximum(high, rows.max(0))
+    if isinstance(X, DaskRows):
+        for sums, chunk_low, chunk_high in X.map_blocks(_block_extremes, chunk_rows(d)):
+            for piece_sum in sums:
+                total += piece_sum
+            if chunk_low is not None:
+                low, high = np.minimum(low, chunk_low), np.maximum(high, chunk_high)
+    else:
+        for _, _, rows in iter_row_chunks(X):
+            total += rows.sum(0)
+            low, high = np.minimum(low, rows.min(0)), np.maximum(high, rows.max(0))
     shift = total / X.shape[0] if centre else None
     at = np.zeros(d) if shift is None else shift
     return shift, float(np.maximum(high - at, at - low).max(initial=0.0))
@@ -970,15 +1090,13 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         two that brought the source's peak near 1 (exact, so ordinary data keep their bits): the
         encoder's squares neither under- nor overflow at any scale, and the float32 graph resolves
         rows whose spread is small beside their offset."""
-        if self._rep_shift is not None:
-            X = X - self._rep_shift.astype(X.dtype, copy=False)
-        return X if self._rep_exponent == 0 else times_power_of_two(X, -self._rep_exponent)
+        return _encoder_input(X, self._rep_shift, self._rep_exponent)
 
     def _encode(self, X):
         """The rows the metric reads: ``X`` itself, or its codes under ``representation_``."""
         if self.representation_ is None:
             return X
-        return np.asarray(self.representation_.transform(self._encoder_rows(X)), dtype=X.dtype)
+        return _encode_rows(self.representation_, X, self._rep_shift, self._rep_exponent)
 
     def _fit(self, X, y, *, rng, torch_gen, groups=None):
         sets, codes = source_sets(column_or_1d(y), groups)
@@ -1021,7 +1139,8 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         params = self.get_params(deep=False)
         resolved = {name: self._resolved(name) for name in ("size_features", "sets_per_epoch", "max_cem_samples")}
         params.update(resolved, **_GAP_CRITIC, gap_critic=False, representation=None, callbacks=None)
-        return C2MCluster(**params).fit(Z, y, groups=groups)
+        # A dask array's rows go to the nested fit as the dask array (validation wraps it again).
+        return C2MCluster(**params).fit(_as_given(Z), y, groups=groups)
 
     def _gap_veto(self, Z, gap_labels, rng):
         """Take the gap metric's clustering ``gap_labels`` of ``Z`` (and its predict state) when
@@ -1064,9 +1183,15 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
     def _encode_all(self, X):
         """:meth:`_encode` of every row of ``X``; past the landmark count chunk by chunk, so
-        only the codes (``n x n_components``) are held."""
+        only the codes (``n x n_components``) are held. A dask array's chunks are encoded on
+        their workers in the same pieces at the same offsets (:func:`_block_codes`)."""
         if self.representation_ is None or not _streams(X.shape[0]):
             return self._encode(X)
+        if isinstance(X, DaskRows):
+            # Each chunk encoded on its worker, in the pieces below (the encoder travels once); only codes come back.
+            parts = X.map_blocks(_block_codes, chunk_rows(X.shape[1]), X.dtype, self.representation_,
+                                 self._rep_shift, self._rep_exponent)
+            return np.concatenate([p for p in parts if p is not None])
         Z = None
         for start, stop, rows in iter_row_chunks(X):
             codes = self._encode(rows.astype(X.dtype, copy=False))
@@ -1116,7 +1241,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         labels, n_iter = self._cluster(Z, rng, torch_gen)
         self.n_iter_ = int(n_iter)
         if getattr(self, "gap_model_", None) is not None:
-            self._gap_veto(Z, self.gap_model_.transfer(Z), rng)
+            self._gap_veto(Z, np.asarray(self.gap_model_.transfer(_as_given(Z))), rng)
             labels = self.labels_
         return labels
 
