@@ -41,6 +41,7 @@ from .runtime import (
 )
 from .streaming import (
     DaskRows,
+    check_dask_array,
     check_finite,
     dask_input,
     is_dask_array,
@@ -130,6 +131,11 @@ def _as_dask_labels(labels, rows):
     import dask.array as da
 
     return da.from_array(np.asarray(labels), chunks=(rows.chunks[0] if is_dask_array(rows) else rows,))
+
+
+def _block_labels(block, predict):
+    """``predict`` of one dask chunk; a chunk with no rows (left by filtering) has no labels."""
+    return predict(block) if block.shape[0] else np.empty(0, dtype=np.int64)
 
 
 def _chunked_block(start, block, fn, chunk_size, dtype):
@@ -271,7 +277,7 @@ class TransferClusterMixin(ABC):
         if hasattr(self, "n_clusters"):
             self._check_n_clusters(X.shape[0], self.n_clusters)
 
-    def _validate_input(self, X, *, reset, y=None):
+    def _validate_input(self, X, *, reset, y=None, stream=True):
         """Validate X (and y when given) against the fitted feature count.
 
         Numeric float32/float64 2-D arrays come out; NaN/inf, complex, object or
@@ -279,9 +285,11 @@ class TransferClusterMixin(ABC):
         A dask array comes out as numpy up to the rows every estimator fits in
         memory, else as a :class:`~.streaming.DaskRows` (:func:`~.streaming.dask_input`),
         whose values are checked on the workers (fit: in its moments' pass).
+        ``stream=False``, for the methods that hold every row anyway (pairwise
+        scores, ``partial_fit``'s batch): a dask array is computed to numpy.
         """
         if is_dask_array(X):
-            X = dask_input(X, self._min_samples if reset else 1)
+            X = dask_input(X, self._min_samples if reset else 1, stream=stream)
             if is_dask_array(y):
                 y = y.compute()  # one label per row: what the client holds of labels anyway
             if isinstance(X, DaskRows):
@@ -322,10 +330,11 @@ class TransferClusterMixin(ABC):
                              "pass one label per row of X.")
         return X, y
 
-    def _fitted_input(self, X):
-        """``NotFittedError`` before fit, else X validated against the fitted features."""
+    def _fitted_input(self, X, stream=True):
+        """``NotFittedError`` before fit, else X validated against the fitted features
+        (``stream``: as :meth:`_validate_input`'s)."""
         check_is_fitted(self)
-        return self._validate_input(X, reset=False)
+        return self._validate_input(X, reset=False, stream=stream)
 
     def _check_n_clusters(self, n_samples, n_clusters, name="n_clusters"):
         if n_samples < n_clusters:
@@ -674,9 +683,14 @@ class TransferClusterMixin(ABC):
             A dask array for a dask array, each chunk assigned where it lives.
         """
         if is_dask_array(X):
-            # Each chunk is assigned where it lives; the labels stay a dask array.
+            # Each chunk is assigned where it lives; the labels stay a dask array. Shape and
+            # dtype are checked here, values by each chunk's predict (chunk sizes may be unknown).
             check_is_fitted(self)
-            return X.rechunk({1: -1}).map_blocks(self.predict, drop_axis=1, dtype=np.int64)
+            check_dask_array(X, known_rows=False)
+            if X.shape[1] != self.n_features_in_:
+                raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                                 f"{self.n_features_in_} features as input.")
+            return X.rechunk({1: -1}).map_blocks(_block_labels, self.predict, drop_axis=1, dtype=np.int64)
         return self._labels(self._fitted_input(X))
 
     def _linear_predictor(self):

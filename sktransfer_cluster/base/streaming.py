@@ -557,15 +557,24 @@ def value_signs(X, chunk_size=None):
     return negative, zero
 
 
-def check_dask_array(X, min_samples=1):
-    """``ValueError`` for a dask array that is not 2-D, not of real numbers, of unknown chunk sizes
-    or with fewer than ``min_samples`` rows; nothing is computed."""
+def check_dask_array(X, min_samples=1, known_rows=True):
+    """``ValueError`` for a dask array that is not 2-D, of no columns, not of dense real numbers,
+    of unknown chunk sizes (``known_rows``) or with fewer than ``min_samples`` rows; nothing is computed."""
     if X.ndim != 2:
         raise ValueError(f"Expected a 2-D dask array, got {X.ndim}-D (shape {X.shape}); reshape it to "
                          "(n_samples, n_features).")
+    meta = getattr(X, "_meta", None)
+    if meta is not None and not isinstance(meta, np.ndarray):
+        raise ValueError(f"Expected a dask array of dense numpy chunks, got chunks of {type(meta).__name__}; "
+                         "convert them with X.map_blocks(lambda b: b.toarray()) or a dense array.")
     if X.dtype.kind not in "biuf":
         what = "complex numbers" if X.dtype.kind == "c" else f"dtype {X.dtype}"
         raise ValueError(f"Expected a dask array of real numbers, got {what}; convert it with X.astype(float).")
+    if isinstance(X.shape[1], float) or X.shape[1] < 1:
+        raise ValueError(f"Found a dask array with {X.shape[1]} feature(s) (shape={X.shape}) while a minimum of 1 "
+                         "is required.")
+    if not known_rows:
+        return
     if any(isinstance(s, float) and math.isnan(s) for s in X.shape):
         raise ValueError("The dask array's chunk sizes are unknown (NaN); call X.compute_chunk_sizes() first.")
     if X.shape[0] < min_samples:
@@ -573,15 +582,16 @@ def check_dask_array(X, min_samples=1):
                          f"{min_samples} is required.")
 
 
-def dask_input(X, min_samples=1):
+def dask_input(X, min_samples=1, stream=True):
     """A 2-D dask array of real numbers as an estimator reads it: checked, then numpy or :class:`DaskRows`.
 
     Shape and dtype are checked without computing anything (:func:`check_dask_array`). Up
     to :func:`in_memory_rows` rows, where every estimator fits in memory anyway, the array
     is computed to numpy and validated as any array is; past them it is wrapped as a
     :class:`DaskRows` (values are checked in the first pass over them, on the workers).
+    ``stream=False`` (a caller that holds every row anyway): always computed to numpy.
     """
     check_dask_array(X, min_samples)
-    if X.shape[0] <= in_memory_rows():
+    if not stream or X.shape[0] <= in_memory_rows():
         return X.compute()
     return DaskRows(X)

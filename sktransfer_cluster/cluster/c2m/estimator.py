@@ -1272,7 +1272,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         -------
         score : float
         """
-        X = self._fitted_input(X)
+        X = self._fitted_input(X, stream=False)  # the metric of the whole set: every row held
         if X.shape[0] < 2:
             # The metric reads each point's neighbours: one point has none.
             raise ValueError(

@@ -947,8 +947,9 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         -------
         similarity : ndarray of shape (n_samples, m_samples)
         """
-        X = self._fitted_input(X)
-        X2 = None if X2 is None else self._codes(self._tensor(self._validate_input(X2, reset=False)))
+        # Both sets are held in memory (the output is n x m): a dask input is computed.
+        X = self._fitted_input(X, stream=False)
+        X2 = None if X2 is None else self._codes(self._tensor(self._validate_input(X2, reset=False, stream=False)))
         return pairs.pair_probabilities(self._current_g(), self._codes(self._tensor(X)), X2)
 
     def score(self, X, y=None):
@@ -967,5 +968,5 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         -------
         score : float
         """
-        X = self._fitted_input(X)
+        X = self._fitted_input(X, stream=False)  # every pair of rows: held in memory
         return pairs.kcl_pair_score(self._current_g(), self.clustering_net_, self._codes(self._tensor(X)), self.sigma)

@@ -226,7 +226,7 @@ class StreamedOTKMeansMixin:
         if first:
             self._validate_params()
         with self._rollback_on_error():
-            X = self._validate_input(X, reset=first)
+            X = self._validate_input(X, reset=first, stream=False)  # one batch, held in memory
             self._check_params_vs_input(X, reset=first)
             with torch.no_grad():
                 if first:
