@@ -560,7 +560,10 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     def _batches(self, Xt):
         """The rows ``Xt`` in row-order minibatches: tensors, or read when iterated for streamed rows."""
         batches = self._row_batches(Xt.shape[0])
-        return [Xt[i] for i in batches] if torch.is_tensor(Xt) else RowBatches(Xt, batches)
+        if torch.is_tensor(Xt):
+            return [Xt[i] for i in batches]
+        Xt.plan(batches)  # read in order, a group of batches per round trip for a dask array
+        return RowBatches(Xt, batches)
 
     def _current_encoder(self):
         enc = getattr(self, "target_encoder_", None)
@@ -708,6 +711,8 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         """Mean :meth:`_batch_loss` of a trained ``f`` (eval mode) over the target in row order."""
         f.eval()
         batches = self._row_batches(Xt.shape[0])
+        if not torch.is_tensor(Xt):
+            Xt.plan(batches)
         losses = [self._batch_loss(f, Xt[i], i, g, knn, None, None, feats).item() for i in batches]
         return sum(losses) / len(batches)
 
@@ -723,7 +728,10 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         f.train()
         with self._training(phase, epochs, state=[f]) as run:
             for _ in run.epochs():
-                for idx in run.batches(n, self.batch_size, torch_gen, self.device_):
+                batches = run.batches(n, self.batch_size, torch_gen, self.device_)
+                if not torch.is_tensor(Xt):
+                    Xt.plan(batches)  # a dask array's rows then come a group of batches per round trip
+                for idx in batches:
                     run.step(opt, self._batch_loss(f, Xt[idx], idx, g, knn, source, rng, feats))
                 run.end_epoch(init=init)
         # Exact batch-norm statistics of f on the data it clusters (deterministic order).
