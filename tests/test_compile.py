@@ -157,6 +157,44 @@ def test_a_run_too_short_to_probe_stays_eager_and_says_so():
     assert rule.decision["compiled"] is False and rule.decision["eager_step_s"] is None
 
 
+@pytest.mark.skipif(compiler_unavailable("cpu") is not None, reason="torch.compile is unavailable here")
+def test_a_step_is_warm_only_after_this_process_compiled_the_same_function_and_graph(monkeypatch):
+    from sktransfer_cluster.base import compiled
+
+    class Traced:  # compilation without its cost: only the rule's bookkeeping is under test
+        compiled = True
+
+        def __init__(self, fn, **kwargs):
+            self.fn = fn
+
+        def __call__(self, *args):
+            return self.fn(*args)
+
+    monkeypatch.setattr(compiled, "CompiledStep", Traced)
+    monkeypatch.setattr(compiled, "_COMPILED_HERE", set())
+    x = torch.ones(2, 2)
+
+    def run(graph):
+        rule = CompileRule(total_steps=6, probe_steps=1, speedup=2.0, cold_cost=0.0, graph=graph)
+        ruled = compile_step(_step, rule)
+        for _ in range(6):
+            ruled(x)
+        return rule.decision["cache"]
+
+    assert [run("codes"), run("codes"), run("raw rows")] == ["cold", "warm", "cold"]
+
+
+def test_tdcm_compile_given_numpys_false_compiles_nothing_and_probes_nothing():
+    import numpy as np
+    from sklearn.datasets import make_blobs
+
+    from sktransfer_cluster import TDCMCluster
+
+    X, _ = make_blobs(200, n_features=5, centers=3, random_state=0)
+    model = TDCMCluster(3, max_epochs=2, random_state=0, device="cpu", compile=np.False_).fit(X)
+    assert model.compile_decisions_ == []
+
+
 def _neighbour_fit(compile, **kwargs):
     import numpy as np
     from sklearn.datasets import make_blobs

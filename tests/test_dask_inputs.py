@@ -112,3 +112,17 @@ def test_c2m_score_of_a_streamed_dask_array_equals_it_in_memory(past_the_landmar
     model = C2MCluster(max_clusters=4, max_epochs=1, sets_per_epoch=2, population=8, cem_iter=2, set_size=100,
                        max_cem_samples=300, representation=None, random_state=0, device="cpu").fit(X[:200], y[:200])
     assert model.score(da.from_array(X, chunks=(200, -1)), y) == model.score(X, y)
+
+
+def test_tdcm_on_its_input_representation_fits_and_transfers_a_streamed_dask_array(past_the_landmarks):
+    from sktransfer_cluster import TDCMCluster
+
+    X, _ = _blobs()
+
+    def build():
+        return TDCMCluster(3, representation="input", max_epochs=2, random_state=0, device="cpu")
+
+    on_dask, in_memory = build().fit(da.from_array(X, chunks=(300, -1))), build().fit(X)
+    np.testing.assert_array_equal(on_dask.labels_, in_memory.labels_)
+    labels = on_dask.transfer(da.from_array(X[::-1], chunks=(300, -1)))
+    np.testing.assert_array_equal(labels.compute(), in_memory.transfer(X[::-1]))

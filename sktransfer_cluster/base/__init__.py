@@ -36,7 +36,7 @@ from .arrays import (
     input_affine,
     within_cluster_sum_of_squares,
 )
-from .compiled import CompiledStep, compile_step, compiler_unavailable
+from .compiled import CompiledStep, CompileRule, compile_step, compiler_unavailable
 from .contract import COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, WithinClusterScoreMixin
 from .runtime import (
     COMPUTE_THREADS,
@@ -87,4 +87,5 @@ __all__ = [
     "compile_step",
     "compiler_unavailable",
     "CompiledStep",
+    "CompileRule",
 ]

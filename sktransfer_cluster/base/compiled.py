@@ -241,6 +241,10 @@ class CompileRule:
         The same when the cache holds the step (default ``cold_cost``).
     name : str, default="step"
         Names the step in :attr:`decision`.
+    graph : hashable, optional
+        What tells this step's graph from another of the same function (the data it
+        sees, its dtype, its device): a step is judged warm only after this process
+        compiled the same function *and* graph.
 
     Attributes
     ----------
@@ -251,11 +255,11 @@ class CompileRule:
         (``eager_step_s`` None).
     """
 
-    def __init__(self, total_steps, probe_steps, speedup, cold_cost, warm_cost=None, name="step"):
+    def __init__(self, total_steps, probe_steps, speedup, cold_cost, warm_cost=None, name="step", graph=None):
         self.total_steps, self.probe_steps = int(total_steps), max(1, int(probe_steps))
         self.speedup, self.cold_cost = float(speedup), float(cold_cost)
         self.warm_cost = self.cold_cost if warm_cost is None else float(warm_cost)
-        self.name = name
+        self.name, self.graph = name, graph
         self.decision = None
 
     def decide(self, eager_step_s, steps_left, warm):
@@ -275,7 +279,7 @@ class CompileRule:
             warn(f"compile=True: {reason}; {what} runs eagerly (same results, no speed-up).")
             self.decide(None, self.total_steps, False)
             return fn
-        key = (getattr(fn, "__qualname__", repr(fn)), what, repr(sorted(options.items())), repr(dynamo_config))
+        key = (getattr(fn, "__qualname__", repr(fn)), self.graph, what, repr(sorted(options.items())), repr(dynamo_config))
         return _RuledStep(fn, self, key, dict(device=device, what=what, dynamo_config=dynamo_config, **options))
 
 

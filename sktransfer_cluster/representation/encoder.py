@@ -305,12 +305,14 @@ def train_neighbour_encoder(
     extra_params : sequence of torch.Tensor, default=()
         Further leaf tensors ``node_loss`` depends on, updated by the same Adam
         (e.g. cluster centres).
-    compile : bool, default=False
+    compile : bool or CompileRule, default=False
         Compile each step's forward pass and loss (and so its backward) with
         ``torch.compile`` (:func:`~sktransfer_cluster.base.compile_step`; one graph
-        for every number of distinct nodes). The random draws are the same as in
-        eager mode, so the results agree within floating-point rounding; without a
-        compiler it warns and trains eagerly.
+        for every number of distinct nodes). A :class:`~sktransfer_cluster.base.CompileRule`
+        compiles only if, after its eager probe, the expected saving repays the
+        compilation. The random draws are the same as in eager mode, so the results
+        agree within floating-point rounding; without a compiler it warns and trains
+        eagerly.
 
     Returns
     -------

@@ -26,9 +26,10 @@ from sklearn.utils.validation import check_is_fitted
 from . import model
 from .blocks import CentroidUpdateBlock
 from ...representation import make_encoder, train_neighbour_encoder
-from ...base.compiled import CompileRule
+from ...base.streaming import DaskRows
 from ...base import (
     COMMON_PARAMETER_CONSTRAINTS,
+    CompileRule,
     TransferClusterMixin,
     WithinClusterScoreMixin,
     check_image_shape,
@@ -41,6 +42,13 @@ from ...base import (
 )
 
 __all__ = ["TDCMCluster", "PAPER_PARAMS"]
+
+
+def _in_memory(X):
+    """The rows of a dask input (:class:`~sktransfer_cluster.base.streaming.DaskRows`) computed
+    on the client: an encoder on the raw rows (``representation="input"``) smooths and trains
+    on every row at once, as it does a memmap's."""
+    return X[:] if isinstance(X, DaskRows) else X
 
 #: The paper's synthetic-data model (TDCM's own encoder trained on the input rather than
 #: the neighbour encoder, a 3-layer MLP, 500 epochs, forward-pass transfer, no neighbour
@@ -505,10 +513,13 @@ class TDCMCluster(
 
     def _compile_rule(self, step, phase, total_steps, probe_steps):
         """What ``compile_step`` gets for ``step`` in ``phase``: False, True (``"always"``) or a CompileRule."""
-        if self.compile is False or self.compile == "always":
-            return self.compile == "always"
+        if isinstance(self.compile, str):  # "always"
+            return True
+        if not self.compile:  # False, or numpy's False_ (the "boolean" constraint accepts it)
+            return False
         key = "blocks-input" if step == "blocks" and not self._neighbours() else step
-        rule = CompileRule(total_steps, probe_steps, name=step, **self._compile_expectations[key])
+        graph = (key, str(self._dtype()), str(self.device_))
+        rule = CompileRule(total_steps, probe_steps, name=step, graph=graph, **self._compile_expectations[key])
         self._compile_rules.append((phase, rule))
         return rule
 
@@ -782,6 +793,7 @@ class TDCMCluster(
         self._compile_rules = []
         if self._neighbours():
             return self._fit_neighbours(X, rng, torch_gen)
+        X = _in_memory(X)
         b = self.embedding_dim_
         pca = self.input_projection == "pca" and len(self.hidden_dims) == 0
         projection = model.pca_projection(X, b) if pca else None
@@ -859,6 +871,7 @@ class TDCMCluster(
         self._compile_rules = []
         if self._neighbours():
             return self._transfer_neighbours(X, rng, torch_gen, fine_tune_epochs)
+        X = _in_memory(X)
         X = self._smoothed(X, self._input_projection())
         if fine_tune_epochs > 0:
             self._check_norm_samples(X.shape[0], "fine-tuning")
