@@ -126,3 +126,12 @@ def test_tdcm_on_its_input_representation_fits_and_transfers_a_streamed_dask_arr
     np.testing.assert_array_equal(on_dask.labels_, in_memory.labels_)
     labels = on_dask.transfer(da.from_array(X[::-1], chunks=(300, -1)))
     np.testing.assert_array_equal(labels.compute(), in_memory.transfer(X[::-1]))
+
+
+def test_labels_of_a_dask_predict_are_those_of_the_model_when_predict_was_called():
+    X, _ = _blobs()
+    model = SinkhornKMeans(3, random_state=0).fit(X)
+    expected = model.predict(X)
+    lazy = model.predict(da.from_array(X, chunks=(300, -1)))
+    model.fit(X[:, ::-1] * 3.0)  # the same estimator refitted before the labels are computed
+    np.testing.assert_array_equal(lazy.compute(scheduler="synchronous"), expected)

@@ -690,7 +690,10 @@ class TransferClusterMixin(ABC):
             if X.shape[1] != self.n_features_in_:
                 raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
                                  f"{self.n_features_in_} features as input.")
-            return X.rechunk({1: -1}).map_blocks(_block_labels, self.predict, drop_axis=1, dtype=np.int64)
+            # The labels are computed later: they come from a copy of the model as it is now, so a
+            # later fit or transfer of this estimator does not change them (labels_ left out of it).
+            model = copy.deepcopy(self, {id(self.labels_): None} if hasattr(self, "labels_") else None)
+            return X.rechunk({1: -1}).map_blocks(_block_labels, model.predict, drop_axis=1, dtype=np.int64)
         return self._labels(self._fitted_input(X))
 
     def _linear_predictor(self):

@@ -357,6 +357,9 @@ class DaskRows:
       results coming back.
 
     ``np.asarray(rows)`` raises ``TypeError``: nothing converts the whole array by accident.
+    A nested estimator is given :attr:`array` (the dask array), not this wrapper, so that it
+    validates and streams it itself. Persist the array first (``X.persist()``): a chunk
+    computed from a task graph is otherwise computed again at each read.
     :attr:`dtype` is what validation makes of the array's: float32 stays, every other real
     type is read as float64.
 
