@@ -135,3 +135,26 @@ def test_labels_of_a_dask_predict_are_those_of_the_model_when_predict_was_called
     lazy = model.predict(da.from_array(X, chunks=(300, -1)))
     model.fit(X[:, ::-1] * 3.0)  # the same estimator refitted before the labels are computed
     np.testing.assert_array_equal(lazy.compute(scheduler="synchronous"), expected)
+
+
+@pytest.mark.parametrize("method", ["transform-skm", "transform-tdcm", "predict_proba-gan"])
+def test_per_row_methods_of_a_dask_array_return_a_lazy_dask_array_of_the_numpy_result(method):
+    from sktransfer_cluster import PreciseFeatureGAN, TDCMCluster
+
+    X, _ = _blobs(n=400)
+    name, which = method.split("-")
+    build = {
+        "skm": lambda: SinkhornKMeans(3, random_state=0),
+        "tdcm": lambda: TDCMCluster(3, max_epochs=2, random_state=0, device="cpu"),
+        "gan": lambda: PreciseFeatureGAN(3, hidden_dims=(8,), n_iter=5, n_critic=2, n_classifier=1, batch_size=16,
+                                         representation=None, random_state=0, device="cpu"),
+    }[which]
+    model = build().fit(X)
+    expected = getattr(model, name)(X)
+    Xd = _with_an_empty_chunk(X)
+    lazy = getattr(model, name)(Xd)
+    assert isinstance(lazy, da.Array) and lazy.chunks[0] == Xd.chunks[0]
+    model.fit(X[::-1])  # refitted before the result is computed: the result is the earlier model's
+    out = lazy.compute(scheduler="synchronous")
+    np.testing.assert_array_equal(out, getattr(build().fit(X), name)(Xd.compute()))
+    np.testing.assert_array_equal(out[-expected.shape[0]:], expected)

@@ -133,9 +133,12 @@ def _as_dask_labels(labels, rows):
     return da.from_array(np.asarray(labels), chunks=(rows.chunks[0] if is_dask_array(rows) else rows,))
 
 
-def _block_labels(block, predict):
-    """``predict`` of one dask chunk; a chunk with no rows (left by filtering) has no labels."""
-    return predict(block) if block.shape[0] else np.empty(0, dtype=np.int64)
+def _block_map(block, fn, width, dtype):
+    """``fn`` (a per-row method) of one dask chunk; a chunk with no rows (left by filtering) has
+    no results: an empty vector, or ``(0, width)``."""
+    if block.shape[0]:
+        return fn(block)
+    return np.empty((0,) if width is None else (0, width), dtype=dtype)
 
 
 def _chunked_block(start, block, fn, chunk_size, dtype):
@@ -683,18 +686,30 @@ class TransferClusterMixin(ABC):
             A dask array for a dask array, each chunk assigned where it lives.
         """
         if is_dask_array(X):
-            # Each chunk is assigned where it lives; the labels stay a dask array. Shape and
-            # dtype are checked here, values by each chunk's predict (chunk sizes may be unknown).
-            check_is_fitted(self)
-            check_dask_array(X, known_rows=False)
-            if X.shape[1] != self.n_features_in_:
-                raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
-                                 f"{self.n_features_in_} features as input.")
-            # The labels are computed later: they come from a copy of the model as it is now, so a
-            # later fit or transfer of this estimator does not change them (labels_ left out of it).
-            model = copy.deepcopy(self, {id(self.labels_): None} if hasattr(self, "labels_") else None)
-            return X.rechunk({1: -1}).map_blocks(_block_labels, model.predict, drop_axis=1, dtype=np.int64)
+            # Each chunk is assigned where it lives; the labels stay a dask array.
+            return self._map_dask_rows("predict", X)
         return self._labels(self._fitted_input(X))
+
+    def _map_dask_rows(self, method, X, width=None, dtype=np.int64):
+        """``method`` (a per-row method: ``predict``, ``transform``...) of a dask array, as a lazy
+        dask array chunked as its rows: one value per row (``width`` None) or ``width`` columns.
+
+        Shape, dtype and width are checked now, the values by each chunk's call (chunk sizes may
+        be unknown). The result is computed later, so it comes from a copy of the model as it is
+        now: a later fit or transfer of this estimator does not change it (``labels_`` left out of
+        the copy).
+        """
+        check_is_fitted(self)
+        check_dask_array(X, known_rows=False)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input.")
+        model = copy.deepcopy(self, {id(self.labels_): None} if hasattr(self, "labels_") else None)
+        X = X.rechunk({1: -1})
+        fn = getattr(model, method)
+        if width is None:
+            return X.map_blocks(_block_map, fn, None, dtype, drop_axis=1, dtype=dtype)
+        return X.map_blocks(_block_map, fn, int(width), dtype, chunks=(X.chunks[0], (int(width),)), dtype=dtype)
 
     def _linear_predictor(self):
         """``(W, b)`` with labels ``argmax(x @ W + b)`` for normalised rows ``x``, or None.

@@ -39,6 +39,7 @@ from sklearn.utils.validation import check_is_fitted, check_random_state
 
 from ...base import (COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_image_shape, chunk_rows, chunked,
                     compact_labels, compile_step, compute_threads, make_generators)
+from ...base.streaming import is_dask_array
 from ...representation import StreamedRows, landmark_graph_inputs, landmark_graph_rows
 from .networks import (build_networks, classifier_objective, classifier_step, critic_objective, critic_step,
                        default_eta_step, draw_ids, eta_schedule, generator_objective, generator_step, latent,
@@ -1166,7 +1167,10 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         Returns
         -------
         proba : ndarray of shape (n_samples, n_clusters_)
+            A dask array for a dask array, each chunk's computed where it lives.
         """
+        if is_dask_array(X):
+            return self._map_dask_rows("predict_proba", X, self.n_clusters_, np.float64)
         X = self._fitted_input(X)
         return self._chunked(lambda xc: self._log_proba(xc).double().exp().cpu().numpy(), X)
 

@@ -1137,7 +1137,10 @@ class SinkhornKMeans(
         Returns
         -------
         distances : ndarray of shape (n_samples, n_clusters)
+            A dask array for a dask array, each chunk's distances computed where it lives.
         """
+        if is_dask_array(X):
+            return self._map_dask_rows("transform", X, self._centers.shape[0], np.float64)
         X = self._fitted_input(X)
         return self._chunked(
             lambda xc: squared_distances(self._embed(xc), self._centers).sqrt().cpu().numpy(), X, dtype=np.float64

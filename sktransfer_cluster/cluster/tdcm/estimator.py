@@ -26,7 +26,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import model
 from .blocks import CentroidUpdateBlock
 from ...representation import make_encoder, train_neighbour_encoder
-from ...base.streaming import DaskRows
+from ...base.streaming import DaskRows, is_dask_array
 from ...base import (
     COMMON_PARAMETER_CONSTRAINTS,
     CompileRule,
@@ -1039,7 +1039,10 @@ class TDCMCluster(
         Returns
         -------
         Z : ndarray of shape (n_samples, embedding_dim_)
+            A dask array for a dask array, each chunk embedded where it lives.
         """
+        if is_dask_array(X):
+            return self._map_dask_rows("transform", X, self._n_features_out, np.float64)
         X = self._fitted_input(X)
         return self._chunked(lambda xc: self._embed(xc).cpu().numpy(), X, dtype=np.float64)
 
