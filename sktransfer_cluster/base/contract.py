@@ -320,10 +320,8 @@ class TransferClusterMixin(ABC):
         if reset:
             self.__dict__.pop("feature_names_in_", None)
             self.n_features_in_ = X.shape[1]
-        elif X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
-                             f"{self.n_features_in_} features as input.")
         else:
+            self._check_dask_width(X)
             check_finite(X)
         if y is None:
             return X
@@ -332,6 +330,12 @@ class TransferClusterMixin(ABC):
             raise ValueError(f"y does not match X: {X.shape[0]} rows of X, y of shape {y.shape}; "
                              "pass one label per row of X.")
         return X, y
+
+    def _check_dask_width(self, X):
+        """scikit-learn's error for a dask array of another width than the fitted one (nothing computed)."""
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input.")
 
     def _fitted_input(self, X, stream=True):
         """``NotFittedError`` before fit, else X validated against the fitted features
@@ -701,9 +705,7 @@ class TransferClusterMixin(ABC):
         """
         check_is_fitted(self)
         check_dask_array(X, known_rows=False)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
-                             f"{self.n_features_in_} features as input.")
+        self._check_dask_width(X)
         model = copy.deepcopy(self, {id(self.labels_): None} if hasattr(self, "labels_") else None)
         X = X.rechunk({1: -1})
         fn = getattr(model, method)

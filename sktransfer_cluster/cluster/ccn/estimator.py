@@ -557,9 +557,10 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         shift, scale = self._input_affine
         return StreamedRows(X, shift, scale, self.device_, self._dtype())
 
-    def _batches(self, Xt):
-        """The rows ``Xt`` in row-order minibatches: tensors, or read when iterated for streamed rows."""
-        batches = self._row_batches(Xt.shape[0])
+    def _batches(self, Xt, batches=None):
+        """The rows ``Xt`` in row-order minibatches (``batches``, default :meth:`_row_batches`):
+        tensors, or read when iterated for streamed rows."""
+        batches = self._row_batches(Xt.shape[0]) if batches is None else batches
         if torch.is_tensor(Xt):
             return [Xt[i] for i in batches]
         Xt.plan(batches)  # read in order, a group of batches per round trip for a dask array
@@ -711,9 +712,8 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         """Mean :meth:`_batch_loss` of a trained ``f`` (eval mode) over the target in row order."""
         f.eval()
         batches = self._row_batches(Xt.shape[0])
-        if not torch.is_tensor(Xt):
-            Xt.plan(batches)
-        losses = [self._batch_loss(f, Xt[i], i, g, knn, None, None, feats).item() for i in batches]
+        rows = self._batches(Xt, batches)
+        losses = [self._batch_loss(f, xb, i, g, knn, None, None, feats).item() for i, xb in zip(batches, rows)]
         return sum(losses) / len(batches)
 
     def _train_clustering(
