@@ -483,12 +483,6 @@ class DaskRows:
             self._signs = (any(p[0] for p in parts), any(p[1] for p in parts))
         return self._signs
 
-    def labels(self, labels):
-        """``labels`` (one per row, on the client) as a dask array chunked as the rows."""
-        import dask.array as da
-
-        return da.from_array(np.asarray(labels), chunks=(self.array.chunks[0],))
-
 
 class PlannedReads:
     """Rows of an epoch's minibatches, known in advance, read a group of batches at a time.

@@ -296,12 +296,14 @@ def encode_chunks(encoder, X, shift=None, scale=1.0, chunk_size=None):
         try:
             step = chunk_rows(X.shape[1]) if chunk_size is None else int(chunk_size)
             shipped = encoder if param.device.type == "cpu" else copy.deepcopy(encoder).cpu()
-            parts = X.map_blocks(_encode_block, shipped, shift, scale, step, param.dtype)
+            parts = X.map_blocks(_map_block, shipped, shift, scale, step, param.dtype)
         finally:
             encoder.train(was)
-        out = torch.empty((X.shape[0], parts[0].shape[1]), dtype=param.dtype, device=param.device)
+        width = next(part.shape[1] for part in parts if part is not None)  # None: a chunk with no rows
+        out = torch.empty((X.shape[0], width), dtype=param.dtype, device=param.device)
         for start, part in zip(X.bounds[:-1].tolist(), parts):
-            out[start : start + part.shape[0]] = torch.from_numpy(part)
+            if part is not None:
+                out[start : start + part.shape[0]] = torch.from_numpy(part)
         return out
     try:
         for start, stop, rows in iter_row_chunks(X, chunk_size):
@@ -312,19 +314,6 @@ def encode_chunks(encoder, X, shift=None, scale=1.0, chunk_size=None):
     finally:
         encoder.train(was)
     return out
-
-
-def _encode_block(start, block, encoder, shift, scale, step, param_dtype):
-    """:func:`encode_chunks` of one dask chunk (rows ``start:``), on a worker: the same float64
-    pieces at the same offsets, normalised as :func:`normalise_rows`, codes as numpy."""
-    rows = np.asarray(block)
-    codes = []
-    with torch.no_grad(), compute_threads():
-        pieces = [(lo, hi) for _, lo, hi in streaming._subchunks(start, start + rows.shape[0], step)] or [(start, start)]
-        for lo, hi in pieces:
-            piece = np.array(rows[lo - start : hi - start], dtype=np.float64)
-            codes.append(encoder(torch.from_numpy(normalise_rows(piece, shift, scale)).to(param_dtype)).numpy())
-    return np.concatenate(codes)
 
 
 def _map_block(start, block, fn, shift, scale, step, dtype):

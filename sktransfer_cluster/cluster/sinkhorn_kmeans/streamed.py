@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from sklearn.utils._available_if import available_if
 
+from ...base.contract import _as_dask_labels
 from ...base.arrays import normalise_rows
 from ...base.runtime import compute_threads, make_generators, resolve_device, working_dtype
 from ...base.streaming import DaskRows, PlannedReads, RowReader, iter_row_chunks
@@ -362,4 +363,4 @@ class StreamedOTKMeansMixin:
                 )
                 self._warn_not_converged(check, "the OT-Lloyd start of the Dask transfer", _CHECK_TOL, _CHECK_MAX_ITER)
                 self._dask_lloyd(rows, centers, reg, check.g, shift, scale, float(self.tol * (spread / scale) ** 2))
-        return rows.labels(self.labels_)
+        return _as_dask_labels(self.labels_, rows.array)
