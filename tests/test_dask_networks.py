@@ -22,6 +22,7 @@ from sktransfer_cluster import (  # noqa: E402
 )
 from sktransfer_cluster.base import arrays, streaming  # noqa: E402
 from sktransfer_cluster.base.streaming import DaskRows, value_signs  # noqa: E402
+from sktransfer_cluster.cluster.ccn import streamed as ccn_streamed  # noqa: E402
 from sktransfer_cluster.representation import landmarks  # noqa: E402
 
 N, D, LANDMARKS, PIECE, CHUNK = 1536, 30, 400, 256, 512
@@ -34,6 +35,8 @@ ESTIMATORS = {
     "tdcm": (lambda: TDCMCluster(3, max_epochs=2, random_state=0, device="cpu"), False),
     "ccn": (lambda: CCNCluster(3, embedding_epochs=1, similarity_epochs=1, clustering_epochs=1, n_similarity_nets=1,
                                refine_epochs=1, random_state=0, device="cpu"), True),
+    "ccn-input": (lambda: CCNCluster(3, representation="input", similarity_epochs=1, clustering_epochs=1,
+                                     n_similarity_nets=1, refine_epochs=1, random_state=0, device="cpu"), True),
     "gan-rows": (lambda: PreciseFeatureGAN(3, hidden_dims=(8,), n_iter=5, n_critic=2, n_classifier=1, batch_size=16,
                                            representation=None, random_state=0, device="cpu"), False),
     "c2m-rows": (lambda: C2MCluster(max_clusters=4, max_epochs=1, sets_per_epoch=2, population=8, cem_iter=2,
@@ -121,6 +124,9 @@ def test_past_the_landmark_count_rows_reach_the_client_only_as_landmarks_or_mini
     X, y = _blobs()
     monkeypatch.setattr(landmarks, "LANDMARK_ROWS", LANDMARKS)
     monkeypatch.setattr(streaming, "DASK_READ_ROWS", PIECE)
+    # CCN's reference rows and threshold sample: bounded draws, read as landmarks are.
+    monkeypatch.setattr(ccn_streamed, "RADIUS_ROWS", LANDMARKS)
+    monkeypatch.setattr(ccn_streamed, "_THRESHOLD_ROWS", LANDMARKS)
     reads = ClientReads(D)
     with dask.config.set(scheduler=reads):
         model = _fit(name, da.from_array(X, chunks=(CHUNK, -1)), y)
@@ -214,6 +220,24 @@ def test_dask_rows_read_integers_as_float64_and_keep_float32():
     ints = DaskRows(da.from_array(np.arange(12).reshape(6, 2), chunks=(4, -1)))
     assert ints.dtype == np.float64 and ints[1:3].dtype == np.float64
     assert DaskRows(da.from_array(np.ones((4, 2), np.float32), chunks=(2, -1))).dtype == np.float32
+
+
+def test_a_map_of_streamed_rows_with_their_start_sees_each_rows_index_on_dask_as_in_memory():
+    import torch
+
+    X, _ = _blobs(n=700)
+    shift = X.mean(0).astype(np.float64)
+
+    def first_index_and_sum(start, rows):  # each row's own index beside a value of it
+        return torch.stack([start + torch.arange(rows.shape[0], dtype=rows.dtype), rows.sum(1)], 1)
+
+    with dask.config.set(scheduler="synchronous"):
+        on_dask = landmarks.StreamedRows(DaskRows(da.from_array(X, chunks=(300, -1))), shift, 2.0, "cpu",
+                                         torch.float64).map_chunks(first_index_and_sum, 128, with_start=True)
+    in_memory = landmarks.StreamedRows(X, shift, 2.0, "cpu", torch.float64).map_chunks(first_index_and_sum, 128,
+                                                                                        with_start=True)
+    np.testing.assert_array_equal(on_dask[:, 0].numpy(), np.arange(700))
+    torch.testing.assert_close(on_dask, in_memory)
 
 
 def test_codes_of_a_dask_array_are_computed_on_its_chunks_equal_to_the_codes_in_memory(monkeypatch):

@@ -226,21 +226,25 @@ class StreamedRows:
         if isinstance(self._source[0], DaskRows):
             self._planned = PlannedReads(self._read, batches)
 
-    def map_chunks(self, fn, chunk_size=None):
+    def map_chunks(self, fn, chunk_size=None, *, with_start=False):
         """``chunked(fn, rows)``: ``fn`` over consecutive chunks of the rows as ``rows[a:b]`` gives them.
 
         For a dask array's rows (:class:`~sktransfer_cluster.base.streaming.DaskRows`) on the
         CPU, each of its chunks is mapped on its worker, in the same pieces at the same
         offsets; only ``fn``'s results (a tensor per piece, one row per row) come back.
         Returns a tensor, as :func:`~sktransfer_cluster.base.arrays.chunked` of a tensor ``fn``.
+        ``with_start=True`` calls ``fn(a, rows[a:b])``: for maps that need each row's index.
         """
         from ..base.arrays import chunked
 
         X, shift, scale = self._source
-        if not isinstance(X, DaskRows) or self.device.type != "cpu":
-            return chunked(fn, self, chunk_size)
         step = chunk_rows(X.shape[1]) if chunk_size is None else int(chunk_size)
-        parts = X.map_blocks(_map_block, fn, shift, scale, step, self.dtype)
+        if not isinstance(X, DaskRows) or self.device.type != "cpu":
+            if not with_start:
+                return chunked(fn, self, step)
+            with torch.no_grad():
+                return torch.cat([fn(a, self[a : a + step]) for a in range(0, self.shape[0], step)])
+        parts = X.map_blocks(_map_block, fn, shift, scale, step, self.dtype, with_start)
         return torch.cat([torch.from_numpy(p) for p in parts if p is not None])
 
     def __len__(self):
@@ -316,12 +320,13 @@ def encode_chunks(encoder, X, shift=None, scale=1.0, chunk_size=None):
     return out
 
 
-def _map_block(start, block, fn, shift, scale, step, dtype):
+def _map_block(start, block, fn, shift, scale, step, dtype, with_start=False):
     """:meth:`StreamedRows.map_chunks` of one dask chunk, on a worker: numpy results (None if empty)."""
     rows = np.asarray(block)
     out = []
     with torch.no_grad(), compute_threads():
         for _, lo, hi in streaming._subchunks(start, start + rows.shape[0], step):
             piece = np.array(rows[lo - start : hi - start], dtype=np.float64)
-            out.append(fn(torch.from_numpy(normalise_rows(piece, shift, scale)).to(dtype)).cpu().numpy())
+            piece = torch.from_numpy(normalise_rows(piece, shift, scale)).to(dtype)
+            out.append((fn(lo, piece) if with_start else fn(piece)).cpu().numpy())
     return np.concatenate(out) if out else None

@@ -764,7 +764,9 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         """
         # Inference only from here on: batch norm folded into the Linear layers.
         self._inference_net = fold_batch_norm(f)
-        logits = chunked(self._inference_net, Xt)
+        # Streamed rows (representation="input" past the landmark count) map their chunks where they
+        # live: a dask array's on its workers, only the logits coming back.
+        logits = Xt.map_chunks(self._inference_net) if hasattr(Xt, "map_chunks") else chunked(self._inference_net, Xt)
         out = logits.argmax(1).cpu().numpy()
         n, K = out.shape[0], self.n_clusters
         self.n_dominant_clusters_ = n_dominant_clusters(out, n_clusters=K)

@@ -21,6 +21,7 @@ sample (the ``1 / 15`` quantile of a row's distances from 5,000 rows).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -56,6 +57,16 @@ class RowBatches(Sequence):
         return self.rows[self.batches[i]]
 
 
+def _piece_radii(start, rows, reference, index, k):
+    """Radii of the rows ``start:start + len(rows)``: the ``k``-th distance to ``reference`` (rows ``index``)."""
+    dist = torch.cdist(rows, reference).cpu().numpy()
+    # A reference row is not its own neighbour.
+    own = np.flatnonzero((index >= start) & (index < start + rows.shape[0]))
+    dist[index[own] - start, own] = np.inf
+    # numpy's introselect: 4x torch's kthvalue on 256 x 5,000 distances (1 thread).
+    return torch.from_numpy(np.partition(dist, k - 1, axis=1)[:, k - 1])
+
+
 class NeighbourRadii:
     """Each row's ``k`` nearest rows as a radius: the ``k'``-th distance to uniform reference rows.
 
@@ -81,18 +92,15 @@ class NeighbourRadii:
         m = self.index.shape[0]
         self.reference = Xt[torch.as_tensor(self.index)]
         self.k = max(1, min(m - 1, math.ceil(int(k) * m / n)))
-        self.radii = torch.empty(n, dtype=self.reference.dtype, device=self.reference.device)
         step = chunk_rows(m)  # blocks of at most 4 MiB of distances (256 rows at m = 5,000)
+        piece = functools.partial(_piece_radii, reference=self.reference, index=self.index, k=self.k)
         with torch.no_grad(), compute_threads(self.reference.device):
-            for start in range(0, n, step):
-                stop = min(start + step, n)
-                dist = torch.cdist(Xt[start:stop], self.reference).cpu().numpy()
-                # A reference row is not its own neighbour.
-                own = np.flatnonzero((self.index >= start) & (self.index < stop))
-                dist[self.index[own] - start, own] = np.inf
-                # numpy's introselect: 4x torch's kthvalue on 256 x 5,000 distances (1 thread).
-                kth = np.partition(dist, self.k - 1, axis=1)[:, self.k - 1]
-                self.radii[start:stop] = torch.from_numpy(kth).to(self.radii.device)
+            if hasattr(Xt, "map_chunks"):
+                # Streamed rows: a dask array's chunks are searched on their workers, only radii come back.
+                radii = Xt.map_chunks(piece, step, with_start=True)
+            else:
+                radii = torch.cat([piece(start, Xt[start : start + step]) for start in range(0, n, step)])
+        self.radii = radii.to(self.reference.device)
 
     def pairs(self, idx, xb):
         """(b, b) boolean: rows ``idx`` (values ``xb``) pairwise within either's radius, or i = j."""
@@ -102,15 +110,16 @@ class NeighbourRadii:
         nb.fill_diagonal_(True)
         return nb
 
-    def pair_probabilities(self, g, Xt, max_rows=_THRESHOLD_ROWS):
+    def pair_probabilities(self, g, Xt, max_rows=None):
         """``G``'s "similar" probability of rows with their ``k'`` nearest reference rows.
 
-        The rows: at most ``max_rows`` drawn as :func:`~.pairs.neighbour_threshold` draws
+        The rows: at most ``max_rows`` (None: ``_THRESHOLD_ROWS``) drawn as :func:`~.pairs.neighbour_threshold` draws
         them (a generator seeded 0); a reference row is not its own neighbour. The
         neighbours of a row among a uniform ``m / n`` of all rows are a uniform ``m / n``
         of its ``k`` neighbours: the pairs' scores have the same quantiles.
         """
         n = Xt.shape[0]
+        max_rows = _THRESHOLD_ROWS if max_rows is None else max_rows
         rows = np.arange(n) if n <= max_rows else np.sort(np.random.default_rng(0).choice(n, max_rows, replace=False))
         query = Xt[torch.as_tensor(rows)]
         with torch.no_grad():
