@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 from numbers import Integral, Real
 
 import numpy as np
@@ -57,6 +58,7 @@ from ...base.streaming import DaskRows, RowReader, _subchunks, iter_row_chunks
 from .graph import (
     cem_clustering,
     centroid_mlp_weights,
+    certified_labels,
     corrupt_labels,
     gap_veto,
     kmeans_candidates,
@@ -64,6 +66,8 @@ from .graph import (
     mlp_labels,
     mlp_labels_population,
     population_logits,
+    predict_screen,
+    screen_labels,
     smooth_labels,
     source_sets,
     spanning_tree,
@@ -88,6 +92,12 @@ _AUGMENT_NOISE = 0.5
 # epoch, and the largest set CEM clusters directly.
 _SETS_PER_EPOCH = {"rows": 10, "codes": 30}
 _CODES_CEM_SAMPLES = 5000
+# predict: the rows of each chunk screened first (graph.screen_labels), and the share of them the
+# screen must prove for the rest of the chunk to be screened too (below it, the float64 path).
+_SCREEN_PROBE = 1024
+_SCREEN_MIN_PROVED = 0.5
+# predict's screens, per estimator and predict state (kept off the estimator: not pickled or copied).
+_SCREENS = weakref.WeakKeyDictionary()
 # gap_critic: the second metric's settings over the estimator's own (the third session's tree critic).
 _GAP_CRITIC = {"tree_features": True, "tree_candidates": True, "candidate_fakes": True}
 # gap_critic: the largest set the veto's spanning tree is built on (one dense n x n distance matrix).
@@ -1246,11 +1256,51 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         return labels
 
     def _predict(self, X):
-        Xs = (self._tensor(self._encode(X)) - self._input_mean) / self.input_scale_
+        codes = self._encode(X)
+        screen = self._predict_screen() if torch.device(self.device_).type == "cpu" else None
+        if screen is None:
+            return self._exact_predict(codes)
+        codes = np.ascontiguousarray(codes)
+        # A probe first: where the screen proves too few rows (features that vary between close
+        # reference rows), the float64 path costs less than screening and then searching.
+        probe = min(codes.shape[0], _SCREEN_PROBE)
+        labels, proved = screen_labels(screen, codes[:probe])
+        if probe < codes.shape[0]:
+            if int(proved.sum()) < _SCREEN_MIN_PROVED * probe:
+                return self._exact_predict(codes)
+            rest, rest_proved = screen_labels(screen, codes[probe:])
+            labels, proved = torch.cat([labels, rest]), torch.cat([proved, rest_proved])
+        if not bool(proved.all()):
+            rows = torch.nonzero(~proved).squeeze(1)
+            Xs = (self._tensor(codes[rows.numpy()]) - self._input_mean) / self.input_scale_
+            again, sure = certified_labels(Xs, self._mlp_ref, self._cem_w, self.cem_hidden, self.max_clusters,
+                                           self._outputs)
+            if not bool(sure.all()):
+                # Ties to the last bits: only predict's own float64 pass, on the whole chunk, settles them.
+                return self._exact_predict(codes)
+            labels[rows] = again
+        return labels.numpy()
+
+    def _exact_predict(self, codes):
+        """Labels of a chunk of rows (as :meth:`_encode` gives them) by the float64 path: standardised
+        rows, their :func:`mlp_inputs` and the clustering MLP, as ``fit`` labels its rows."""
+        Xs = (self._tensor(codes) - self._input_mean) / self.input_scale_
         H = mlp_inputs(Xs, self._mlp_ref)
         logits = population_logits(H, self._cem_w.unsqueeze(0), self.cem_hidden, self.max_clusters)[0]
         # Most activated *used* output: labels 0 .. n_clusters_ - 1 only.
         return logits[:, self._outputs].argmax(1).cpu().numpy()
+
+    def _predict_screen(self):
+        """:func:`predict_screen` of the current predict state, cached while that state is the same
+        objects (``fit`` and ``transfer`` replace them); None where no screen applies."""
+        state = (self._mlp_ref, self._cem_w, self._input_mean, self.input_scale_, self._outputs)
+        cached = _SCREENS.get(self)
+        if cached is None or len(cached[0]) != len(state) or any(a is not b for a, b in zip(cached[0], state)):
+            screen = predict_screen(self._mlp_ref, self._cem_w, self.cem_hidden, self.max_clusters, self._outputs,
+                                    self._input_mean, self.input_scale_)
+            cached = (state, screen)
+            _SCREENS[self] = cached
+        return cached[1]
 
     def score(self, X, y=None):
         """The learned metric ``r(X, y)``: higher means a better clustering ``y`` of ``X``.

@@ -49,6 +49,9 @@ __all__ = [
     "spectral_reference",
     "nearest_reference",
     "mlp_inputs",
+    "predict_screen",
+    "screen_labels",
+    "certified_labels",
     "corrupt_labels",
     "smooth_labels",
     "source_sets",
@@ -628,6 +631,265 @@ def mlp_inputs(Xs, reference):
         for s in range(0, Xs.shape[0], step):
             features(s, Xs[s : s + step])
     return H
+
+
+# predict's certificates (issue 31): the unit roundoffs of float32 and float64, and the levels
+# per octave of the radii at which predict_screen tabulates the reference rows' feature ranges.
+_U32 = 2.0**-24
+_U64 = 2.0**-53
+_LEVELS_PER_OCTAVE = 8
+# screen_labels: float32 distances per block (rows x reference rows), a block that stays in cache for its argmin.
+_SCREEN_BLOCK = 2**18
+
+
+def _gamma(n, u):
+    """Higham's ``gamma_n = n u / (1 - n u)``: the relative error bound of an n-term sum or dot product."""
+    return n * u / (1 - n * u)
+
+
+def _mlp_parts(weights, n_in, hidden, n_out, outputs):
+    """``W1 (n_in, hidden), b1, W2u (hidden, n_used), b2u`` of flat MLP weights, float64 on the CPU;
+    ``W2u``/``b2u`` keep the ``outputs`` columns only."""
+    W = weights.detach().to("cpu", torch.float64)
+    o = n_in * hidden
+    W1, b1 = W[:o].reshape(n_in, hidden), W[o : o + hidden]
+    o += hidden
+    W2, b2 = W[o : o + hidden * n_out].reshape(hidden, n_out), W[o + hidden * n_out : o + hidden * n_out + n_out]
+    used = torch.as_tensor(outputs).to("cpu", torch.long)
+    return W1, b1, W2[:, used], b2[used]
+
+
+def _features_of(reference):
+    """The reference rows' feature columns as :func:`mlp_inputs` appends them (spectral, then
+    tree cuts: float64 ``(n_ref, n_f)``), the neighbours a row's features read (``k``, 1 for
+    the cuts alone) and the rounding bound of a mean of ``k`` spectral values per column."""
+    emb, cuts = reference["emb"], reference.get("cuts")
+    n_spec = emb.shape[1]
+    k = min(int(reference["k"]) if n_spec else 1, reference["ref"].shape[0])
+    cols = [emb.detach().to("cpu", torch.float64)]
+    if cuts is not None:
+        cols.append(cuts.detach().to("cpu", torch.float64))
+    F = torch.cat(cols, 1)
+    emax = float(F[:, :n_spec].abs().max()) if n_spec and F.numel() else 0.0
+    # A mean of k values in float64, whatever the order of the sum: within gamma_(k+2) max|emb| of
+    # the exact mean; the cuts are copied exactly.
+    delta = torch.cat([torch.full((n_spec,), _gamma(k + 2, _U64) * emax, dtype=torch.float64),
+                       torch.zeros(F.shape[1] - n_spec, dtype=torch.float64)])
+    return F, k, delta
+
+
+def predict_screen(reference, weights, hidden, n_out, outputs, mean, scale):
+    """What :func:`screen_labels` needs to label raw rows in float32 with a proof, or None.
+
+    ``predict`` labels a row ``x`` as the argmax over ``outputs`` of the clustering MLP on
+    ``[q, f]``: ``q = (x - mean) / scale`` and ``f`` its :func:`mlp_inputs` features (the
+    mean spectral embedding of its ``k`` nearest reference rows, the nearest one's tree
+    cuts), all in float64. The screen bounds the features without selecting the
+    neighbours: every neighbour lies within ``B = 2 rho_a + rho_k(a)`` of the nearest
+    reference row ``a`` (``rho_a`` the row's distance to it, ``rho_k(a)`` the distance from
+    ``a`` to its own k-th nearest reference row: triangle inequality), so ``f`` lies in the
+    range of the features of the reference rows within ``B`` of ``a``. Those ranges are
+    tabulated here per reference row at radii ``2^(l/8)`` apart, already multiplied into
+    the first layer: the centre's pre-activations (``table``) and the half-width's reach
+    on the used outputs (``reach``, through ``|W1f|`` and ``|W2u|``). Every rounding bound
+    (of this float32 evaluation, of predict's float64 one, of the row's float32 copy) is a
+    linear function of the row's norm, tabulated as two coefficients. Returns a dict of CPU
+    tensors, or None where no screen applies (a reference set searched by ``knn_indices``,
+    a zero or non-finite scale, non-finite weights).
+    """
+    mean = mean.detach().to("cpu", torch.float64)
+    scale = float(scale)
+    d = mean.shape[0]
+    feats = reference is not None and bool(reference["emb"].shape[1] or reference.get("cuts") is not None)
+    R = reference["ref"].detach().to("cpu", torch.float64) if feats else torch.zeros(0, d, dtype=torch.float64)
+    n_ref = R.shape[0]
+    if feats and (n_ref > _SMALL_REFERENCE or n_ref < 1 or int(reference["k"]) < 1):
+        return None
+    if not (math.isfinite(scale) and 0 < scale < math.inf) or not torch.isfinite(mean).all():
+        return None
+    F, k, delta = _features_of(reference) if feats else (torch.zeros(0, 0, dtype=torch.float64), 1, None)
+    n_f = F.shape[1]
+    W1, b1, W2u, b2u = _mlp_parts(weights, d + n_f, hidden, n_out, outputs)
+    if not all(bool(torch.isfinite(t).all()) for t in (W1, b1, W2u, b2u, R, F)):
+        return None
+    W1x, W1f = W1[:d], W1[d:]
+    u = _U32
+    w2a = W2u.abs()
+    out = {"n_ref": n_ref, "scale": scale, "mean": mean.float(), "Mz": torch.cat([W1x / scale, b1.unsqueeze(0)]).float(),
+           "W2uT": W2u.T.contiguous().float(), "b2u": b2u.float().unsqueeze(1)}
+    zmax = torch.zeros(hidden, dtype=torch.float64)
+    zr_norm = 0.0
+    fmax_reach = torch.zeros(hidden, dtype=torch.float64)
+    infl = 1 + 2.0**-18  # this path's last additions and products of bounds, rounded up
+    if feats:
+        # Reference-to-reference distances from differences (no cancellation).
+        P = torch.cdist(R, R, compute_mode="donot_use_mm_for_euclid_dist")
+        P.fill_diagonal_(0.0)
+        P, order = P.sort(dim=1, stable=True)
+        # Rounded up where a distance bounds a neighbour's (rho_k), down where a row must be counted within a radius.
+        rho_k = P[:, k - 1] * (1 + 2.0**-30)
+        Ps = P * (1 - 2.0**-30)
+        Fo = F[order]  # (n_ref, n_ref, n_f): each row's features, nearest reference first
+        lo, hi = torch.cummin(Fo, 1).values, torch.cummax(Fo, 1).values
+        top = float(P.max())
+        positive = P[P > 0]
+        g0 = max(float(positive.min()), top * 2.0**-40) / 2 if top > 0 else 1.0
+        L = 1 if top <= g0 else int(math.ceil(_LEVELS_PER_OCTAVE * math.log2(top / g0))) + 1
+        radii = g0 * 2.0 ** (torch.arange(L, dtype=torch.float64) / _LEVELS_PER_OCTAVE)
+        within = torch.searchsorted(Ps, radii.expand(n_ref, L).contiguous(), right=True).clamp_(min=1)
+        within[:, -1] = n_ref  # the last level holds every reference row
+        pick = (within - 1).unsqueeze(-1).expand(n_ref, L, n_f)
+        lo, hi = lo.gather(1, pick), hi.gather(1, pick)  # (n_ref, L, n_f)
+        centre = (lo + hi) / 2
+        half = (hi - lo) / 2 + 2 * _U64 * (lo.abs() + hi.abs()) + delta
+        Zc = centre @ W1f
+        # Every bound rounded up: the centre's product's rounding, then each bound's own products.
+        Zr = (half @ W1f.abs() + _gamma(n_f + 1, _U64) * (centre.abs() @ W1f.abs())) * (1 + _gamma(n_f + 2, _U64))
+        reach = Zr @ w2a * (1 + _gamma(hidden + 2, _U64)) * infl
+        zmax = Zc.abs().amax((0, 1))
+        zr_norm = float(Zr.norm(dim=-1).max())
+        fmax_reach = F.abs().amax(0) @ W1f.abs()
+        # The row's level: the first radius, rounded down to float32, at least B (rounded up).
+        radii32 = (radii * (1 - 2.0**-20) / infl).float()
+        out.update(levels=L, radii=radii32, rho_k=rho_k.float(), table=Zc.reshape(n_ref * L, hidden).float(),
+                   reach=(reach * (1 + 2.0**-20)).reshape(n_ref * L, -1).T.contiguous().float())
+        # The rows' distances |r|^2 - 2 q.r from [x - mean, 1] (the bias as a last row: no broadcast copy).
+        out["Md"] = torch.cat([-2.0 * R.T / scale, (R * R).sum(1, keepdim=True).T]).float()
+    # Every other bound is a linear function of nq >= |q| (the row's standardised norm, rounded up).
+    # The row's error (its float32 copy here, float64 in predict) as a distance: s1 nq + s0.
+    n_in = d + n_f
+    g32, g64 = _gamma(d + 4, u), _gamma(n_in + 2, _U64)
+    s1 = 4 * u + 4 * _U64
+    s0 = 8 * u * float(mean.norm()) / scale + 8 * math.sqrt(d) * 2.0**-149 / scale
+    # The pre-activations' error per unit of a column's norm: the shift, then both paths' rounding.
+    r1, r0 = s1 * (1 + g64) + g32 + g64, s0 * (1 + g64)
+    w1n = W1x.norm(dim=0)
+    w1f = float(w1n.norm())
+    cz = g32 * (zmax + b1.abs()) + g64 * (fmax_reach + b1.abs())
+    g_out = _gamma(hidden + 2, u) + _gamma(hidden + 2, _U64)
+    w2n = W2u.norm(dim=0)
+    # |a| <= |z| <= (nq |W1x|_F + max|table| + |b1|) (1 + rounding); predict's a is within z's reach of it.
+    a1 = 1.01 * w1f + r1 * w1f
+    a0 = 1.01 * (float(zmax.norm()) + float(b1.norm())) + r0 * w1f + zr_norm + float(cz.norm())
+    # The logits' reach beyond the table's: the input's and both paths' rounding, and the slack for this
+    # path's own last additions (infl, and 2^-21 |logit| <= 2^-21 (|a| |W2u| + |b2u|)).
+    reach0 = (cz @ w2a + r0 * (w1n @ w2a) + g_out * (a0 * w2n + b2u.abs())) * infl + 2.0**-21 * (a0 * w2n + b2u.abs())
+    reach1 = (r1 * (w1n @ w2a) + g_out * a1 * w2n) * infl + 2.0**-21 * a1 * w2n
+    out["reach0"] = (reach0 * (1 + 2.0**-20)).float().unsqueeze(1)
+    out["reach1"] = (reach1 * (1 + 2.0**-20)).float().unsqueeze(1)
+    out["nq_scale"] = 1.01 / scale
+    if feats:
+        # rho_a^2 <= d1 + nq^2 + c4 (nq + rmax)^2 (the float32 distances' rounding, and their sum's);
+        # B = 2 rho_a + rho_k(a) + twice the row's shift + sqrt(2 e64) (predict's distances' rounding).
+        rmax = float(R.norm(dim=1).max())
+        c4 = 2 * _gamma(d + 6, u) + 8 * u
+        t = math.sqrt(4 * _gamma(2 * d + 8, _U64))
+        out.update(c4=c4, rmax=rmax, b1c=2 * s1 + t * (1 + s1), b0c=2 * s0 + t * (s0 + rmax))
+    return out
+
+
+def screen_labels(screen, rows):
+    """Labels of raw rows (before standardisation) by :func:`predict_screen`'s float32 proof.
+
+    Returns ``(labels, proved)``: int64 and bool tensors of shape (m,). Where ``proved``,
+    the label is the one predict's float64 path gives (the argmax of its logits over the
+    used outputs): the float32 logits of ``[q, centre of the feature range]`` are bounded
+    against predict's logits, with the feature range's reach, the rounding of both paths
+    and the float32 rounding of the row, and the top output's lower bound exceeds every
+    other output's upper bound. Rows with non-finite values or near-ties are not proved.
+    """
+    x = torch.as_tensor(rows)
+    x = x.to(torch.float32) if x.dtype != torch.float32 else x
+    m, d = x.shape
+    y = torch.empty((m, d + 1), dtype=torch.float32)
+    torch.sub(x, screen["mean"], out=y[:, :d])
+    y[:, d] = 1.0
+    nq = torch.linalg.vector_norm(y[:, :d], dim=1).mul_(screen["nq_scale"])
+    z = torch.mm(y, screen["Mz"])
+    reach = torch.addcmul(screen["reach0"], screen["reach1"], nq)  # (n_used, m)
+    n_ref = screen["n_ref"]
+    if n_ref:
+        near = torch.empty(m, dtype=torch.int64)
+        d1 = torch.empty(m, dtype=torch.float32)
+        step = max(1, _SCREEN_BLOCK // n_ref)
+        buffer = torch.empty((min(step, m), n_ref), dtype=torch.float32)  # stays in cache for the argmin
+        for s in range(0, m, step):
+            block = torch.mm(y[s : s + step], screen["Md"], out=buffer[: min(step, m - s)])
+            nb = torch.from_numpy(block.numpy().argmin(1))
+            near[s : s + step] = nb
+            torch.gather(block, 1, nb.unsqueeze(1), out=d1[s : s + step].unsqueeze(1))
+        c4, rmax = screen["c4"], screen["rmax"]
+        rho = torch.addcmul(d1, nq, torch.add(nq, 2 * c4 * rmax, alpha=1 + c4)).add_(c4 * rmax * rmax)
+        B = rho.clamp_(min=0).sqrt_().mul_(2 * (1 + 4 * _U32)).add_(screen["rho_k"].index_select(0, near))
+        B.add_(nq, alpha=screen["b1c"]).add_(screen["b0c"])
+        level = torch.bucketize(B, screen["radii"]).clamp_(max=screen["levels"] - 1)  # NaN: the last level
+        entry = level.add_(near, alpha=screen["levels"])
+        z.add_(screen["table"].index_select(0, entry))
+        reach.add_(screen["reach"].index_select(1, entry))
+    a = z.clamp_(min=0)
+    logits = torch.addmm(screen["b2u"], screen["W2uT"], a.T)  # (n_used, m)
+    low = (logits - reach).amax(0)
+    over = logits.add_(reach) >= low
+    proved = over.sum(0) == 1
+    labels = (over * torch.arange(over.shape[0]).unsqueeze(1)).sum(0)
+    return labels, proved
+
+
+def certified_labels(Xs, reference, weights, hidden, n_out, outputs):
+    """Labels of standardised float64 rows, equal to predict's where ``proved``, whatever rows came with them.
+
+    ``Xs`` holds the rows exactly as predict standardises them. The distances are a
+    product of these rows alone, so their last bits may differ from those of predict's
+    blocks; the ``k`` nearest reference rows (and the nearest, for the tree cuts) are
+    taken where the gap after them exceeds both products' rounding bounds, so predict
+    selects the same ones; the logits' top output must then beat the others by more
+    than both evaluations' rounding. Returns ``(labels, proved)`` (int64, bool).
+    """
+    u = _U64
+    m, d = Xs.shape
+    qn = torch.linalg.vector_norm(Xs, dim=1)
+    proved = torch.ones(m, dtype=torch.bool)
+    if reference is not None and (reference["emb"].shape[1] or reference.get("cuts") is not None):
+        ref = reference["ref"]
+        F, k, delta = _features_of(reference)
+        n_ref = ref.shape[0]
+        rn = ref.norm(dim=1).max()
+        D = torch.addmm((ref * ref).sum(1), Xs, ref.T, alpha=-2.0)
+        vals, nb = D.topk(min(k + 1, n_ref), dim=1, largest=False)
+        tol = 2.01 * _gamma(2 * d + 8, u) * (qn + rn) ** 2 + 4 * u * vals.abs().amax(1)
+        if k < n_ref:
+            proved &= vals[:, k] - vals[:, k - 1] > tol
+        if reference.get("cuts") is not None and n_ref > 1:
+            proved &= vals[:, 1] - vals[:, 0] > tol
+        n_spec = reference["emb"].shape[1]
+        Fd = F.to(Xs.dtype)
+        parts = [Xs]
+        if n_spec:
+            parts.append(Fd[:, :n_spec].index_select(0, nb[:, :k].reshape(-1)).view(m, k, n_spec).mean(1))
+        if F.shape[1] > n_spec:
+            parts.append(Fd[nb[:, 0], n_spec:])
+        H = torch.cat(parts, 1)
+    else:
+        H, delta = Xs, None
+    n_in = H.shape[1]
+    W1, b1, W2u, b2u = _mlp_parts(weights, n_in, hidden, n_out, outputs)
+    z = torch.addmm(b1, H, W1)
+    a = z.clamp(min=0)
+    logits = torch.addmm(b2u, a, W2u)
+    # Both evaluations' rounding (this one's and predict's), and the features' (a mean in another order).
+    zdiff = 2 * _gamma(n_in + 2, u) * (torch.linalg.vector_norm(H, dim=1, keepdim=True) * W1.norm(dim=0) + b1.abs())
+    if delta is not None:
+        zdiff = zdiff + 2 * delta @ W1[d:].abs()  # each mean within delta of the exact one
+    g = 2 * _gamma(hidden + 2, u)
+    reach = (zdiff @ W2u.abs() + g * ((torch.linalg.vector_norm(a, dim=1, keepdim=True)
+                                       + torch.linalg.vector_norm(zdiff, dim=1, keepdim=True)) * W2u.norm(dim=0)
+                                      + b2u.abs()))
+    reach = reach * (1 + 2.0**-30) + 4 * u * logits.abs()
+    top = logits.argmax(1, keepdim=True)
+    low = (logits - reach).gather(1, top).squeeze(1)
+    others = (logits + reach).scatter(1, top, -math.inf).amax(1) if logits.shape[1] > 1 else torch.full_like(low, -math.inf)
+    proved &= low > others
+    return top.squeeze(1), proved
 
 
 def corrupt_labels(X, y, rng, n):
