@@ -828,10 +828,10 @@ def screen_labels(screen, rows):
         reach.add_(screen["reach"].index_select(1, entry))
     a = z.clamp_(min=0)
     logits = torch.addmm(screen["b2u"], screen["W2uT"], a.T)  # (n_used, m)
-    low = (logits - reach).amax(0)
-    over = logits.add_(reach) >= low
+    low = torch.sub(logits, reach).amax(0)
+    over = logits.add_(reach).ge_(low)  # 1.0 where an output's upper bound reaches the best lower bound
     proved = over.sum(0) == 1
-    labels = (over * torch.arange(over.shape[0]).unsqueeze(1)).sum(0)
+    labels = over.mul_(torch.arange(over.shape[0], dtype=over.dtype).unsqueeze(1)).sum(0).long()
     return labels, proved
 
 
