@@ -194,3 +194,17 @@ def test_the_screen_bounds_the_neighbours_mean_where_it_decides_the_label():
     exact = graph.population_logits(graph.mlp_inputs(Xs, reference), W.unsqueeze(0), hidden, n_out)[0].argmax(1)
     assert 0.1 < float(proved.float().mean()) < 1.0
     np.testing.assert_array_equal(labels[proved].numpy(), exact[proved].numpy())
+
+
+def test_after_a_failed_probe_the_next_chunks_go_to_the_float64_path_unprobed(models, monkeypatch):
+    est, X = _copy(models, "digits")
+    _reading_the_features(est, 1)
+    step = chunk_rows(X.shape[1])
+    rows = np.resize(X, (step * (c2m._SCREEN_SKIP + 2), X.shape[1]))
+    calls = []
+    real = c2m.screen_labels
+    monkeypatch.setattr(c2m, "screen_labels", lambda screen, r: calls.append(r.shape[0]) or real(screen, r))
+    labels = est.predict(rows)
+    monkeypatch.setattr(c2m, "screen_labels", real)
+    assert calls == [c2m._SCREEN_PROBE, c2m._SCREEN_PROBE]  # the first chunk's probe, then the (SKIP + 2)-th's
+    np.testing.assert_array_equal(labels, _exact(est, rows))

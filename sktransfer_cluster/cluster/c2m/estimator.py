@@ -94,9 +94,12 @@ _SETS_PER_EPOCH = {"rows": 10, "codes": 30}
 _CODES_CEM_SAMPLES = 5000
 # predict: the rows of each chunk screened first (graph.screen_labels), and the share of them the
 # screen must prove for the rest of the chunk to be screened too (below it, the float64 path).
-_SCREEN_PROBE = 1024
+_SCREEN_PROBE = 256
 _SCREEN_MIN_PROVED = 0.5
-# predict's screens, per estimator and predict state (kept off the estimator: not pickled or copied).
+# predict: after a probe that proves too few rows, the chunks that go to the float64 path unprobed.
+_SCREEN_SKIP = 7
+# predict's screens, per estimator and predict state, with whether the screen proved most rows of the
+# last chunk (kept off the estimator: not pickled or copied).
 _SCREENS = weakref.WeakKeyDictionary()
 # gap_critic: the second metric's settings over the estimator's own (the third session's tree critic).
 _GAP_CRITIC = {"tree_features": True, "tree_candidates": True, "candidate_fakes": True}
@@ -1261,13 +1264,21 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         if screen is None:
             return self._exact_predict(codes)
         codes = np.ascontiguousarray(codes)
-        # A probe first: where the screen proves too few rows (features that vary between close
-        # reference rows), the float64 path costs less than screening and then searching.
-        probe = min(codes.shape[0], _SCREEN_PROBE)
+        # A probe first, unless the screen proved most rows of the previous chunk: where it proves
+        # too few (features that vary between close reference rows), the float64 path costs less
+        # than screening and then searching, and the next _SCREEN_SKIP chunks go to it unprobed.
+        # Either way the labels are the float64 path's.
+        hint = _SCREENS[self][2]
+        if hint[0] is not True and hint[0] > 0:
+            hint[0] -= 1
+            return self._exact_predict(codes)
+        probe = codes.shape[0] if hint[0] is True else min(codes.shape[0], _SCREEN_PROBE)
         labels, proved = screen_labels(screen, codes[:probe])
+        if int(proved.sum()) < _SCREEN_MIN_PROVED * probe:
+            hint[0] = _SCREEN_SKIP
+            return self._exact_predict(codes)
+        hint[0] = True
         if probe < codes.shape[0]:
-            if int(proved.sum()) < _SCREEN_MIN_PROVED * probe:
-                return self._exact_predict(codes)
             rest, rest_proved = screen_labels(screen, codes[probe:])
             labels, proved = torch.cat([labels, rest]), torch.cat([proved, rest_proved])
         if not bool(proved.all()):
@@ -1298,7 +1309,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         if cached is None or len(cached[0]) != len(state) or any(a is not b for a, b in zip(cached[0], state)):
             screen = predict_screen(self._mlp_ref, self._cem_w, self.cem_hidden, self.max_clusters, self._outputs,
                                     self._input_mean, self.input_scale_)
-            cached = (state, screen)
+            cached = (state, screen, [0])  # [2]: True (the last chunk mostly proved) or chunks to skip
             _SCREENS[self] = cached
         return cached[1]
 
