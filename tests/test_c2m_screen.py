@@ -208,3 +208,16 @@ def test_after_a_failed_probe_the_next_chunks_go_to_the_float64_path_unprobed(mo
     monkeypatch.setattr(c2m, "screen_labels", real)
     assert calls == [c2m._SCREEN_PROBE, c2m._SCREEN_PROBE]  # the first chunk's probe, then the (SKIP + 2)-th's
     np.testing.assert_array_equal(labels, _exact(est, rows))
+
+
+def test_predict_of_a_read_only_memmap_gives_the_float64_labels_without_warnings(models, tmp_path):
+    import warnings
+
+    est, X = _copy(models, "blobs")
+    path = tmp_path / "rows.npy"
+    np.save(path, X.astype(np.float32))
+    rows = np.load(path, mmap_mode="r")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        labels = est.predict(rows)
+    np.testing.assert_array_equal(labels, _exact(est, np.asarray(rows)))

@@ -1264,6 +1264,8 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         if screen is None:
             return self._exact_predict(codes)
         codes = np.ascontiguousarray(codes)
+        if not codes.flags.writeable:
+            codes = codes.copy()  # torch cannot wrap read-only memory (a memmap's rows) without a warning
         # A probe first, unless the screen proved most rows of the previous chunk: where it proves
         # too few (features that vary between close reference rows), the float64 path costs less
         # than screening and then searching, and the next _SCREEN_SKIP chunks go to it unprobed.
