@@ -809,15 +809,17 @@ def screen_labels(screen, rows):
     reach = torch.addcmul(screen["reach0"], screen["reach1"], nq)  # (n_used, m)
     n_ref = screen["n_ref"]
     if n_ref:
-        near = torch.empty(m, dtype=torch.int64)
-        d1 = torch.empty(m, dtype=torch.float32)
+        near = np.empty(m, dtype=np.int64)
+        d1 = np.empty(m, dtype=np.float32)
         step = max(1, _SCREEN_BLOCK // n_ref)
         buffer = torch.empty((min(step, m), n_ref), dtype=torch.float32)  # stays in cache for the argmin
+        flat = np.arange(min(step, m)) * n_ref
         for s in range(0, m, step):
-            block = torch.mm(y[s : s + step], screen["Md"], out=buffer[: min(step, m - s)])
-            nb = torch.from_numpy(block.numpy().argmin(1))
-            near[s : s + step] = nb
-            torch.gather(block, 1, nb.unsqueeze(1), out=d1[s : s + step].unsqueeze(1))
+            b = min(step, m - s)
+            block = torch.mm(y[s : s + step], screen["Md"], out=buffer[:b]).numpy()
+            nb = block.argmin(1, out=near[s : s + b])
+            block.ravel().take(nb + flat[:b], out=d1[s : s + b])
+        near, d1 = torch.from_numpy(near), torch.from_numpy(d1)
         c4, rmax = screen["c4"], screen["rmax"]
         rho = torch.addcmul(d1, nq, torch.add(nq, 2 * c4 * rmax, alpha=1 + c4)).add_(c4 * rmax * rmax)
         B = rho.clamp_(min=0).sqrt_().mul_(2 * (1 + 4 * _U32)).add_(screen["rho_k"].index_select(0, near))
