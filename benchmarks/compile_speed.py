@@ -10,12 +10,17 @@ Python process (no in-memory compile cache carries over):
    on the same machine, which still traces the steps but reuses the compiled code);
 3. ``all-cold`` / ``all-warm``: the same with the neighbour encoder's step compiled too
    (``train_neighbour_encoder(compile=True)``), on a cache of its own;
-4. ``rule-cold`` / ``rule-warm``: TDCM's ``compile=True`` as shipped: each phase's step eager for
-   its first epoch, then compiled only where its ``CompileRule`` expects the compilation to be
-   repaid (the decisions are listed under the table), on a cache of its own.
+4. ``rule-cold`` / ``rule-warm``: the estimator's ``compile=True`` as shipped: each phase's step
+   eager for its probe (TDCM: its first epoch; the GAN: the encoder's first epoch, 20 generator
+   steps), then compiled only where its ``CompileRule`` expects the compilation to be repaid (the
+   decisions are listed under the table), on a cache of its own;
+5. ``neighbours-cold`` / ``neighbours-warm``: only the neighbour encoder's step compiled, from its
+   first call (the GAN's ``compile="always"``; TDCM's ``"always"`` with its blocks kept eager), on a
+   cache of its own: what the neighbour encoder's step gains and costs, the GAN's expectations.
 
-In rows 2-3 TDCM runs with ``compile="always"`` and which steps compile is set in the child by
-wrapping ``representation.train_neighbour_encoder`` (``compile=`` forced per row). Every process
+In rows 2-3 the estimator runs with ``compile="always"`` (the GAN with ``_compile_adversarial``
+on) and which steps compile is set in the child by wrapping ``representation.train_neighbour_encoder``
+(``compile=`` forced per row). Every process
 runs on one thread with ``TORCHINDUCTOR_COMPILE_THREADS=1`` (inductor compiles in-process:
 ``time.process_time()`` plus the CPU time of its waited-for children, the C++ compiler runs, is
 the whole cost). Per phase of the fit (``neighbours``: the
@@ -33,8 +38,9 @@ Usage::
     python benchmarks/compile_speed.py --smoke   # 400 blobs, 3 epochs, eager and aot_eager (no C++ build)
 
 ``--estimator gan``: PreciseFeatureGAN at its defaults instead, the "own" rows with the critic's,
-classifier's and generator's losses compiled (``_compile_adversarial``, off in the estimator since
-this measurement); phases ``representation`` and ``fit``, one epoch per generator step.
+classifier's and generator's losses compiled (``_compile_adversarial``: off in the estimator's
+``"always"``, and its ``compile=True`` rule expects them slower compiled); phases ``representation``
+and ``fit``, one epoch per generator step.
 
 Writes ``benchmarks/results/compile/<estimator>[_epochs<n>]_seed<seeds>.{md,json}``, or ``<name>.{md,json}``
 with ``--name`` (``--smoke``: a temporary folder).
@@ -66,6 +72,8 @@ ROWS = {
     "all-warm": ("all", "all", False),
     "rule-cold": ("rule", "rule", True),
     "rule-warm": ("rule", "rule", False),
+    "neighbours-cold": ("neighbours", "neighbours", True),
+    "neighbours-warm": ("neighbours", "neighbours", False),
 }
 #: estimator -> (what its own compile=True compiles, its training phases in the table).
 ESTIMATORS = {
@@ -81,6 +89,8 @@ def label(row, estimator):
             "all-warm": f"{own} + neighbour encoder compiled, warm cache",
             "rule-cold": "compile=True (compiles where it repays), cold cache",
             "rule-warm": "compile=True (compiles where it repays), warm cache",
+            "neighbours-cold": "neighbour encoder compiled, cold cache",
+            "neighbours-warm": "neighbour encoder compiled, warm cache",
             "peer": "peer: UMAP(10) + GMM(n_init=3)"}[row]
 
 
@@ -128,10 +138,10 @@ def one_fit(mode, seed, smoke, estimator="tdcm", max_epochs=None):
     real = representation.train_neighbour_encoder
 
     def neighbour_training(*args, **kwargs):
-        kwargs["compile"] = mode == "all"
+        kwargs["compile"] = mode in ("all", "neighbours")
         return real(*args, **kwargs)
 
-    if mode in ("own", "all"):
+    if mode in ("own", "all", "neighbours"):
         # TDCM imports the function at import time; the GAN from the package when it trains.
         tdcm_estimator.train_neighbour_encoder = representation.train_neighbour_encoder = neighbour_training
 
@@ -148,24 +158,30 @@ def one_fit(mode, seed, smoke, estimator="tdcm", max_epochs=None):
             self.last = now
 
     cls = TDCMCluster if estimator == "tdcm" else PreciseFeatureGAN
-    # The GAN's compile=True leaves its adversarial steps eager (measured slower compiled): the
-    # "own" rows measure them compiled, as they were chosen against.
-    PreciseFeatureGAN._compile_adversarial = True
+    # The GAN's compile="always" leaves its adversarial steps eager (measured slower compiled): the
+    # "own" and "all" rows measure them compiled, as they were chosen against.
+    PreciseFeatureGAN._compile_adversarial = mode in ("own", "all")
+    if mode == "neighbours":  # TDCM's blocks eager: only the neighbour encoder's step compiled
+        real_rule = TDCMCluster._compile_rule
+        TDCMCluster._compile_rule = lambda self, step, *args: step == "neighbours" and real_rule(self, step, *args)
     params = dict(n_clusters=k)
     if max_epochs is not None:
         params.update(max_epochs=max_epochs) if estimator == "tdcm" else params.update(n_iter=max_epochs)
     if smoke:
         TDCMCluster._neighbour_epochs = 3
-        params.update(max_epochs=3) if estimator == "tdcm" else params.update(n_iter=20, representation_epochs=3)
+        # The GAN on the blobs' codes too (10 features are below "auto"'s threshold): the encoder's step is smoked.
+        params.update(max_epochs=3) if estimator == "tdcm" else params.update(
+            n_iter=20, representation_epochs=3, representation="neighbours")
         cls._compile_options = {"backend": "aot_eager"}
         encoder_module.NEIGHBOUR_COMPILE_OPTIONS.update(backend="aot_eager")
     timer = EpochTimes()
-    # "own"/"all": every step compiled from its first call (TDCM's compile="always"); "rule": TDCM's
-    # compile=True, which compiles a phase's step only where its CompileRule expects it to repay.
-    compile = {"eager": False, "rule": True}.get(mode, "always" if estimator == "tdcm" else True)
+    # "own"/"all"/"neighbours": steps compiled from their first call (compile="always"); "rule": the
+    # estimator's compile=True, which compiles a phase's step only where its CompileRule expects it to repay.
+    compile = {"eager": False, "rule": True}.get(mode, "always")
     if smoke and mode == "rule":
-        TDCMCluster._compile_expectations = {key: dict(value, cold_cost=0.0, warm_cost=0.0)
-                                             for key, value in TDCMCluster._compile_expectations.items()}
+        # Free and worth it: every step compiles after its probe (the GAN expects its steps no faster).
+        cls._compile_expectations = {key: dict(value, speedup=max(2.0, value["speedup"]), cold_cost=0.0, warm_cost=0.0)
+                                     for key, value in cls._compile_expectations.items()}
     est = cls(**params, compile=compile, random_state=seed, callbacks=[timer])
     start = _cpu()
     labels = est.fit(X).labels_
@@ -255,10 +271,11 @@ def decision_lines(results, rows, seeds):
     for row in rows:
         for s in seeds:
             for d in results[s][row].get("decisions", []):
+                where = f"{d['phase']} ({d['step']})"
                 if d.get("eager_step_s") is None:
-                    lines.append(f"* {row}, seed {s}, {d['phase']}: eager (too few steps to probe)")
+                    lines.append(f"* {row}, seed {s}, {where}: eager (too few steps to probe)")
                     continue
-                lines.append(f"* {row}, seed {s}, {d['phase']}: {'compiled' if d['compiled'] else 'eager'} "
+                lines.append(f"* {row}, seed {s}, {where}: {'compiled' if d['compiled'] else 'eager'} "
                              f"({d['steps_left']} steps left x {1e3 * d['eager_step_s']:.2f} ms: expected saving "
                              f"{d['expected_saving_s']:.1f} s against {d['expected_cost_s']:.1f} s, {d['cache']} cache)")
     return lines + [""] if lines else []
@@ -274,7 +291,7 @@ def main():
     parser.add_argument("--max-epochs", type=int, help="TDCM's max_epochs (the GAN's n_iter); default: the estimator's")
     parser.add_argument("--name", help="file stem of the results (default: <estimator>[_epochs<n>]_seed<seeds>)")
     parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--child", choices=["eager", "own", "all", "rule", "peer"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["eager", "own", "all", "rule", "neighbours", "peer"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(one_fit(args.child, args.seed, args.smoke, args.estimator, args.max_epochs)))

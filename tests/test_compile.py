@@ -250,7 +250,7 @@ def test_gan_traced_training_with_its_gradient_penalty_equals_eager(monkeypatch)
     monkeypatch.setattr(PreciseFeatureGAN, "_compile_adversarial", True)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*runs eagerly")  # no fallback to eager mode
-        traced = _gan_fit(True, representation=None, classifier="network")
+        traced = _gan_fit("always", representation=None, classifier="network")  # True would probe, then stay eager
     eager = _gan_fit(False, representation=None, classifier="network")
     for key in ("critic_loss", "gradient_penalty", "classifier_loss"):
         torch.testing.assert_close(torch.tensor([h[key] for h in traced.history_]),

@@ -39,6 +39,7 @@ from sklearn.utils.validation import check_is_fitted, check_random_state
 
 from ...base import (COMMON_PARAMETER_CONSTRAINTS, TransferClusterMixin, check_image_shape, chunk_rows, chunked,
                     compact_labels, compile_step, compute_threads, make_generators)
+from ...base.compiled import CompileRule
 from ...base.streaming import is_dask_array
 from ...representation import StreamedRows, landmark_graph_inputs, landmark_graph_rows
 from .networks import (build_networks, classifier_objective, classifier_step, critic_objective, critic_step,
@@ -103,6 +104,9 @@ _PLACE_LR = 1e-2
 _FLOAT32_SAFE = 1e15
 
 # Per-step quantities averaged into each history record, besides the generator loss.
+#: Generator steps each adversarial step runs eagerly under compile=True before its CompileRule decides
+#: (at most a tenth of the phase).
+_COMPILE_PROBE = 20
 _MONITORED = ("critic_loss", "wasserstein", "gradient_penalty", "classifier_loss", "fake_accuracy")
 
 
@@ -253,17 +257,32 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         Generator steps of :meth:`transfer`; None is ``max(1, n_iter // 4)``.
     log_every : int, default=None
         Generator steps per entry of ``history_``; None gives about 100 entries.
-    compile : bool, default=False
-        Compile the neighbour encoder's training step (``representation``) with
-        ``torch.compile`` (:func:`~sktransfer_cluster.base.compile_step`): about
-        1.1x per epoch on MNIST-5k, after a one-off compilation of about 10 CPU s on
-        a cold inductor cache (3 s warm); worth it for long fits only. The adversarial
-        steps stay eager: compiled (their losses, the critic's gradient penalty
-        traced into its graph) a generator step took 0.78x-0.81x eager's speed at
-        the default widths on one CPU thread (``docs/notes/performance.md``).
-        Needs a C++ compiler on the CPU (Triton on CUDA); without one, or if
-        compilation fails, it warns and trains eagerly. Results equal the eager
-        ones within floating-point rounding.
+    compile : bool or "always", default=False
+        Compile the training steps (a minibatch's forward pass and loss, and so
+        its backward) with ``torch.compile``
+        (:func:`~sktransfer_cluster.base.compile_step`) where that repays the
+        compilation. Each step (the neighbour encoder's in the ``representation``
+        and ``refine`` phases; the critic's, classifier's and generator's in the
+        adversarial phases) runs eagerly for a probe (one epoch of the encoder,
+        20 generator steps); from the CPU time of the probed steps and the steps
+        left, it is compiled for the rest of the phase only if the expected
+        saving, ``steps left x eager step x (1 - 1 / speed-up)``, exceeds the
+        step's expected compilation cost
+        (:class:`~sktransfer_cluster.base.compiled.CompileRule`; the speed-ups and
+        costs in ``_compile_expectations``, measured on this package's benchmark
+        machine: the neighbour encoder's step about 1.06x per epoch for about
+        10 CPU s on an empty inductor cache, so its phase must run about 180
+        eager CPU s to repay it; the adversarial steps ran at about 0.8x eager's
+        speed compiled, so they stay eager). The decisions are in
+        ``compile_decisions_``. At the defaults on 5,000 rows every step therefore
+        stays eager and the fit equals ``compile=False``; the encoder's step
+        compiles on about four times as many graph edges
+        (``docs/notes/precise_gan.md``).
+        ``"always"`` compiles the neighbour encoder's step from its first call
+        (the adversarial steps stay eager), as ``compile=True`` did before the
+        rule. Needs a C++ compiler on the CPU (Triton on CUDA); without one, or if
+        compilation fails, it warns and trains eagerly. Compiled results equal
+        the eager ones within floating-point rounding.
     keep_best : bool, default=False
         What a ``KeyboardInterrupt`` during training leaves. False: the
         estimator as it was before the call. True: training stops, the three
@@ -324,6 +343,19 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         ``classifier_loss``, ``fake_accuracy`` (``C`` on generated samples vs
         the ids) and ``real_entropy`` (mean entropy of ``C`` on the last real
         minibatch). The critic's entries are NaN when ``n_critic=0``.
+    compile_decisions_ : list of dict
+        With ``compile=True``: per training phase of the last ``fit`` or
+        ``transfer`` (``"representation"``, ``"refine"``, ``"fit"``,
+        ``"transfer"``, ``"transfer restart r"``) and step (``"neighbours"``,
+        ``"critic"``, ``"classifier"``, ``"generator"``), ``phase``, ``step``
+        and what decided compilation
+        (:attr:`CompileRule.decision <sktransfer_cluster.base.compiled.CompileRule>`:
+        ``eager_step_s``, ``steps_left``, ``expected_saving_s``,
+        ``expected_cost_s``, ``cache``, ``compiled``; only ``compiled`` for a
+        step that was never called, e.g. the critic with ``n_critic=0``). An
+        adversarial step's ``eager_step_s`` is the CPU time between two of its
+        calls, so it holds the other steps' share of the iteration. Empty
+        otherwise.
     generator_ : torch.nn.Module
     critic_ : torch.nn.Module
     classifier_ : torch.nn.Module
@@ -430,7 +462,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         "standardize": ["boolean"],
         "transfer_iter": [Interval(Integral, 1, None, closed="left"), None],
         "log_every": [Interval(Integral, 1, None, closed="left"), None],
-        "compile": ["boolean"],
+        "compile": ["boolean", StrOptions({"always"})],
         **COMMON_PARAMETER_CONSTRAINTS,
     }
 
@@ -693,12 +725,15 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         steps = steps_per_epoch(n_edges, _EDGES_PER_STEP)
         encoder = self.encoder_.to(device="cpu", dtype=torch.float32)
         set_requires_grad(encoder, True)
+        # The encoder trains in float32 on the CPU whatever the GAN's device and dtype.
+        compile = self._compile_rule("neighbours", phase, n_epochs * steps, steps, graph=(X.shape[1], "float32", "cpu"))
         with self._training(phase, n_epochs, state=[encoder], unit="epoch", keeps_model=False) as run:
             step = run.step_callback(steps)
 
             train_neighbour_encoder(encoder, inputs, graph, n_epochs=n_epochs, batch_size=_EDGES_PER_STEP,
                                     learning_rate=_ENCODER_LR, generator=torch_gen, callback=step,
-                                    compile=self.compile)
+                                    compile=compile)
+        self._say_compile_decisions(phase)
         self.encoder_ = encoder.eval().to(device=self.device_, dtype=self._dtype())
         set_requires_grad(self.encoder_, False)
 
@@ -733,7 +768,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         ) as run:
             # Each update is the run's step; the losses are checked once per generator step below.
             update = functools.partial(run.step, check=False, weight=None)
-            objective = self._objectives()
+            objective = self._objectives(phase, n_steps, Xt.shape[1])
             for t in run.epochs():
                 eta_t = float(eta_schedule(t, self.eta, self.eta_gamma, eta_step))
                 zero = torch.zeros((), dtype=Xt.dtype, device=Xt.device)
@@ -783,13 +818,20 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         set_requires_grad(D, True)
         set_requires_grad(C, True)
         self.n_iter_ = run.completed
+        self._say_compile_decisions(phase)
 
-    def _objectives(self):
-        """The steps' losses, through :func:`~sktransfer_cluster.base.compile_step` when
-        ``compile`` and :attr:`_compile_adversarial`."""
+    def _objectives(self, phase, n_steps, width):
+        """The steps' losses for ``n_steps`` generator steps of ``phase``, through
+        :func:`~sktransfer_cluster.base.compile_step` as ``compile`` says (:meth:`_compile_rule`);
+        ``width``: the features the networks see."""
+        probe = min(_COMPILE_PROBE, max(1, n_steps // 10))  # generator steps
+        calls = {"critic": self.n_critic, "classifier": self.n_classifier, "generator": 1}
+
         def step(fn, what, **dynamo_config):
-            return compile_step(fn, self.compile and self._compile_adversarial, device=self.device_,
-                                what=f"the GAN's {what} step", dynamo_config=dynamo_config, **self._compile_options)
+            enabled = self._compile_rule(what, phase, n_steps * calls[what], probe * calls[what],
+                                         graph=(width, getattr(self, "_kind", None), str(self._dtype()), str(self.device_)))
+            return compile_step(fn, enabled, device=self.device_, what=f"the GAN's {what} step",
+                                dynamo_config=dynamo_config, **self._compile_options)
 
         return {
             # The penalty's torch.autograd.grad traced into the graph (else a graph break, and the
@@ -802,11 +844,65 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
     #: torch.compile's options for the adversarial steps (over base.COMPILE_OPTIONS).
     _compile_options = {}
-    #: Compile the adversarial steps too with compile=True. Off: on MNIST-5k (seed 0, one CPU
+    #: compile="always" compiles the adversarial steps too. Off: on MNIST-5k (seed 0, one CPU
     #: thread) a compiled generator step took 11.5-11.9 ms against 9.3 ms eager; the critic's
     #: graphs (the penalty's double backward traced in) cost 0.55-0.83 ms a call, and Adam and
     #: the guards stay per-operation (benchmarks/results/compile/gan_seed0.md).
     _compile_adversarial = False
+
+    #: Each step's expected speed-up (eager over compiled CPU time) and compilation CPU seconds on an
+    #: empty / a warm inductor cache (CompileRule), measured with benchmarks/compile_speed.py on
+    #: MNIST-5k at the defaults (1 thread): the neighbour encoder's step (784 -> 256 -> 256 -> 10)
+    #: 1.05x per epoch with a cold cache, 1.08x warm, for 10.3 s / 2.6 s of compilation (seed 0,
+    #: benchmarks/results/compile/gan_neighbours_screen_seed0.md; TDCM's encoder: 1.07x, 10.5 s / 2.7 s), so
+    #: its phase must run about 10.3 / (1 - 1/1.06) = 180 eager CPU s after its probe to repay a cold
+    #: compilation (MNIST-5k's 40 epochs: 47 s); the three adversarial steps compiled together ran a generator
+    #: iteration 0.78-0.81x as fast as eager for 27.3 s / 3.1 s (gan_seed0.md; not split by step,
+    #: so each step is given the three's speed-up and cost). A speed-up below 1 never repays: those
+    #: steps stay eager under compile=True whatever the phase's length.
+    _compile_expectations = {
+        "neighbours": {"speedup": 1.06, "cold_cost": 10.3, "warm_cost": 2.6},
+        "critic": {"speedup": 0.8, "cold_cost": 27.3, "warm_cost": 3.1},
+        "classifier": {"speedup": 0.8, "cold_cost": 27.3, "warm_cost": 3.1},
+        "generator": {"speedup": 0.8, "cold_cost": 27.3, "warm_cost": 3.1},
+    }
+
+    def _compile_rule(self, step, phase, total_steps, probe_steps, graph=()):
+        """What ``compile_step`` gets for ``step`` in ``phase``: False, True (``"always"``) or a CompileRule."""
+        if isinstance(self.compile, str):  # "always": today's neighbour encoder compiled from its first call
+            return step == "neighbours" or bool(self._compile_adversarial)
+        if not self.compile:  # False, or numpy's False_ (the "boolean" constraint accepts it)
+            return False
+        # The graph: what tells this step's code from another's of the same function (TDCM trains a
+        # neighbour encoder through the same function, with another network).
+        graph = ("PreciseFeatureGAN", step, *graph)
+        rule = CompileRule(total_steps, probe_steps, name=step, graph=graph, **self._compile_expectations[step])
+        self._compile_rules.append((phase, rule))
+        return rule
+
+    def _say_compile_decisions(self, phase):
+        """With ``verbose >= 1``, print why each step of ``phase`` was (not) compiled."""
+        if not self.verbose:
+            return
+        for p, rule in getattr(self, "_compile_rules", []):
+            d = rule.decision
+            if p != phase or d is None:
+                continue
+            if d["eager_step_s"] is None:
+                why = "too few steps to probe"
+            else:
+                why = (f"{d['steps_left']} steps left x {d['eager_step_s'] * 1e3:.1f} ms eager: expected saving "
+                       f"{d['expected_saving_s']:.1f} CPU s against {d['expected_cost_s']:.1f} s of compilation "
+                       f"({d['cache']} cache)")
+            print(f"PreciseFeatureGAN: the {rule.name} step {'compiled' if d['compiled'] else 'kept eager'} in "
+                  f"{phase}: {why}", flush=True)
+
+    @property
+    def compile_decisions_(self):
+        check_is_fitted(self)
+        return [{"phase": phase, "step": rule.name,
+                 **{k: v for k, v in (rule.decision or {"compiled": False}).items() if k != "name"}}
+                for phase, rule in getattr(self, "_compile_rules", [])]
 
     @torch.no_grad()
     def _assign(self, Xt):
@@ -838,6 +934,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         )
 
     def _fit(self, X, y, *, rng, torch_gen):
+        self._compile_rules = []
         k = self.n_clusters
         self._uniform = self.cluster_weights is None
         if self._uniform:
@@ -944,6 +1041,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         parameter (None there is ``max(1, n_iter // 4)``). ``n_restarts`` fresh
         GANs beside it, the one of lowest quantisation error kept.
         """
+        self._compile_rules = []
         if transfer_iter is None:
             transfer_iter = self.transfer_iter if self.transfer_iter is not None else max(1, self.n_iter // 4)
         index = self._landmarks(X, rng)
