@@ -67,3 +67,53 @@ def test_match_labels_gives_unmatched_clusters_fresh_ids():
 
     # cluster 1 matches class 0; clusters 0 and 2 become 1 and 2
     assert match_labels([0, 0, 0, 0], [0, 1, 1, 2]).tolist() == [1, 0, 0, 2]
+
+
+def test_within_cluster_sum_of_squares_accepts_lists():
+    from sktransfer_cluster.metrics import within_cluster_sum_of_squares
+
+    assert within_cluster_sum_of_squares([[0.0], [2.0], [10.0]], [0, 0, 1], 2) == 2.0
+
+
+@pytest.mark.parametrize(
+    "labels, n_labels, match",
+    [
+        ([0, 1], 2, "2 labels for 4 rows"),
+        ([0, 0, 1, 2], 2, r"labels must lie in 0 \.\. 1"),
+        ([0, 0, 1, -1], 2, r"labels must lie in 0 \.\. 1"),
+        ([0.0, 0.0, 1.0, 1.0], 2, "integer"),
+        ([[0, 0], [1, 1]], 2, "one label per row"),
+        ([0, 0, 1, 1], 0, "n_labels must be an integer >= 1"),
+    ],
+    ids=["short", "too-large", "negative", "float", "2-d", "no-labels"],
+)
+def test_within_cluster_sum_of_squares_refuses_labels_that_do_not_fit_x(labels, n_labels, match):
+    from sktransfer_cluster.metrics import within_cluster_sum_of_squares
+
+    X = np.array([[0.0], [2.0], [10.0], [11.0]])
+    with pytest.raises(ValueError, match=match):
+        within_cluster_sum_of_squares(X, np.array(labels), n_labels)
+
+
+def test_within_cluster_sum_of_squares_refuses_x_that_is_not_two_dimensional():
+    from sktransfer_cluster.metrics import within_cluster_sum_of_squares
+
+    with pytest.raises(ValueError, match="X must be 2-D"):
+        within_cluster_sum_of_squares(np.array([0.0, 2.0]), np.array([0, 1]), 2)
+
+
+def test_within_cluster_sum_of_squares_of_read_only_arrays_raises_no_torch_warning():
+    # torch warns about non-writable arrays once per process, so a fresh process tells
+    # whether the warning would be raised, whatever earlier tests wrapped.
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np\n"
+        "from sktransfer_cluster.metrics import within_cluster_sum_of_squares\n"
+        "X = np.array([[0.0], [2.0], [10.0]]); X.setflags(write=False)\n"
+        "labels = np.array([0, 0, 1]); labels.setflags(write=False)\n"
+        "assert within_cluster_sum_of_squares(X, labels, 2) == 2.0\n"
+    )
+    done = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

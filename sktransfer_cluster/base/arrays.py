@@ -402,6 +402,41 @@ def check_resolution(dtype, shift, scale):
         )
 
 
+def _writable(a):
+    """``a``, copied when read-only: torch cannot wrap read-only memory (a memmap, a pandas>=3
+    frame's values) without a warning."""
+    return a if a.flags.writeable else a.copy()
+
+
+def _check_wcss_inputs(X, labels, n_labels, chunk_size):
+    """``X`` (an array as given: a memmap is not copied) and ``labels`` as int64, or a
+    ``ValueError`` naming what does not fit."""
+    if not (hasattr(X, "shape") and hasattr(X, "__getitem__")):
+        X = np.asarray(X, dtype=np.float64)
+    if len(X.shape) != 2:
+        raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {tuple(X.shape)}.")
+    if isinstance(n_labels, bool) or not isinstance(n_labels, Integral) or n_labels < 1:
+        raise ValueError(f"n_labels must be an integer >= 1; got {n_labels!r}.")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, Integral)
+                                   or chunk_size < 1):
+        raise ValueError(f"chunk_size must be None or an integer >= 1; got {chunk_size!r}.")
+    labels = np.asarray(labels)
+    if labels.ndim != 1:
+        raise ValueError(f"labels must hold one label per row of X (1-D); got shape {labels.shape}.")
+    if labels.shape[0] != X.shape[0]:
+        raise ValueError(f"{labels.shape[0]} labels for {X.shape[0]} rows of X; pass one label per row.")
+    if X.shape[0] == 0:
+        raise ValueError("within_cluster_sum_of_squares needs at least one sample.")
+    if labels.dtype.kind not in "iu":
+        raise ValueError(f"labels must be integer cluster ids in 0 .. n_labels - 1; got dtype {labels.dtype}.")
+    low, high = int(labels.min()), int(labels.max())
+    if low < 0 or high >= n_labels:
+        raise ValueError(f"labels must lie in 0 .. {n_labels - 1} (n_labels={n_labels}); got values from "
+                         f"{low} to {high}. Relabel them (e.g. np.unique(labels, return_inverse=True)) or "
+                         "drop rows labelled as noise (-1).")
+    return X, _writable(labels.astype(np.int64, copy=False))
+
+
 def within_cluster_sum_of_squares(X, labels, n_labels, chunk_size=None):
     """``sum_k sum_{i: labels_i = k} ||X_i - mean_k||^2``, in float64, in bounded memory.
 
@@ -411,8 +446,8 @@ def within_cluster_sum_of_squares(X, labels, n_labels, chunk_size=None):
 
     Parameters
     ----------
-    X : ndarray of shape (n_samples, n_features)
-    labels : ndarray of int, shape (n_samples,)
+    X : array-like of shape (n_samples, n_features)
+    labels : array-like of int, shape (n_samples,)
         Values in ``0 .. n_labels - 1``.
     n_labels : int
     chunk_size : int, default=None
@@ -422,23 +457,31 @@ def within_cluster_sum_of_squares(X, labels, n_labels, chunk_size=None):
     -------
     float
 
+    Raises
+    ------
+    ValueError
+        When ``X`` is not 2-D or empty, ``labels`` are not one integer per row
+        of ``X`` in ``0 .. n_labels - 1``, or ``n_labels``/``chunk_size`` are not
+        positive integers.
+
     Examples
     --------
     >>> import numpy as np
     >>> within_cluster_sum_of_squares(np.array([[0.0], [2.0], [10.0]]), np.array([0, 0, 1]), 2)
     2.0
     """
+    X, labels = _check_wcss_inputs(X, labels, n_labels, chunk_size)
     n = X.shape[0]
     chunk_size = chunk_rows(X.shape[1]) if chunk_size is None else chunk_size
-    lab = torch.as_tensor(np.asarray(labels, dtype=np.int64))
+    lab = torch.as_tensor(labels)
     sums = torch.zeros(n_labels, X.shape[1], dtype=torch.float64)
     for start in range(0, n, chunk_size):
-        rows = torch.as_tensor(np.asarray(X[start : start + chunk_size], dtype=np.float64))
+        rows = torch.as_tensor(_writable(np.asarray(X[start : start + chunk_size], dtype=np.float64)))
         sums.index_add_(0, lab[start : start + chunk_size], rows)
     counts = torch.bincount(lab, minlength=n_labels).to(torch.float64)
     means = sums / counts.clamp_min(1.0).unsqueeze(1)
     total = 0.0
     for start in range(0, n, chunk_size):
-        rows = torch.as_tensor(np.asarray(X[start : start + chunk_size], dtype=np.float64))
+        rows = torch.as_tensor(_writable(np.asarray(X[start : start + chunk_size], dtype=np.float64)))
         total += float(((rows - means[lab[start : start + chunk_size]]) ** 2).sum())
     return total
