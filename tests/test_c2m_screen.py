@@ -19,15 +19,16 @@ torch.set_num_threads(1)
 
 
 def _fitted(X, y, **params):
-    return C2MCluster(representation=None, critic_dims=(16, 16), population=8, cem_iter=2, max_epochs=1,
-                      sets_per_epoch=2, max_clusters=10, device="cpu", random_state=0, **params).fit(X, y)
+    params = {"representation": None, **params}
+    return C2MCluster(critic_dims=(16, 16), population=8, cem_iter=2, max_epochs=1, sets_per_epoch=2,
+                      max_clusters=10, device="cpu", random_state=0, **params).fit(X, y)
 
 
 def _exact(est, X):
     """predict's labels by the float64 path alone, in predict's chunks."""
     X = np.asarray(X)
     step = chunk_rows(X.shape[1])
-    return np.concatenate([est._exact_predict(X[s : s + step]) for s in range(0, X.shape[0], step)])
+    return np.concatenate([est._exact_predict(est._encode(X[s : s + step])) for s in range(0, X.shape[0], step)])
 
 
 def _reading_the_features(est, seed, spectral_gain=30.0):
@@ -35,7 +36,7 @@ def _reading_the_features(est, seed, spectral_gain=30.0):
     output used: the fitted weights of these short fits often ignore those columns."""
     g = torch.Generator().manual_seed(seed)
     W = torch.randn(est._cem_w.shape, generator=g, dtype=est._cem_w.dtype)
-    d, h = est.n_features_in_, est.cem_hidden
+    d, h = est._input_mean.shape[0], est.cem_hidden  # the MLP reads the codes' width under a representation
     n_in = (W.shape[0] - h * est.max_clusters - est.max_clusters - h) // h
     W[: n_in * h].view(n_in, h)[d:] *= spectral_gain
     est._cem_w = W
@@ -221,3 +222,15 @@ def test_predict_of_a_read_only_memmap_gives_the_float64_labels_without_warnings
         warnings.simplefilter("error")
         labels = est.predict(rows)
     np.testing.assert_array_equal(labels, _exact(est, np.asarray(rows)))
+
+
+def test_predict_through_the_neighbour_encoder_equals_the_float64_path():
+    """Under a representation the screen reads the codes, as the float64 path does."""
+    X, y = make_blobs(1200, n_features=20, centers=5, random_state=3)
+    est = _fitted(X[:600], y[:600], representation="neighbours")
+    assert est.representation_ is not None
+    for seed in (None, 0):
+        if seed is not None:
+            _reading_the_features(est, seed)
+        for rows in (X, X.astype(np.float32)):
+            np.testing.assert_array_equal(est.predict(rows), _exact(est, rows))
