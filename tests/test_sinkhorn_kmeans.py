@@ -361,6 +361,21 @@ def test_transport_plan_warns_when_its_solve_stops_at_the_cap(blobs, monkeypatch
     np.testing.assert_allclose(P.sum(1), 1.0 / X.shape[0], rtol=1e-9)  # rows exact at every iterate
 
 
+@pytest.mark.parametrize("embedding", ["autoencoder", "neighbours"])
+def test_transport_plan_of_float32_codes_converges_to_the_size_prior_without_a_warning(blobs, embedding):
+    # The codes are float32; the plan is solved in float64 on them, so it meets the marginal
+    # tolerance (in float32 the column error stalled at ~1e-7 and every call ran the cap and warned).
+    X, _ = blobs
+    km = SinkhornKMeans(3, embedding=embedding, hidden_dims=(8, 2), pretrain_epochs=1, n_neighbors=5, **FAST)
+    km.fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        P = km.transport_plan(X)
+    assert P.dtype == np.float64
+    np.testing.assert_allclose(P.sum(0), km.weights_, atol=1e-9)
+    np.testing.assert_allclose(P.sum(1), 1.0 / X.shape[0], rtol=1e-9)
+
+
 def test_default_fit_on_easy_blobs_emits_no_convergence_warning():
     X, _ = make_blobs(n_samples=300, centers=3, random_state=0)
     with warnings.catch_warnings():

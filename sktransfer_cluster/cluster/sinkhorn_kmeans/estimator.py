@@ -21,6 +21,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Cluster
 from sklearn.cluster import kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted
 
 from . import lloyd
 from ...base import (
@@ -30,6 +31,7 @@ from ...base import (
     check_image_shape,
     check_widths,
     chunked,
+    exact_dtype,
     warn,
     working_dtype,
 )
@@ -59,8 +61,11 @@ PAPER_PARAMS = {
 }
 
 # transport_plan: solved tightly (L1 column-marginal error) by Newton on the semi-dual, which
-# converges in a few tens of passes over the (n, K) costs; the cap bounds its time.
+# converges in a few tens of passes over the (n, K) costs; the cap bounds its time. The solve
+# runs in float64 (exact_dtype) whatever the codes' dtype; where there is none (MPS) the
+# tolerance is a few hundred roundings of the dtype: float32 column sums stall near 1e-7.
 _PLAN_TOL = 1e-9
+_PLAN_TOL_EPS = 100
 _PLAN_MAX_ITER = 200
 # hidden_dims="auto": MLP encoder widths, and (conv channels..., code) with image_shape.
 _AUTO_MLP_DIMS = (256, 128, 10)
@@ -337,16 +342,25 @@ class SinkhornKMeans(
     }
     _width_params = ("hidden_dims",)
 
+    def _embedding_in_use(self):
+        """The ``embedding`` the model was fitted with (the parameter until a fit records it).
+
+        Every call after fit reads this one: a ``set_params(embedding=...)`` after fit must not
+        change the dtype or input scaling that ``predict``, ``transform``, ``score`` and
+        ``transport_plan`` feed the fitted model (issue V10 #4).
+        """
+        return self.__dict__.get("_fitted_embedding", self.embedding)
+
     @property
     def _input_normalization(self):
         # OT k-means is affine-equivariant and only needs centring (exact squared distances
         # at large offsets); the autoencoder needs unit-scale input.
-        return "centre" if self.embedding is None else "affine"
+        return "centre" if self._embedding_in_use() is None else "affine"
 
     @property
     def _cpu_dtype(self):
         # The autoencoder is matmul-bound (float32 twice as fast); plain OT k-means keeps float64.
-        return torch.float64 if self.embedding is None else torch.float32
+        return torch.float64 if self._embedding_in_use() is None else torch.float32
 
     _transfer_parameter_constraints = {
         "fine_tune_epochs": [Interval(Integral, 0, None, closed="left"), None],
@@ -402,6 +416,8 @@ class SinkhornKMeans(
 
     # ----------------------------------------------------------------- checks
     def _check_params_vs_input(self, X, *, reset):
+        if not reset:
+            self._check_unchanged_since_fit("transfer")
         super()._check_params_vs_input(X, reset=reset)
         if reset:
             if not (isinstance(self.hidden_dims, str) and self.hidden_dims == "auto"):
@@ -420,6 +436,45 @@ class SinkhornKMeans(
                     f"code width, e.g. (16, 32, 10); got {self.hidden_dims!r}."
                 )
             self._proportions()
+            # Every later call reads these, not the parameters (see _embedding_in_use).
+            self._fitted_embedding = self.embedding
+            self._fit_structure = self._structure()
+
+    def _structure(self):
+        """The parameters that shape the fitted model, as fit resolves them.
+
+        The number of centres, the embedding and, with one, its widths, image
+        shape and (for the autoencoder) whether it is trained on the graph
+        (``neighbour_weight > 0``) or is the paper's.
+        """
+        structure = {"n_clusters": int(self.n_clusters), "embedding": self.embedding}
+        if self.embedding is not None:
+            structure["hidden_dims"] = self._hidden_dims()
+            structure["image_shape"] = None if self.image_shape is None else tuple(int(v) for v in self.image_shape)
+            if self.embedding == "autoencoder":
+                structure["neighbour_weight"] = "> 0 (the graph)" if self._uses_graph() else "0 (no graph)"
+        return structure
+
+    def _check_unchanged_since_fit(self, what):
+        """ValueError naming the parameters that shape the model and changed since fit.
+
+        ``transfer`` and ``partial_fit`` continue the fitted model with the
+        parameters: a changed number of clusters or network would fail deep
+        inside (or silently keep the old one). Predict-time methods read the
+        fitted state only and need no check.
+        """
+        fitted = self.__dict__.get("_fit_structure")
+        if fitted is None:  # a model pickled before the structure was recorded
+            return
+        now = self._structure()
+        changed = [name for name in fitted if name in now and fitted[name] != now[name]]
+        if not changed:
+            return
+        detail = "; ".join(f"{name}: {fitted[name]!r} at fit, {now[name]!r} now" for name in changed)
+        raise ValueError(
+            f"{type(self).__name__}.{what}: {', '.join(changed)} changed since fit ({detail}), and the "
+            f"fitted model was built with the value at fit; call fit again, or set it back."
+        )
 
     def _check_image_shape(self, n_features):
         """The validated ``image_shape`` as ``(c, h, w)``, or None; ValueError with what to pass."""
@@ -949,7 +1004,7 @@ class SinkhornKMeans(
         self : object
         """
         if is_dask_array(X) and self.embedding is None:
-            return self._fit_dask(X)
+            return self._fit_dask(X, y)
         return super().fit(X, y, **fit_params)
 
     def _fit(self, X, y, *, rng, torch_gen):
@@ -1053,7 +1108,7 @@ class SinkhornKMeans(
         (90,)
         """
         if is_dask_array(X) and getattr(self, "encoder_", None) is None and getattr(self, "autoencoder_", None) is None:
-            return self._transfer_dask(X, 0 if n_restarts is None else int(n_restarts))
+            return self._transfer_dask(X, {"fine_tune_epochs": fine_tune_epochs, "n_restarts": n_restarts})
         return super().transfer(X, fine_tune_epochs=fine_tune_epochs, n_restarts=n_restarts)
 
     def _transfer(self, X, *, rng, torch_gen, fine_tune_epochs=None, n_restarts=None):
@@ -1140,6 +1195,7 @@ class SinkhornKMeans(
             A dask array for a dask array, each chunk's distances computed where it lives.
         """
         if is_dask_array(X):
+            check_is_fitted(self)  # before the output width is read from the centres
             return self._map_dask_rows("transform", X, self._centers.shape[0], np.float64)
         X = self._fitted_input(X)
         return self._chunked(
@@ -1156,7 +1212,9 @@ class SinkhornKMeans(
         :func:`~sktransfer_cluster.ot.semi_dual_newton`) couples all rows: it
         holds the ``(n, n_clusters)`` costs and the plan, and stops at an L1
         marginal error of 1e-9 or after 200 passes over the costs, with a
-        :class:`~sklearn.exceptions.ConvergenceWarning` in the second case.
+        :class:`~sklearn.exceptions.ConvergenceWarning` in the second case. It
+        runs in float64 (float32 codes included), except on MPS (no float64),
+        where the tolerance is 100 float32 roundings.
 
         Parameters
         ----------
@@ -1165,13 +1223,18 @@ class SinkhornKMeans(
         Returns
         -------
         plan : ndarray of shape (n_samples, n_clusters)
+            float64 (float32 on MPS).
         """
         X = self._fitted_input(X)
         with torch.no_grad():
-            M = self._chunked_costs(X).div_(self.reg_)
-            log_w = self._log_weights()
-            res = semi_dual_newton(M, log_w, max_iter=_PLAN_MAX_ITER, tol=_PLAN_TOL)
-            self._warn_not_converged(res, "transport_plan", _PLAN_TOL, _PLAN_MAX_ITER)
+            # float32 costs (codes, any accelerator) are solved in float64: their column sums
+            # cannot meet _PLAN_TOL in float32 (issue V10 #2: every call ran the cap and warned).
+            costs = self._chunked_costs(X)
+            M = costs.to(exact_dtype(costs.device)).div_(self.reg_)
+            tol = max(_PLAN_TOL, _PLAN_TOL_EPS * torch.finfo(M.dtype).eps)
+            log_w = torch.log(torch.as_tensor(self.weights_, dtype=M.dtype, device=M.device))
+            res = semi_dual_newton(M, log_w, max_iter=_PLAN_MAX_ITER, tol=tol)
+            self._warn_not_converged(res, "transport_plan", tol, _PLAN_MAX_ITER)
             return plan_from_potentials(M, res.f, res.g, 1.0, None, log_w).cpu().numpy()
 
     def _chunked_costs(self, X):

@@ -21,7 +21,7 @@ from sklearn.utils._available_if import available_if
 from ...base.contract import _as_dask_labels
 from ...base.arrays import normalise_rows
 from ...base.runtime import compute_threads, make_generators, resolve_device, working_dtype
-from ...base.streaming import DaskRows, PlannedReads, RowReader, iter_row_chunks
+from ...base.streaming import DaskRows, PlannedReads, RowReader, is_dask_array, iter_row_chunks
 from . import lloyd
 from .minibatch import MinibatchState, minibatch_passes, minibatch_step
 from .objective import squared_distances
@@ -228,7 +228,12 @@ class StreamedOTKMeansMixin:
             self._validate_params()
         with self._rollback_on_error():
             X = self._validate_input(X, reset=first, stream=False)  # one batch, held in memory
-            self._check_params_vs_input(X, reset=first)
+            if first:
+                self._check_params_vs_input(X, reset=True)
+            else:
+                # A later batch may hold fewer rows than clusters (a stream's short last batch, as
+                # MiniBatchKMeans takes it); its width was checked above.
+                self._check_unchanged_since_fit("partial_fit")
             with torch.no_grad():
                 if first:
                     self._start_stream(X)
@@ -305,23 +310,28 @@ class StreamedOTKMeansMixin:
         self._set_centres(centers, reg)
         self.n_iter_ = int(n_iter)
         self.labels_, self.inertia_ = dask_labels(rows.array, centers.cpu(), shift=shift, scale=scale)
-        self.n_clusters_ = int(np.count_nonzero(np.bincount(self.labels_)))
         return centers, g
 
-    def _fit_dask(self, X):
+    def _fit_dask(self, X, y=None):
         """``fit`` on a ``dask.array``: every pass over the rows runs on the workers.
 
         The normalisation statistics and the finite check are one task per chunk per pass
         (:meth:`~sktransfer_cluster.base.streaming.DaskRows.affine`), the start is OT-Lloyd
         on ``STREAM_INIT_ROWS`` rows drawn by index (brought to the client), then OT-Lloyd
         runs on the whole array with each solver pass one task per chunk
-        (:mod:`.distributed`). Only the labels, one integer per row, come back.
+        (:mod:`.distributed`). Only the labels, one integer per row, come back. The
+        checks are those of the in-memory ``fit``: ``y``'s length (``y`` is unused),
+        the parameters against the data, and a ConvergenceWarning when fewer than
+        ``n_clusters`` clusters come out.
         """
         from ...base.arrays import check_resolution
 
         self._validate_params()
         with self._rollback_on_error():
             rows = self._dask_rows(X, reset=True)
+            if y is not None:
+                self._validate_dask_rows(rows, reset=True, y=y.compute() if is_dask_array(y) else y)
+            self._check_params_vs_input(rows, reset=True)
             rng = self._reset_for_a_new_fit()
             shift, scale = rows.affine()
             check_resolution(rows.dtype, shift, scale)
@@ -331,9 +341,10 @@ class StreamedOTKMeansMixin:
                 centers, reg, _, g = self._ot_lloyd_start(Z, rng, "the OT-Lloyd start of the Dask fit")
                 centers, g = self._dask_lloyd(rows, centers, reg, g, shift, 1.0, float(self.tol * scale**2))
             self._keep_stream(self._new_stream(centers, reg, g.to(self.device_), rows.shape[0]))
+            self._record_clusters(rows, "fit")
         return self
 
-    def _transfer_dask(self, X, n_restarts):
+    def _transfer_dask(self, X, options):
         """``transfer`` to a ``dask.array`` target: OT-Lloyd from the source centres on the workers.
 
         As the in-memory transfer of plain OT k-means, where the chunks live: the target's
@@ -341,13 +352,18 @@ class StreamedOTKMeansMixin:
         centres (beside ``n_restarts`` k-means++ starts), run on ``STREAM_INIT_ROWS`` target
         rows drawn by index, the cheapest kept; OT-Lloyd then runs on the whole array, each
         solver pass one task per chunk. ``labels_`` gathers one integer per row; the labels
-        returned are a dask array chunked as the rows.
+        returned are a dask array chunked as the rows. ``options``: ``transfer``'s keyword
+        options, checked as the in-memory ``transfer`` checks them (``fine_tune_epochs`` is
+        unused without an embedding).
         """
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self)
+        self._validate_transfer_options(options)
+        n_restarts = 0 if options.get("n_restarts") is None else int(options["n_restarts"])
         with self._rollback_on_error():
             rows = self._dask_rows(X, reset=False)
+            self._check_params_vs_input(rows, reset=False)
             rng, _ = make_generators(self.random_state, "cpu")
             _, spread = rows.affine()  # the target's spread sets tol; its values are checked
             shift, scale = self._input_affine  # the centres live in the source's frame
@@ -363,4 +379,5 @@ class StreamedOTKMeansMixin:
                 )
                 self._warn_not_converged(check, "the OT-Lloyd start of the Dask transfer", _CHECK_TOL, _CHECK_MAX_ITER)
                 self._dask_lloyd(rows, centers, reg, check.g, shift, scale, float(self.tol * (spread / scale) ** 2))
+        self._record_clusters(rows, "transfer")
         return _as_dask_labels(self.labels_, rows.array)
