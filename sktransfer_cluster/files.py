@@ -27,8 +27,10 @@ the file is never modified.
     with ``index=False``.
 
 Labels may be numbers or strings; they are encoded as integers ``0..n-1`` in
-sorted order. A blank label (an empty CSV cell) is missing, never a class: a
-side whose labels are all blank has no labels, and a side with some blank
+sorted order. A blank label (an empty CSV cell) is missing, never a class, and
+so is a text that marks a missing value (``NA``, ``NaN``, ``null``, ``None``,
+``N/A``, ... in any case: :data:`MISSING_LABEL_TEXTS`, pandas' defaults): a side
+whose labels are all missing has no labels, and a side with some missing
 labels is refused.
 
 Size. ``max_bytes`` bounds the arrays once loaded, not the file: for a CSV,
@@ -50,7 +52,7 @@ import numpy as np
 
 from .datasets import TransferTask
 
-__all__ = ["MAX_ARRAY_BYTES", "load_data_list", "load_transfer_file"]
+__all__ = ["MAX_ARRAY_BYTES", "MISSING_LABEL_TEXTS", "load_data_list", "load_transfer_file"]
 
 #: Largest array, in bytes once loaded, that :func:`load_transfer_file` reads by
 #: default (1 GiB): a small compressed ``.npz`` can expand to many GB.
@@ -494,6 +496,15 @@ def _labels(path, name, y, n_rows):
     return np.unique(y, return_inverse=True)[1].astype(np.int64)
 
 
+#: Label texts that mark a missing value, compared in lower case (pandas' ``read_csv`` defaults):
+#: R's ``write.csv`` writes ``NA``, pandas' ``to_csv(na_rep=...)`` ``NaN`` or ``null``. Such a
+#: label is missing, like a blank cell, never a class.
+MISSING_LABEL_TEXTS = frozenset(
+    ["na", "n/a", "nan", "-nan", "null", "none", "<na>", "#n/a", "#na", "#n/a n/a",
+     "-1.#ind", "1.#ind", "-1.#qnan", "1.#qnan"]
+)
+
+
 def _text_labels(path, name, values, codes, n_rows):
     """Labels given as distinct texts ``values`` and a code per row into them.
 
@@ -501,16 +512,26 @@ def _text_labels(path, name, values, codes, n_rows):
     per row, never a Python string per row.
     """
     text = np.array([_label_text(v) for v in values], dtype=object)
-    n_blank = int(np.count_nonzero((text == "")[codes]))
-    if n_blank == n_rows:
+    blank = text == ""
+    mark = np.array([t.lower() in MISSING_LABEL_TEXTS for t in text], dtype=bool)
+    per_text = np.bincount(codes, minlength=len(text))
+    n_blank, n_marked = int(per_text[blank].sum()), int(per_text[mark].sum())
+    if n_blank + n_marked == n_rows:
         return None
+    if n_marked:
+        marks = ", ".join(f"{t!r}" + (f" x{c}" if c > 1 else "") for t, c in zip(text[mark], per_text[mark]) if c)
+        raise ValueError(
+            f"{path}: {name} has {n_blank + n_marked} missing labels ({marks}"
+            f"{f', {n_blank} blank' if n_blank else ''}) among {n_rows} rows; a text such as NA, NaN or null "
+            "marks a missing label, never a class: give every row of a side a label, or none "
+            "(rename a class spelt like a missing value)."
+        )
     if n_blank:
         raise ValueError(
             f"{path}: {name} has {n_blank} blank labels among {n_rows} rows; "
             "give every row of a side a label, or none."
         )
-    used = np.zeros(len(text), dtype=bool)
-    used[codes] = True
+    used = per_text > 0
     # Texts that differ only in spaces, or numbers written differently ("2", "2.0"), are one class.
     classes = np.unique(_as_numbers(text[used]), return_inverse=True)[1]
     rank = np.zeros(len(text), dtype=np.int64)

@@ -1,6 +1,7 @@
 """A user's transfer task from a file: every bad file is one clear ValueError."""
 
 import io
+import re
 import zipfile
 
 import numpy as np
@@ -77,6 +78,25 @@ def test_csv_all_blank_target_labels_mean_no_target_labels(tmp_path):
 def test_csv_some_blank_labels_are_refused_never_a_class(tmp_path):
     with pytest.raises(ValueError, match="y_target has 1 blank labels among 2 rows"):
         load_transfer_file(_csv(tmp_path, "domain,x,label\nsource,1,a\nsource,2,b\ntarget,3,\ntarget,4,a\n"))
+
+
+@pytest.mark.parametrize("mark", ["NA", "nan", "NaN", "null", "None", "N/A", "<NA>"])
+def test_csv_missing_value_marks_as_labels_are_refused_never_a_class(tmp_path, mark):
+    # R's write.csv writes NA, pandas' to_csv(na_rep=...) NaN or null: a missing label, not a class.
+    text = f"domain,x,label\nsource,1,a\nsource,2,b\ntarget,3,{mark}\ntarget,4,a\ntarget,5,b\n"
+    with pytest.raises(ValueError, match=f"y_target has 1 missing labels \\({re.escape(repr(mark))}\\) among 3 rows"):
+        load_transfer_file(_csv(tmp_path, text))
+
+
+def test_csv_labels_that_are_all_missing_value_marks_mean_no_labels(tmp_path):
+    task = load_transfer_file(_csv(tmp_path, "domain,x,label\nsource,1,a\nsource,2,b\ntarget,3,NA\ntarget,4,\n"))
+    assert task.y_target is None and task.y_source.tolist() == [0, 1]
+
+
+def test_npz_text_labels_that_are_missing_value_marks_are_refused(tmp_path):
+    path = _npz(tmp_path, X_source=np.zeros((3, 2)), X_target=np.zeros((3, 2)), y_target=np.array(["a", "nan", "b"]))
+    with pytest.raises(ValueError, match="y_target has 1 missing labels"):
+        load_transfer_file(path)
 
 
 def test_csv_label_like_column_is_not_silently_a_feature(tmp_path):
