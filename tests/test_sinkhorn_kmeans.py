@@ -376,6 +376,22 @@ def test_transport_plan_of_float32_codes_converges_to_the_size_prior_without_a_w
     np.testing.assert_allclose(P.sum(1), 1.0 / X.shape[0], rtol=1e-9)
 
 
+def test_transport_plan_of_a_near_hard_target_converges_to_pots_plan():
+    # V10 #8: near-hard assignments (costs up to 260 reg) where every Newton step overshot; the
+    # solve stopped at the 200-pass cap with 3 % of the mass off while POT's plan is exact.
+    X, _ = make_blobs(80, centers=3, n_features=5, random_state=0)
+    Xt = X[:60] + 0.5
+    km = SinkhornKMeans(3, random_state=0).fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        P = km.transport_plan(Xt)
+    a = np.full(Xt.shape[0], 1 / Xt.shape[0])
+    expected = ot.sinkhorn(a, km.weights_, ot.dist(Xt, km.cluster_centers_), km.reg_, method="sinkhorn_log",
+                           stopThr=1e-12, numItermax=10**5)
+    np.testing.assert_allclose(P.sum(0), km.weights_, atol=1e-9)
+    np.testing.assert_allclose(P, expected, atol=1e-6)
+
+
 def test_default_fit_on_easy_blobs_emits_no_convergence_warning():
     X, _ = make_blobs(n_samples=300, centers=3, random_state=0)
     with warnings.catch_warnings():
