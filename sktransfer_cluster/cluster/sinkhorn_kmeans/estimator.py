@@ -1061,7 +1061,12 @@ class SinkhornKMeans(
 
         OT k-means on ``X`` starting from the fitted centres (and through the
         fitted embedding); afterwards ``labels_`` holds the target's labels and
-        ``predict`` serves the target.
+        ``predict`` serves the target. A parameter that shapes the fitted model
+        (``n_clusters``, ``embedding`` and, with one, ``hidden_dims``,
+        ``image_shape``, ``neighbour_weight`` zero or not) changed by
+        ``set_params`` since fit is a ValueError that asks for a new fit;
+        ``predict``, ``transform``, ``score`` and ``transport_plan`` serve the
+        fitted model whatever the parameters now say.
 
         Parameters
         ----------

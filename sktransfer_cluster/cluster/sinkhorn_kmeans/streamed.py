@@ -203,6 +203,7 @@ class StreamedOTKMeansMixin:
 
         The first call (on an unfitted estimator) starts from OT-Lloyd on ``X``
         (``n_init`` k-means++ starts, at least ``n_clusters`` rows); each later call
+        (any number of rows, as MiniBatchKMeans takes a stream's short last batch)
         is one step: ``X`` is assigned by entropic OT to the centres under the
         cluster-size prior, with column potentials carried from batch to batch, and
         each centre moves to the running mean of the plan mass it has received
