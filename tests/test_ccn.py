@@ -479,6 +479,33 @@ def test_ccn_plus_rejects_more_source_classes_than_outputs():
         est.set_params(n_clusters=2).transfer(Xs, source=(Xs, ys))
 
 
+@pytest.mark.parametrize("bad, message", [
+    (lambda Xs, ys: (Xs, np.arange(len(ys)) % 7), "7 classes but n_clusters=3"),
+    (lambda Xs, ys: (Xs[:, :1], ys), "source=.*features"),
+    (lambda Xs, ys: (Xs, ys[:10]), "source=.*inconsistent numbers of samples"),
+    (lambda Xs, ys: (Xs, np.where(np.arange(len(ys)) == 3, np.nan, ys.astype(float))), "source=.*NaN"),
+], ids=["classes", "width", "length", "nan-label"])
+def test_a_bad_ccn_plus_source_is_refused_before_any_training(bad, message):
+    Xs, ys, Xt, _ = _blob_task()
+    est = CCNCluster(n_clusters=3, **FAST).fit(Xs, ys)
+    phases = []
+
+    class Phases:
+        def on_phase_begin(self, run):
+            phases.append(run.phase)
+
+    est.set_params(callbacks=[Phases()])
+    with pytest.raises(ValueError, match=message):
+        est.transfer(Xt, source=bad(Xs, ys))
+    assert phases == []
+
+
+def test_estimating_k_takes_fewer_rows_than_the_n_clusters_bound():
+    Xs, ys, Xt, _ = _blob_task()
+    est = CCNCluster(n_clusters=20, estimate_n_clusters=True, **FAST).fit(Xs[:15], ys[:15])
+    assert est.transfer(Xt[:12]).shape == (12,) and est.n_clusters_ <= 12
+
+
 def test_score_is_minus_the_kcl_loss_of_f_under_g():
     Xs, ys, Xt, _ = _blob_task()
     est = CCNCluster(n_clusters=3, **FAST).fit(Xs, ys)

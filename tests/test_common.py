@@ -369,6 +369,59 @@ def test_interrupted_or_diverged_call_leaves_the_previous_model(estimator, data,
     np.testing.assert_array_equal(est.predict(Xt), before)
 
 
+def test_each_transfer_starts_from_the_source_model(estimator, data):
+    X, y, Xt, _ = data
+    est = _fit(estimator, X, y)
+    first = est.transfer(Xt)
+    est.transfer(np.ascontiguousarray(Xt[::-1] * 1.5 + 2.0))  # another target in between
+    np.testing.assert_array_equal(est.transfer(Xt), first)
+
+
+def test_a_refit_after_a_transfer_transfers_from_the_new_source(estimator, data):
+    X, y, Xt, _ = data
+    est = _fit(estimator, X, y)
+    est.transfer(Xt)
+    _fit(est, X[::-1].copy(), y[::-1].copy())  # a new source: the model kept for transfers is this one
+    np.testing.assert_array_equal(est.transfer(Xt), _fit(clone(estimator), X[::-1].copy(), y[::-1].copy()).transfer(Xt))
+
+
+def test_a_failed_call_keeps_the_callers_callbacks_and_random_state(estimator, data):
+    X, y, Xt, _ = data
+
+    class Recorder:
+        epochs = 0
+
+        def on_epoch_end(self, run, values):
+            self.epochs += 1
+
+    recorder, random_state = Recorder(), np.random.RandomState(0)
+    est = _fit(estimator.set_params(callbacks=[recorder], random_state=random_state), X, y)
+    with pytest.raises(ValueError):
+        est.transfer(Xt[:1])
+    assert est.callbacks[0] is recorder and est.random_state is random_state
+    seen = recorder.epochs
+    _fit(est, X, y)
+    # The refit's epochs reach the caller's object (estimators that train: plain OT k-means has none).
+    assert recorder.epochs > seen or seen == 0
+
+
+def test_set_params_after_fit_changes_nothing_predict_and_score_serve(estimator, data):
+    X, y, Xt, _ = data
+    est = _fit(estimator, X, y)
+    before, score = est.predict(Xt), est.score(Xt)
+    changed = {"n_clusters": 2, "representation": "neighbours", "embedding_dim": 7}
+    est.set_params(**{k: v for k, v in changed.items() if k in est.get_params() and est.get_params()[k] != v})
+    np.testing.assert_array_equal(est.predict(Xt), before)
+    assert est.score(Xt) == score
+
+
+def test_an_unknown_fit_option_is_refused_before_any_work_naming_it(estimator, data, monkeypatch):
+    X, y, _, _ = data
+    monkeypatch.setattr(estimator, "_validate_input", lambda *a, **k: pytest.fail("validated X first"))
+    with pytest.raises(TypeError, match=r"fit got unexpected keyword argument\(s\) 'sample_weight'.*not supported"):
+        estimator.fit(X, y, sample_weight=np.ones(X.shape[0]))
+
+
 def test_failed_first_fit_leaves_the_estimator_unfitted(estimator, data, monkeypatch):
     X, y, _, _ = data
 

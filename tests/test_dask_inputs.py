@@ -158,3 +158,15 @@ def test_per_row_methods_of_a_dask_array_return_a_lazy_dask_array_of_the_numpy_r
     out = lazy.compute(scheduler="synchronous")
     np.testing.assert_array_equal(out, getattr(build().fit(X), name)(Xd.compute()))
     np.testing.assert_array_equal(out[-expected.shape[0]:], expected)
+
+
+@pytest.mark.parametrize("method", ["predict-tdcm", "transform-tdcm"])
+def test_per_row_methods_of_a_dask_array_before_fit_raise_not_fitted(method):
+    from sklearn.exceptions import NotFittedError
+
+    from sktransfer_cluster import TDCMCluster
+
+    X, _ = _blobs(n=40)
+    name, _ = method.split("-")
+    with pytest.raises(NotFittedError):
+        getattr(TDCMCluster(3, device="cpu"), name)(da.from_array(X, chunks=(20, -1)))

@@ -178,6 +178,17 @@ def test_fine_tune_epochs_train_on_the_target_and_are_recorded(blobs):
     assert model.n_iter_ == FAST["max_epochs"]
 
 
+def test_fine_tuning_on_one_target_does_not_change_the_next_transfer(blobs):
+    X, _ = blobs
+    model = TDCMCluster(n_clusters=3, random_state=0, **FAST).fit(X)
+    blocks = [p.detach().clone() for p in model.blocks_.parameters()]
+    model.transfer(X * 2.0 - 1.0, fine_tune_epochs=3)  # rewrites the blocks for that target
+    fresh = TDCMCluster(n_clusters=3, random_state=0, **FAST).fit(X)
+    np.testing.assert_array_equal(model.transfer(X + 1.0, fine_tune_epochs=2), fresh.transfer(X + 1.0, fine_tune_epochs=2))
+    model.transfer(X + 1.0)  # starts from the source's blocks again
+    assert all(torch.equal(a, b) for a, b in zip(blocks, model.blocks_.parameters()))
+
+
 def test_grid_search_over_tau_works_without_a_scorer(blobs):
     X, _ = blobs
     search = GridSearchCV(TDCMCluster(n_clusters=3, random_state=0, **FAST), {"tau": [0.5, 2.0]}, cv=2)

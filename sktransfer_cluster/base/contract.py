@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import copy
+import inspect
 import math
 import sys
 from abc import ABC, abstractmethod
@@ -69,6 +70,10 @@ COMMON_PARAMETER_CONSTRAINTS = {
 # below this fraction of the data's spread: float32 data offset by more than about 8 spreads,
 # float64 data by more than 4e9, are centred chunk by chunk instead (see _labels).
 _FOLD_TOL = 1e-6
+# What a transfer does not restore from the source model (_start_from_source): the logs, the last
+# labels, the copy itself, and scikit-learn's per-instance configuration (set_output, metadata routing).
+_NOT_SOURCE_STATE = frozenset({"labels_", "history_", "_source_state", "_training_stopped"})
+_CONFIG_PREFIXES = ("_sklearn", "_metadata_request")
 
 
 # The input fold of the predict call running in this thread (see _labels), with its estimator:
@@ -268,8 +273,9 @@ class TransferClusterMixin(ABC):
 
         Called by ``fit`` (``reset=True``) and ``transfer`` (``reset=False``)
         with validated ``X``. Here: the layer widths of ``_width_params`` (at
-        fit) and ``n_samples >= n_clusters`` where the estimator has
-        ``n_clusters``. Subclasses extend it (calling ``super()``).
+        fit) and ``n_samples >= n_clusters`` where the estimator has a fixed
+        ``n_clusters`` (not an upper bound under ``estimate_n_clusters``).
+        Subclasses extend it (calling ``super()``).
         """
         if reset:
             for name in self._width_params:
@@ -277,7 +283,8 @@ class TransferClusterMixin(ABC):
                 # None and "auto" are resolved by the estimator itself.
                 if value is not None and not (isinstance(value, str) and value == "auto"):
                     check_widths(name, value)
-        if hasattr(self, "n_clusters"):
+        if hasattr(self, "n_clusters") and not getattr(self, "estimate_n_clusters", False):
+            # Under estimate_n_clusters, n_clusters is an upper bound: fewer rows are fine.
             self._check_n_clusters(X.shape[0], self.n_clusters)
 
     def _validate_input(self, X, *, reset, y=None, stream=True):
@@ -394,9 +401,11 @@ class TransferClusterMixin(ABC):
             The fitted estimator.
         """
         self._validate_params()
+        self._check_fit_params(fit_params)
         # Everything below, data validation included (it sets n_features_in_),
         # is undone if any step fails.
         with self._rollback_on_error():
+            self._new_source()
             if self._requires_y:
                 self._require_y(y)
                 X, y = self._validate_input(X, reset=True, y=y)
@@ -531,7 +540,10 @@ class TransferClusterMixin(ABC):
         The one exception is an interrupt absorbed by :meth:`_training` under
         ``keep_best=True``, after which the call completes normally.
         """
-        saved = copy.deepcopy(self.__dict__)
+        # The constructor's parameters are the caller's objects (callbacks, a RandomState): they come
+        # back as themselves, not as copies that would take their place in the estimator.
+        params = self.get_params(deep=False).values()
+        saved = copy.deepcopy(self.__dict__, {id(v): v for v in params})
         try:
             yield
         except BaseException:
@@ -541,6 +553,47 @@ class TransferClusterMixin(ABC):
         finally:
             # Set by a kept interrupt (see _training); valid for one call only.
             self.__dict__.pop("_training_stopped", None)
+
+    def _check_fit_params(self, fit_params):
+        """``TypeError`` before any work for a ``fit`` option this estimator does not take (e.g.
+        ``sample_weight``, which no estimator here supports)."""
+        accepted = [name for name, p in inspect.signature(self._fit).parameters.items()
+                    if p.kind is p.KEYWORD_ONLY and name not in ("rng", "torch_gen")]
+        unknown = sorted(set(fit_params) - set(accepted))
+        if unknown:
+            takes = f"it takes {', '.join(accepted)}" if accepted else "it takes no fit options"
+            raise TypeError(
+                f"{type(self).__name__}.fit got unexpected keyword argument(s) {', '.join(map(repr, unknown))}: "
+                f"{takes}. Sample weights are not supported: repeat or subsample rows instead.")
+
+    def _source_keys(self):
+        """Names in ``__dict__`` that hold the model learned on the source: all but the constructor's
+        parameters, the logs and labels, and scikit-learn's per-instance configuration."""
+        params = self.get_params(deep=False)
+        return [k for k in self.__dict__
+                if k not in params and k not in _NOT_SOURCE_STATE and not k.startswith(_CONFIG_PREFIXES)]
+
+    def _new_source(self):
+        """Called by every fit on a source (``fit``, ``partial_fit``, a Dask fit): the model from
+        here on is the source model, which the next :meth:`transfer` keeps (:meth:`_start_from_source`)."""
+        self.__dict__.pop("_source_state", None)
+
+    def _start_from_source(self):
+        """Called first by every ``transfer``: each transfer adapts the model as ``fit`` left it.
+
+        The first transfer after a fit keeps a copy of the source model (the networks, centres
+        and statistics: the fitted state without ``labels_`` and ``history_``); each later one
+        starts from a fresh copy of it, so a target's labels do not depend on the targets
+        transferred to before, and parameters set since (``set_params``, ``set_output``) stay.
+        """
+        state = self.__dict__.get("_source_state")
+        if state is None:
+            self._source_state = copy.deepcopy({k: self.__dict__[k] for k in self._source_keys()})
+            return
+        for k in self._source_keys():
+            if k not in state:  # set by an earlier transfer (a target's encoder, say)
+                del self.__dict__[k]
+        self.__dict__.update(copy.deepcopy(state))
 
     @contextmanager
     def _training(self, phase, n_epochs, *, state=(), select="min", unit="epoch", hint=None, keeps_model=True):
@@ -642,7 +695,8 @@ class TransferClusterMixin(ABC):
 
         The transferable part learned by ``fit`` is reused, never relearned from
         scratch; afterwards ``labels_`` holds the target's labels and ``predict``
-        serves the target.
+        serves the target. Every transfer starts from the model as ``fit`` left
+        it: a target's labels do not depend on the targets transferred to before.
 
         Parameters
         ----------
@@ -662,6 +716,7 @@ class TransferClusterMixin(ABC):
         X = self._fitted_input(X)
         self._validate_transfer_options(kwargs)
         with self._rollback_on_error():
+            self._start_from_source()
             self._check_params_vs_input(X, reset=False)
             rng, torch_gen = make_generators(self.random_state, "cpu")
             with own_torch_rng(self.device_):
@@ -696,17 +751,22 @@ class TransferClusterMixin(ABC):
 
     def _map_dask_rows(self, method, X, width=None, dtype=np.int64):
         """``method`` (a per-row method: ``predict``, ``transform``...) of a dask array, as a lazy
-        dask array chunked as its rows: one value per row (``width`` None) or ``width`` columns.
+        dask array chunked as its rows: one value per row (``width`` None) or ``width`` columns
+        (an int, or a callable giving it from the fitted model).
 
         Shape, dtype and width are checked now, the values by each chunk's call (chunk sizes may
         be unknown). The result is computed later, so it comes from a copy of the model as it is
-        now: a later fit or transfer of this estimator does not change it (``labels_`` left out of
-        the copy).
+        now: a later fit or transfer of this estimator does not change it (``labels_`` and the
+        source model's copy left out of it).
         """
         check_is_fitted(self)
         check_dask_array(X, known_rows=False)
         self._check_dask_width(X)
-        model = copy.deepcopy(self, {id(self.labels_): None} if hasattr(self, "labels_") else None)
+        if callable(width):  # read from the fitted model, once it is known to be fitted
+            width = width()
+        # labels_ and the source model's copy are not needed to predict.
+        left_out = [self.__dict__[k] for k in ("labels_", "_source_state") if k in self.__dict__]
+        model = copy.deepcopy(self, {id(v): None for v in left_out})
         X = X.rechunk({1: -1})
         fn = getattr(model, method)
         if width is None:
@@ -929,4 +989,5 @@ class WithinClusterScoreMixin:
         score : float
         """
         X = self._fitted_input(X)
-        return -within_cluster_sum_of_squares(X, self._labels(X), self.n_clusters)
+        # The fitted centres' count, not n_clusters: set_params after fit must not change what predict serves.
+        return -within_cluster_sum_of_squares(X, self._labels(X), self.cluster_centers_.shape[0])

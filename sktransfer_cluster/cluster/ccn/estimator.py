@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_consistent_length, column_or_1d
+from sklearn.utils.validation import column_or_1d
 
 from ...base import (
     COMMON_PARAMETER_CONSTRAINTS,
@@ -339,7 +339,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     }
 
     _transfer_parameter_constraints = {
-        "source": "no_validation",  # checked by _validate_source, which knows the fitted model
+        "source": "no_validation",  # checked by _check_source, which knows the fitted model
         "epochs": [Interval(Integral, 1, None, closed="left"), None],
         "adapt_bn": ["boolean", None],
     }
@@ -414,6 +414,9 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     # ------------------------------------------------------------------ checks
     def _check_params_vs_input(self, X, *, reset):
         super()._check_params_vs_input(X, reset=reset)
+        if reset:
+            # What the networks are fitted on; set_params(representation=...) after fit changes nothing until the next fit.
+            self._representation = self.representation
         if X.shape[0] < 2:
             raise ValueError(
                 f"n_samples={X.shape[0]}: {type(self).__name__} needs at least 2 samples "
@@ -475,7 +478,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
     # ---------------------------------------------------------- representation
     def _uses_codes(self):
-        return self.representation == "neighbours"
+        return self.__dict__.get("_representation", self.representation) == "neighbours"
 
     def _graph(self, X):
         """The k-NN graph of the validated raw rows ``X`` (``graph_metric_``; image shifts and blur with ``image_shape``)."""
@@ -867,6 +870,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         """
         epochs = self.clustering_epochs if epochs is None else int(epochs)
         adapt_bn = self.adapt_bn if adapt_bn is None else bool(adapt_bn)
+        source = None if source is None else self._check_source(source)  # before any training
         self.target_encoder_ = None
         if self._uses_codes():
             # The source's encoder, trained on, on the target's own graph (no labels):
@@ -875,7 +879,7 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             self.target_encoder_, Xt = self._encode(encoder, X, self.refine_epochs, torch_gen, "refine", rng)
         else:
             Xt = self._rows(X)
-        src = None if source is None else self._validate_source(source)
+        src = None if source is None else self._source_codes(*source)
         g = self.similarity_net_
         self.target_similarity_net_ = None
         if adapt_bn:
@@ -887,14 +891,17 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.n_iter_ = len(self.history_) - done  # epochs of f over all its starts
         return self._assign(f, Xt)
 
-    def _validate_source(self, source):
+    def _check_source(self, source):
+        """CCN+'s ``source=(X_source, y_source)`` validated: ``(X_source, class codes)``."""
         try:
             Xs, ys = source
         except (TypeError, ValueError) as exc:
             raise ValueError("source must be a pair (X_source, y_source).") from exc
-        Xs = self._validate_input(Xs, reset=False)
-        ys = column_or_1d(ys)
-        check_consistent_length(Xs, ys)
+        try:
+            # The rows as the target's, the labels as fit's (one per row, finite).
+            Xs, ys = self._validate_input(Xs, reset=False, y=ys, stream=False)
+        except ValueError as exc:
+            raise ValueError(f"source=(X_source, y_source): {exc}") from None
         if Xs.shape[0] < 2:
             raise ValueError(f"source has n_samples={Xs.shape[0]}; CCN+ needs at least 2 source rows.")
         classes, codes = np.unique(ys, return_inverse=True)
@@ -903,6 +910,10 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
                 f"source has {classes.shape[0]} classes but n_clusters={self.n_clusters}; CCN+ "
                 "maps each source class to an output, so raise n_clusters."
             )
+        return Xs, codes
+
+    def _source_codes(self, Xs, codes):
+        """Checked source rows as ``f`` sees them (the current encoder's codes) and their class codes."""
         return self._codes(self._tensor(Xs)), torch.as_tensor(codes.astype(np.int64), device=self.device_)
 
     def _predict(self, X):

@@ -1042,7 +1042,7 @@ class TDCMCluster(
             A dask array for a dask array, each chunk embedded where it lives.
         """
         if is_dask_array(X):
-            return self._map_dask_rows("transform", X, self._n_features_out, np.float64)
+            return self._map_dask_rows("transform", X, lambda: self._n_features_out, np.float64)
         X = self._fitted_input(X)
         return self._chunked(lambda xc: self._embed(xc).cpu().numpy(), X, dtype=np.float64)
 
