@@ -7,6 +7,7 @@ that ``--help`` and ``--version`` answer without importing torch. The work is in
 
 import argparse
 import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -31,8 +32,9 @@ Files (--data FILE):
         --label-column NAME, never the domain column); every other column is a
         numeric feature. Leading unnamed index columns (pandas' to_csv, R's row
         names) are skipped; write other index columns with index=False. Labels
-        may be strings; a blank label is missing, and a side whose labels are
-        all blank has none.
+        may be strings; a blank label, or NA, NaN, null, None, N/A (any case),
+        is missing: a side whose labels are all missing has none, and a side
+        with some missing is refused.
   Two files may not share a name (a/t.csv b/t.csv): results are keyed by it.
 --out DIR is written all at once: a rerun replaces the outputs of the last one,
 and a folder holding other files is refused.
@@ -77,12 +79,19 @@ def build_parser():
         "tasks on 5,000 real MNIST images (the bench extra), about an hour on 2 CPU cores",
     )
     cmp_.add_argument("--methods", default=None, help=f"comma-separated subset of: {', '.join(method_names())}")
-    cmp_.add_argument("--n-clusters", type=_positive_int, default=None, help="K for every task (default: the number of target classes)")
-    cmp_.add_argument("--label-column", default="label", help="label column of .csv files; 'none' if they have none (default: label)")
+    cmp_.add_argument(
+        "--n-clusters", type=_positive_int, default=None, help="K for every task (default: the number of target classes)"
+    )
+    cmp_.add_argument(
+        "--label-column", default="label", help="label column of .csv files; 'none' if they have none (default: label)"
+    )
     cmp_.add_argument("--device", default="cpu", help="auto, cpu, cuda, cuda:N or mps (default: cpu)")
     cmp_.add_argument("--threads", type=_positive_int, default=None, help="torch and BLAS threads (default: 1)")
     cmp_.add_argument("--seed", type=int, default=0)
-    cmp_.add_argument("--max-array-mb", type=float, default=1024, help="refuse a file whose loaded arrays (rows x columns x 8 bytes) exceed this (default: 1024)")
+    cmp_.add_argument(
+        "--max-array-mb", type=float, default=1024,
+        help="refuse a file whose loaded arrays (rows x columns x 8 bytes) exceed this (default: 1024)",
+    )
     cmp_.add_argument("--out", default=None, help="directory for results.json, results.md and figures")
     speed = cmp_.add_mutually_exclusive_group()
     speed.add_argument("--quick", action="store_true", help="every epoch count x0.2 (default: each method at its defaults)")
@@ -115,6 +124,22 @@ def main(argv=None):
 
 
 _BUILT_IN = ("digits", "tdcm", "mnist")
+#: The largest seed numpy's and scikit-learn's random states take.
+SEED_MAX = 2**32 - 1
+
+
+def _check_out(out):
+    """``UsageError`` when ``--out`` is a file or cannot be created, so that a run is not lost at its end."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--out {out} is a file; pass a directory (it is created if missing)")
+    parent = path.absolute().parent
+    while not parent.exists():  # the nearest existing folder above, where the new ones start
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"--out {out} cannot be created: {parent} is a file; pass a folder path")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out} cannot be created: {parent} is not writable; pass a folder path you can write")
 
 
 def check_inputs(args):
@@ -126,19 +151,29 @@ def check_inputs(args):
     Raises
     ------
     UsageError
-        Unknown methods, a non-finite or non-positive ``--max-array-mb``, an unknown task,
-        a file that cannot be read, two files of the same name (their results and figures
-        would overwrite each other), or an ``--out`` that is a file.
+        Unknown methods or an empty ``--methods`` list, a ``--seed`` outside
+        ``0 .. 2**32 - 1``, a non-finite or non-positive ``--max-array-mb``, an unknown
+        task, a file that cannot be read, two files of the same name (their results and
+        figures would overwrite each other), or an ``--out`` that is a file or cannot be
+        created (under a file, or in a folder that is not writable).
     """
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else list(REGISTRY)
-    if args.methods:
+    if args.methods is None:
+        methods = list(REGISTRY)
+    else:
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+        if not methods:
+            raise UsageError(f"--methods {args.methods!r} names no method; pass a comma-separated subset of: "
+                             f"{', '.join(REGISTRY)} (or leave --methods out for all of them)")
         unknown = [m for m in methods if m not in REGISTRY]
         if unknown:
             raise UsageError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(REGISTRY)}")
+    if not 0 <= args.seed <= SEED_MAX:
+        # numpy's and scikit-learn's random states take 32-bit seeds only.
+        raise UsageError(f"--seed must be an integer in 0 .. {SEED_MAX}, got {args.seed}")
     if not (math.isfinite(args.max_array_mb) and args.max_array_mb > 0):
         raise UsageError(f"--max-array-mb must be a positive number of MiB, got {args.max_array_mb!r}")
-    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
-        raise UsageError(f"--out {args.out} is a file; pass a directory (it is created if missing)")
+    if args.out is not None:
+        _check_out(args.out)
     if args.out is not None and foreign_files(args.out):
         raise UsageError(
             f"--out {args.out} holds files that compare did not write ({', '.join(foreign_files(args.out)[:5])}); "

@@ -22,6 +22,8 @@ import platform
 import sys
 import time
 import warnings
+from numbers import Integral
+from os import PathLike
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -55,6 +57,9 @@ __all__ = ["compare", "scale_budgets", "TASKS", "run"]
 # Training budget per mode, a factor on every epoch count (see scale_budgets): the
 # default run is each estimator exactly at its defaults.
 _BUDGET = {"quick": 0.2, "default": 1.0, "full": 4.0}
+# The largest seed numpy's and scikit-learn's random states take (cli.SEED_MAX too: the command
+# line checks it before torch loads, and cli sits above this module).
+SEED_MAX = 2**32 - 1
 
 
 def scale_budgets(estimator, factor):
@@ -362,13 +367,15 @@ def compare(
 
     Parameters
     ----------
-    data : sequence of str
+    data : str or sequence of str
         Built-in task names (``"digits"``, ``"tdcm"``, ``"mnist"``) or paths to
-        ``.npz``/``.csv`` files.
-    methods : sequence of str, default=None
-        Names from :data:`~sktransfer_cluster.registry.REGISTRY` (all by default).
+        ``.npz``/``.csv`` files; a single str is one task.
+    methods : str or sequence of str, default=None
+        Names from :data:`~sktransfer_cluster.registry.REGISTRY` (all by default;
+        an empty sequence is refused); a single str is one method.
     device : str, default="cpu"
-    seed : int, default=0
+    seed : int or None, default=0
+        In ``0 .. 2**32 - 1`` (numpy's seeds).
     mode : {"quick", "default", "full"}
         The training budgets: every epoch count x0.2, x1 or x4 (:func:`scale_budgets`).
     progress : bool, default=True
@@ -393,8 +400,28 @@ def compare(
     -------
     rows : list of Row
     tasks : list of TransferTask
+
+    Raises
+    ------
+    UsageError
+        A ``ValueError``, before any task is loaded for a bad option (an unknown
+        or empty method list, an unknown ``mode``, a ``seed`` outside
+        ``0 .. 2**32 - 1``, a non-positive ``n_clusters``/``threads``, an unknown
+        device), or for a task that cannot be loaded or run.
     """
-    methods = list(REGISTRY) if not methods else list(methods)
+    # A single name is one task or one method, not a sequence of its characters.
+    data = [data] if isinstance(data, (str, PathLike)) else list(data)
+    if methods is None:
+        methods = list(REGISTRY)
+    else:
+        methods = [methods] if isinstance(methods, str) else list(methods)
+        if not methods:
+            raise UsageError(f"methods is empty; pass None for every method, or names from: {', '.join(REGISTRY)}")
+    if mode not in _BUDGET:
+        raise UsageError(f"mode must be one of {', '.join(map(repr, _BUDGET))}; got {mode!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, Integral) or not 0 <= seed <= SEED_MAX):
+        # numpy's and scikit-learn's random states take 32-bit seeds only.
+        raise UsageError(f"seed must be an integer in 0 .. {SEED_MAX}, got {seed!r}")
     unknown = [m for m in methods if m not in REGISTRY]
     if unknown:
         raise UsageError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(REGISTRY)}")
@@ -489,7 +516,8 @@ def _figures(rows, tasks, out):
         xy = _plane(task.X_target)
         n = len(task_rows) + (task.y_target is not None)
         cols = min(4, n)
-        fig, axes = plt.subplots((n + cols - 1) // cols, cols, figsize=(3.2 * cols, 3.0 * ((n + cols - 1) // cols)), squeeze=False)
+        n_rows = (n + cols - 1) // cols
+        fig, axes = plt.subplots(n_rows, cols, figsize=(3.2 * cols, 3.0 * n_rows), squeeze=False)
         panels = ([("true labels", task.y_target)] if task.y_target is not None else []) + [
             (f"{r.method}\nACC {_fmt(r.acc)}", np.asarray(r.labels)) for r in task_rows
         ]
@@ -528,7 +556,8 @@ def _figures(rows, tasks, out):
                     if is_base:  # the baselines, fitted on the target with K, set apart
                         bar.set_hatch("//")
                         bar.set_edgecolor("white")
-            ax.set_xticks(x, [r.method.replace(" (on target)", "\n(on target)") for r in scored], rotation=30, ha="right", fontsize=8)
+            names = [r.method.replace(" (on target)", "\n(on target)") for r in scored]
+            ax.set_xticks(x, names, rotation=30, ha="right", fontsize=8)
             ax.set_ylim(0, 1)
             ax.set_title(f"{task.name}: target scores (hatched: baselines fitted on the target)", fontsize=9)
             ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)

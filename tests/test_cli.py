@@ -11,6 +11,7 @@ import pytest
 
 from sktransfer_cluster import SinkhornKMeans, compare as cli
 from sktransfer_cluster.cli import main
+from sktransfer_cluster.errors import UsageError
 from sktransfer_cluster.registry import REGISTRY, Method
 
 from .conftest import registered_only
@@ -134,6 +135,10 @@ def test_bounded_k_task_makes_ccn_estimate_k():
         (["--methods", "NoSuchMethod"], "unknown method(s) NoSuchMethod"),
         (["--data", "mnist-from-the-moon"], "unknown task 'mnist-from-the-moon'"),
         (["--device", "cuda:99"], "device"),
+        (["--seed", "-1"], "--seed must be an integer in 0 .. 4294967295, got -1"),
+        (["--seed", str(2**32)], "--seed must be an integer in 0 .. 4294967295, got 4294967296"),
+        (["--methods", ","], "--methods ',' names no method"),
+        (["--methods", ""], "--methods '' names no method"),
     ],
 )
 def test_bad_arguments_give_one_clear_line_and_exit_2(argv, message, capsys):
@@ -689,3 +694,46 @@ def test_the_umap_baseline_leaves_the_runs_thread_count_as_it_was():
         assert torch.get_num_threads() == 1 and row.acc > 0.8
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"mode": "bogus"}, "mode must be one of 'quick', 'default', 'full'; got 'bogus'"),
+        ({"seed": -1}, "seed must be an integer in 0 .. 4294967295, got -1"),
+        ({"methods": []}, "methods is empty"),
+    ],
+)
+def test_compare_refuses_a_bad_option_before_loading_any_task(kwargs, message, monkeypatch):
+    def no_loading(*args, **kw):
+        raise AssertionError("tasks were loaded")
+
+    monkeypatch.setattr(cli, "_load_tasks", no_loading)
+    with pytest.raises(UsageError, match=re.escape(message)):
+        cli.compare(**{"data": ["tdcm"], "methods": ["SinkhornKMeans"], "progress": False, "log": False, **kwargs})
+
+
+def test_compare_takes_a_single_str_as_one_task_and_one_method(monkeypatch):
+    seen = {}
+
+    def load_tasks(data, *args):
+        seen["data"] = list(data)
+        return []
+
+    monkeypatch.setattr(cli, "_load_tasks", load_tasks)
+    rows, tasks = cli.compare("tdcm", "SinkhornKMeans", progress=False, log=False)
+    assert seen["data"] == ["tdcm"] and (rows, tasks) == ([], [])
+
+
+def test_compare_refuses_an_unknown_method_given_as_a_single_str():
+    with pytest.raises(UsageError, match=re.escape("unknown method(s) NoSuchMethod")):
+        cli.compare("tdcm", "NoSuchMethod", progress=False, log=False)
+
+
+def test_an_out_path_under_a_file_is_refused_before_anything_runs(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    assert main(["compare", "--quick", "--methods", "SinkhornKMeans", "--out", str(blocker / "sub")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"sktransfer-cluster: error: --out {blocker / 'sub'} cannot be created: {blocker} is a file; "
+                   "pass a folder path")
