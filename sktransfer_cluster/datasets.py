@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import warnings
 from dataclasses import dataclass
+from numbers import Integral
 
 import numpy as np
 
@@ -57,6 +58,18 @@ class TransferTask:
         return None if self.y_target is None else int(np.unique(self.y_target).shape[0])
 
 
+def _digit_classes(name, classes):
+    """``classes`` (one int, or a sequence of them) as a list of digits 0-9, or a ``ValueError``:
+    any other value would select no image and leave a side silently empty."""
+    classes = [classes] if isinstance(classes, Integral) else list(classes)
+    if not classes:
+        raise ValueError(f"{name} is empty; pass at least one digit 0 .. 9.")
+    for c in classes:
+        if isinstance(c, (bool, np.bool_)) or not isinstance(c, Integral) or not 0 <= c <= 9:
+            raise ValueError(f"{name} must be digits 0 .. 9; got {c!r}.")
+    return [int(c) for c in classes]
+
+
 def load_digits_transfer(source_classes=(0, 1, 2, 3, 4), target_classes=(5, 6, 7, 8, 9), scale=True):
     """The standard cross-task split of sklearn's bundled 8x8 digits.
 
@@ -65,8 +78,8 @@ def load_digits_transfer(source_classes=(0, 1, 2, 3, 4), target_classes=(5, 6, 7
 
     Parameters
     ----------
-    source_classes, target_classes : sequence of int
-        Digit classes of each side.
+    source_classes, target_classes : int or sequence of int
+        Digit classes (0-9) of each side; anything else is a ``ValueError``.
     scale : bool, default=True
         Divide pixel values (0-16) by 16 so features lie in [0, 1].
 
@@ -82,6 +95,8 @@ def load_digits_transfer(source_classes=(0, 1, 2, 3, 4), target_classes=(5, 6, 7
     >>> task.X_source.shape, task.X_target.shape
     ((901, 64), (896, 64))
     """
+    source_classes = _digit_classes("source_classes", source_classes)
+    target_classes = _digit_classes("target_classes", target_classes)
     from sklearn.datasets import load_digits
 
     X, y = load_digits(return_X_y=True)

@@ -164,3 +164,27 @@ def test_load_transfer_file_lives_in_files_and_returns_a_transfer_task(tmp_path)
     task = files.load_transfer_file(path)
     assert isinstance(task, datasets.TransferTask) and files.TransferTask is datasets.TransferTask
     assert "load_transfer_file" not in datasets.__all__ and not hasattr(datasets, "load_transfer_file")
+
+
+@pytest.mark.parametrize(
+    "source, target, match",
+    [
+        ((0, 11), (5,), r"source_classes must be digits 0 \.\. 9; got 11"),
+        (("0",), (5,), r"source_classes must be digits 0 \.\. 9; got '0'"),
+        ((0, 1), (), "target_classes is empty"),
+        ((0, 1), (True,), r"target_classes must be digits 0 \.\. 9; got True"),
+    ],
+    ids=["absent-class", "str-class", "empty", "bool"],
+)
+def test_load_digits_transfer_refuses_classes_that_are_not_digits(source, target, match):
+    from sktransfer_cluster.datasets import load_digits_transfer
+
+    with pytest.raises(ValueError, match=match):
+        load_digits_transfer(source, target)
+
+
+def test_load_digits_transfer_takes_one_int_as_one_class():
+    from sktransfer_cluster.datasets import load_digits_transfer
+
+    task = load_digits_transfer(3, np.int64(5))
+    assert set(task.y_source) == {3} and set(task.y_target) == {5}
