@@ -378,6 +378,32 @@ def test_partial_fit_after_fit_continues_from_the_fitted_centres():
     assert np.abs(km.cluster_centers_ - before).max() < 0.5  # a small step from the fit, not a restart
 
 
+def test_a_transfer_after_partial_fit_starts_from_the_updated_source_model():
+    from sktransfer_cluster import SinkhornKMeans
+
+    X, _ = _sk_blobs()
+    target = np.random.default_rng(0).uniform(X.min(0), X.max(0), X.shape)  # no clusters: the start decides
+    km = SinkhornKMeans(3, random_state=0, device="cpu").fit(X)
+    km.transfer(np.ascontiguousarray(X[:, ::-1]))
+    km.partial_fit(X[:300])  # the source model moves on; the next transfer starts from it
+    again = SinkhornKMeans(3, random_state=0, device="cpu").fit(X)
+    again.partial_fit(X[:300])
+    np.testing.assert_array_equal(km.transfer(target), again.transfer(target))
+
+
+def test_each_dask_transfer_starts_from_the_source_model():
+    da = pytest.importorskip("dask.array")
+    from sktransfer_cluster import SinkhornKMeans
+
+    X, _ = _sk_blobs()
+    km = SinkhornKMeans(3, random_state=0, device="cpu").fit(da.from_array(X, chunks=(1000, -1)))
+    # No clusters in the target: where OT-Lloyd starts decides its partition.
+    target = da.from_array(np.random.default_rng(0).uniform(X.min(0), X.max(0), X.shape), chunks=(1000, -1))
+    first = km.transfer(target).compute()
+    km.transfer(da.from_array(np.ascontiguousarray(X[:, ::-1]), chunks=(1000, -1)))
+    np.testing.assert_array_equal(km.transfer(target).compute(), first)
+
+
 def test_partial_fit_refuses_an_embedding_and_a_new_width():
     from sktransfer_cluster import SinkhornKMeans
 

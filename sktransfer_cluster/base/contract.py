@@ -290,8 +290,10 @@ class TransferClusterMixin(ABC):
     def _validate_input(self, X, *, reset, y=None, stream=True):
         """Validate X (and y when given) against the fitted feature count.
 
-        Numeric float32/float64 2-D arrays come out; NaN/inf, complex, object or
-        string data raise ``ValueError`` with the offending property named.
+        Numeric float32/float64 2-D arrays come out: like scikit-learn's ``KMeans``,
+        string, bytes and object arrays of numbers are converted to float; NaN or inf
+        (a ``None`` in an object array is NaN), complex values, or text that is not a
+        number raise ``ValueError`` with the offending property named.
         A dask array comes out as numpy up to the rows every estimator fits in
         memory, else as a :class:`~.streaming.DaskRows` (:func:`~.streaming.dask_input`),
         whose values are checked on the workers (fit: in its moments' pass).

@@ -208,7 +208,8 @@ class StreamedOTKMeansMixin:
         cluster-size prior, with column potentials carried from batch to batch, and
         each centre moves to the running mean of the plan mass it has received
         (scikit-learn's ``MiniBatchKMeans.partial_fit`` with the size-constrained
-        assignment). After a ``fit`` the steps continue from the fitted centres.
+        assignment). After a ``fit`` the steps continue from the fitted centres
+        (the source model's, also after a ``transfer``).
         Only without an embedding (with one the method does not exist).
 
         Parameters
@@ -228,6 +229,9 @@ class StreamedOTKMeansMixin:
         if first:
             self._validate_params()
         with self._rollback_on_error():
+            # Each batch updates the source model (not a target's, after a transfer); transfers start from it.
+            self._start_from_source()
+            self._new_source()
             X = self._validate_input(X, reset=first, stream=False)  # one batch, held in memory
             if first:
                 self._check_params_vs_input(X, reset=True)
@@ -329,6 +333,7 @@ class StreamedOTKMeansMixin:
 
         self._validate_params()
         with self._rollback_on_error():
+            self._new_source()
             rows = self._dask_rows(X, reset=True)
             if y is not None:
                 self._validate_dask_rows(rows, reset=True, y=y.compute() if is_dask_array(y) else y)
@@ -363,6 +368,7 @@ class StreamedOTKMeansMixin:
         self._validate_transfer_options(options)
         n_restarts = 0 if options.get("n_restarts") is None else int(options["n_restarts"])
         with self._rollback_on_error():
+            self._start_from_source()
             rows = self._dask_rows(X, reset=False)
             self._check_params_vs_input(rows, reset=False)
             rng, _ = make_generators(self.random_state, "cpu")
