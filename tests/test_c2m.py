@@ -1173,3 +1173,18 @@ def test_on_grouped_rows_a_dask_array_is_fitted_and_transferred_with_its_gap_cri
     in_memory = C2MCluster(**STREAM, representation=None).fit(X, y, groups=groups)
     np.testing.assert_array_equal(gap_labels, in_memory.gap_model_.labels_)
     np.testing.assert_array_equal(labels, in_memory.transfer(np.ascontiguousarray(X[::-1])))
+
+
+def test_a_target_of_few_distinct_rows_gives_no_kmeans_warning_from_the_candidates():
+    import warnings
+
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(80, centers=3, n_features=5, random_state=0)
+    model = C2MCluster(max_clusters=4, **FAST).fit(X, y)
+    target = np.repeat(X[:2] + 0.5, 15, axis=0)  # two distinct rows
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        labels = model.transfer(target)
+    assert not [w for w in caught if "sklearn" in w.filename]
+    assert np.unique(labels).shape[0] <= 2

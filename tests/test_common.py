@@ -409,7 +409,7 @@ def test_set_params_after_fit_changes_nothing_predict_and_score_serve(estimator,
     X, y, Xt, _ = data
     est = _fit(estimator, X, y)
     before, score = est.predict(Xt), est.score(Xt)
-    changed = {"n_clusters": 2, "representation": "neighbours", "embedding_dim": 7}
+    changed = {"n_clusters": 2, "max_clusters": 2, "representation": "neighbours", "embedding_dim": 7}
     est.set_params(**{k: v for k, v in changed.items() if k in est.get_params() and est.get_params()[k] != v})
     np.testing.assert_array_equal(est.predict(Xt), before)
     assert est.score(Xt) == score

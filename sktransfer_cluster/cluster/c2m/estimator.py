@@ -950,6 +950,8 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             self._tick(bar, metric=float(res.best_score))
         self._mlp_ref = state
         self._cem_w = res.best.detach().clone()
+        # The clustering MLP's shape as fitted: predict reads it, not the parameters (set_params after fit).
+        self._mlp_shape = (self.cem_hidden, self.max_clusters)
         self._input_mean = mean.detach().clone()
         self.input_scale_ = float(scale)
 
@@ -1286,7 +1288,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         if not bool(proved.all()):
             rows = torch.nonzero(~proved).squeeze(1)
             Xs = (self._tensor(codes[rows.numpy()]) - self._input_mean) / self.input_scale_
-            again, sure = certified_labels(Xs, self._mlp_ref, self._cem_w, self.cem_hidden, self.max_clusters,
+            again, sure = certified_labels(Xs, self._mlp_ref, self._cem_w, *self._mlp_shape,
                                            self._outputs)
             if not bool(sure.all()):
                 # Ties to the last bits: only predict's own float64 pass, on the whole chunk, settles them.
@@ -1299,7 +1301,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         rows, their :func:`mlp_inputs` and the clustering MLP, as ``fit`` labels its rows."""
         Xs = (self._tensor(codes) - self._input_mean) / self.input_scale_
         H = mlp_inputs(Xs, self._mlp_ref)
-        logits = population_logits(H, self._cem_w.unsqueeze(0), self.cem_hidden, self.max_clusters)[0]
+        logits = population_logits(H, self._cem_w.unsqueeze(0), *self._mlp_shape)[0]
         # Most activated *used* output: labels 0 .. n_clusters_ - 1 only.
         return logits[:, self._outputs].argmax(1).cpu().numpy()
 
@@ -1309,7 +1311,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         state = (self._mlp_ref, self._cem_w, self._input_mean, self.input_scale_, self._outputs)
         cached = _SCREENS.get(self)
         if cached is None or len(cached[0]) != len(state) or any(a is not b for a, b in zip(cached[0], state)):
-            screen = predict_screen(self._mlp_ref, self._cem_w, self.cem_hidden, self.max_clusters, self._outputs,
+            screen = predict_screen(self._mlp_ref, self._cem_w, *self._mlp_shape, self._outputs,
                                     self._input_mean, self.input_scale_)
             cached = (state, screen, [0])  # [2]: True (the last chunk mostly proved) or chunks to skip
             _SCREENS[self] = cached

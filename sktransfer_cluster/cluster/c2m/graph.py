@@ -217,7 +217,7 @@ def kmeans_candidates(Xs, n_inputs, hidden, n_out, rng, *, n_init=1, offset=0, k
     One k-means run per k (``n_init`` starts, seeded from ``rng``), each turned
     into weights by :func:`centroid_mlp_weights` (``Xs`` being the MLP's input
     columns from ``offset`` on): a cheap, diverse set of starting proposals for
-    a search over every number of clusters (k is capped at the number of rows).
+    a search over every number of clusters (k is capped at the number of distinct rows).
 
     Returns
     -------
@@ -225,7 +225,8 @@ def kmeans_candidates(Xs, n_inputs, hidden, n_out, rng, *, n_init=1, offset=0, k
     """
     Xn = Xs.detach().cpu().numpy()
     rows = []
-    for k in range(k_min, min(n_out, Xn.shape[0]) + 1):
+    # At most one centre per distinct row: k-means cannot find more (it would warn, in the user's face).
+    for k in range(k_min, min(n_out, np.unique(Xn, axis=0).shape[0]) + 1):
         if k == 1:
             centers = Xn.mean(0, keepdims=True)
         else:
