@@ -379,14 +379,14 @@ def _search_labellings(est, X):
     """What the search returns on ``X``: the labelling of CEM alone (``kmeans_candidates=False``)
     and that of ``transfer`` at the estimator's settings (CEM plus the k-means candidates). The
     second call leaves ``est`` transferred to ``X`` (its representation refined on ``X``)."""
-    old, gap = est.kmeans_candidates, getattr(est, "gap_model_", None)
+    old = est.get_params()
     try:
         # CEM alone of the main metric: with gap_critic, without its veto (the veto's search is
-        # the gap metric's, run once below).
-        est.kmeans_candidates, est.gap_model_ = False, None
+        # the gap metric's, run once below). Every transfer starts from the fitted model.
+        est.set_params(kmeans_candidates=False, gap_critic=False)
         cem = est.transfer(X).copy()
     finally:
-        est.kmeans_candidates, est.gap_model_ = old, gap
+        est.set_params(kmeans_candidates=old["kmeans_candidates"], gap_critic=old["gap_critic"])
     return {"CEM": cem, "transfer": est.transfer(X).copy()}
 
 

@@ -917,6 +917,9 @@ def test_gap_critic_returns_the_main_clustering_or_the_gap_metrics_and_predict_f
         np.testing.assert_array_equal(compact_labels(labels)[0], compact_labels(expected)[0])
         np.testing.assert_array_equal(est.predict(Xt), labels)
     assert seen == {True, False}
+    est.set_params(gap_critic=False)  # after fit: transfers without the veto
+    np.testing.assert_array_equal(compact_labels(est.transfer(Xr))[0], compact_labels(plain.transfer(Xr))[0])
+    assert not est.gap_vetoed_
 
 
 def test_gap_critic_auto_is_on_for_grouped_rows_only():

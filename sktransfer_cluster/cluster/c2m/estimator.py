@@ -570,7 +570,8 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         on at most ``max_cem_samples`` rows). Each metric is kept where it is right: the main
         one on blobs that touch (which the gap metric merges), the gap metric where the main
         one joins what a gap separates (one cluster over two rings). About twice the fit time.
-        ``score`` stays the main metric's. ``"auto"``: on for a source given as ``groups``
+        ``score`` stays the main metric's; ``set_params(gap_critic=False)`` after a fit
+        transfers without the veto. ``"auto"``: on for a source given as ``groups``
         (many small sets, the paper's protocol) read as rows, where it was measured: the
         paper's Table 2 (critic learned on blob sets only, K not given, seeds 0-2, 50 sets a
         kind) moons 0.744 -> 0.951 and circles 0.526 -> 0.921 (median ACC), blobs 0.831 ->
@@ -1255,9 +1256,12 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         Z = self._encode_all(X)
         labels, n_iter = self._cluster(Z, rng, torch_gen)
         self.n_iter_ = int(n_iter)
-        if getattr(self, "gap_model_", None) is not None:
+        # gap_critic=False set after fit: a transfer without the veto (the gap metric is kept).
+        if getattr(self, "gap_model_", None) is not None and self.gap_critic is not False:
             self._gap_veto(Z, np.asarray(self.gap_model_.transfer(_as_given(Z))), rng)
             labels = self.labels_
+        elif getattr(self, "gap_model_", None) is not None:
+            self.gap_vetoed_ = False
         return labels
 
     def _predict(self, X):
