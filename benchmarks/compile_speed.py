@@ -16,7 +16,10 @@ Python process (no in-memory compile cache carries over):
    decisions are listed under the table), on a cache of its own;
 5. ``neighbours-cold`` / ``neighbours-warm``: only the neighbour encoder's step compiled, from its
    first call (the GAN's ``compile="always"``; TDCM's ``"always"`` with its blocks kept eager), on a
-   cache of its own: what the neighbour encoder's step gains and costs, the GAN's expectations.
+   cache of its own: what the neighbour encoder's step gains and costs, the GAN's expectations;
+6. ``critic-cold`` / ``classifier-cold`` / ``generator-cold`` (the GAN only): that adversarial step
+   alone compiled from its first call, the others and the encoder eager, each on an empty cache of
+   its own: the per-step expectations of the GAN's rule.
 
 In rows 2-3 the estimator runs with ``compile="always"`` (the GAN with ``_compile_adversarial``
 on) and which steps compile is set in the child by wrapping ``representation.train_neighbour_encoder``
@@ -74,7 +77,12 @@ ROWS = {
     "rule-warm": ("rule", "rule", False),
     "neighbours-cold": ("neighbours", "neighbours", True),
     "neighbours-warm": ("neighbours", "neighbours", False),
+    "critic-cold": ("critic", "critic", True),
+    "classifier-cold": ("classifier", "classifier", True),
+    "generator-cold": ("generator", "generator", True),
 }
+#: The GAN's adversarial steps, each a row compiled alone.
+ADVERSARIAL = ("critic", "classifier", "generator")
 #: estimator -> (what its own compile=True compiles, its training phases in the table).
 ESTIMATORS = {
     "tdcm": ("blocks", ("neighbours", "fit")),
@@ -91,6 +99,7 @@ def label(row, estimator):
             "rule-warm": "compile=True (compiles where it repays), warm cache",
             "neighbours-cold": "neighbour encoder compiled, cold cache",
             "neighbours-warm": "neighbour encoder compiled, warm cache",
+            **{f"{s}-cold": f"{s} step alone compiled, cold cache" for s in ADVERSARIAL},
             "peer": "peer: UMAP(10) + GMM(n_init=3)"}[row]
 
 
@@ -164,6 +173,9 @@ def one_fit(mode, seed, smoke, estimator="tdcm", max_epochs=None):
     if mode == "neighbours":  # TDCM's blocks eager: only the neighbour encoder's step compiled
         real_rule = TDCMCluster._compile_rule
         TDCMCluster._compile_rule = lambda self, step, *args: step == "neighbours" and real_rule(self, step, *args)
+    if mode in ADVERSARIAL:  # one adversarial step compiled from its first call, every other step eager
+        assert estimator == "gan", f"{mode}: a row of the GAN only"
+        PreciseFeatureGAN._compile_rule = lambda self, step, *args, **kwargs: step == mode
     params = dict(n_clusters=k)
     if max_epochs is not None:
         params.update(max_epochs=max_epochs) if estimator == "tdcm" else params.update(n_iter=max_epochs)
@@ -291,7 +303,8 @@ def main():
     parser.add_argument("--max-epochs", type=int, help="TDCM's max_epochs (the GAN's n_iter); default: the estimator's")
     parser.add_argument("--name", help="file stem of the results (default: <estimator>[_epochs<n>]_seed<seeds>)")
     parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--child", choices=["eager", "own", "all", "rule", "neighbours", "peer"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["eager", "own", "all", "rule", "neighbours", *ADVERSARIAL, "peer"],
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(one_fit(args.child, args.seed, args.smoke, args.estimator, args.max_epochs)))
