@@ -5,6 +5,7 @@ The float64 path is ``C2MCluster._exact_predict`` (the predict of before the scr
 it was); every test compares ``predict`` with it, chunk by chunk as predict cuts the rows."""
 
 import copy
+import math
 
 import numpy as np
 import pytest
@@ -89,6 +90,24 @@ def test_the_screen_proves_most_rows_of_separated_blobs_whose_features_it_reads(
     est = _reading_the_features(_fitted(X[:1000], y[:1000]), 0)
     _, proved = graph.screen_labels(est._predict_screen(), X)
     assert float(proved.float().mean()) > 0.9
+
+
+@pytest.mark.parametrize("name", ["digits", "moons", "blobs, tree cuts"])
+def test_the_ball_level_by_leading_bits_equals_the_binary_search(models, name):
+    """``_screen_level`` (a table over B's leading bits, one step up) gives torch.bucketize's level,
+    clamped to the last, for every kind of float32 B: random bit patterns over the whole range,
+    the radii and their float32 neighbours, zeros, subnormals, inf and NaN."""
+    est, _ = _copy(models, name)
+    screen = est._predict_screen()
+    radii, last = screen["radii"], screen["levels"] - 1
+    g = torch.Generator().manual_seed(0)
+    bits = torch.randint(-(2**31), 2**31 - 1, (200_000,), generator=g, dtype=torch.int64).to(torch.int32)
+    positive = torch.exp(torch.rand(100_000, generator=g) * 12 - 6) * radii[radii.shape[0] // 2]
+    edges = torch.cat([radii, torch.nextafter(radii, torch.zeros(1)), torch.nextafter(radii, torch.full((1,), math.inf))])
+    special = torch.tensor([0.0, -0.0, 1e-45, 1e-40, 1.2e-38, 3.4e38, math.inf, -math.inf, math.nan, -1.0])
+    B = torch.cat([bits.view(torch.float32), positive, edges, special]).contiguous()
+    expected = torch.bucketize(B, radii).clamp_(max=last)
+    torch.testing.assert_close(graph._screen_level(screen, B.clone()), expected, rtol=0, atol=0)
 
 
 def test_far_huge_and_tiny_rows_beside_ordinary_ones_keep_the_float64_labels(models):

@@ -641,6 +641,8 @@ _U64 = 2.0**-53
 _LEVELS_PER_OCTAVE = 8
 # screen_labels: float32 distances per block (rows x reference rows), a block that stays in cache for its argmin.
 _SCREEN_BLOCK = 2**18
+# screen_labels' level of a ball radius: a table over the leading bits of its float32 (sign, exponent, 4 mantissa bits).
+_LEVEL_BITS = 13
 
 
 def _gamma(n, u):
@@ -752,6 +754,12 @@ def predict_screen(reference, weights, hidden, n_out, outputs, mean, scale):
         fmax_reach = F.abs().amax(0) @ W1f.abs()
         # The row's level: the first radius, rounded down to float32, at least B (rounded up).
         radii32 = (radii * (1 - 2.0**-20) / infl).float()
+        # The level by the float32 bits of B (sign, exponent, 4 mantissa bits: a bucket spans a factor
+        # <= 1 + 2^-4 < 2^(1/8) among normal floats), then one step up; radii_ext's last entry (inf) is
+        # the "beyond every radius" level that screen_labels clamps to the last one.
+        keys = (torch.arange(2**_LEVEL_BITS, dtype=torch.int32) << (32 - _LEVEL_BITS)).view(torch.float32)
+        out.update(level_of_key=torch.bucketize(keys, radii32),
+                   radii_ext=torch.cat([radii32, torch.tensor([math.inf], dtype=torch.float32)]))
         out.update(levels=L, radii=radii32, rho_k=rho_k.float(), table=Zc.reshape(n_ref * L, hidden).float(),
                    reach=(reach * (1 + 2.0**-20)).reshape(n_ref * L, -1).T.contiguous().float())
         # The rows' distances |r|^2 - 2 q.r from [x - mean, 1] (the bias as a last row: no broadcast copy).
@@ -787,6 +795,20 @@ def predict_screen(reference, weights, hidden, n_out, outputs, mean, scale):
         t = math.sqrt(4 * _gamma(2 * d + 8, _U64))
         out.update(c4=c4, rmax=rmax, b1c=2 * s1 + t * (1 + s1), b0c=2 * s0 + t * (s0 + rmax))
     return out
+
+
+def _screen_level(screen, B):
+    """``torch.bucketize(B, radii).clamp(max=levels - 1)`` (float32 ``B``, int64 levels) without the
+    binary search: the level of the bucket of B's leading bits, one step up where its radius is
+    below ``B``. Whatever the buckets, a level whose radius is not at least ``B`` (B NaN included)
+    becomes the last one, which holds every reference row, so the ball is always covered."""
+    key = B.view(torch.int32).bitwise_right_shift(32 - _LEVEL_BITS).bitwise_and_(2**_LEVEL_BITS - 1)
+    level = screen["level_of_key"].index_select(0, key)
+    radii = screen["radii_ext"]
+    level.add_(radii.index_select(0, level) < B)
+    # Not ``< B``: a NaN B (whose bits may key any bucket) must reach the last level too.
+    level.masked_fill_(radii.index_select(0, level).ge(B).logical_not_(), screen["levels"] - 1)
+    return level.clamp_(max=screen["levels"] - 1)
 
 
 def screen_labels(screen, rows):
@@ -825,8 +847,7 @@ def screen_labels(screen, rows):
         rho = torch.addcmul(d1, nq, torch.add(nq, 2 * c4 * rmax, alpha=1 + c4)).add_(c4 * rmax * rmax)
         B = rho.clamp_(min=0).sqrt_().mul_(2 * (1 + 4 * _U32)).add_(screen["rho_k"].index_select(0, near))
         B.add_(nq, alpha=screen["b1c"]).add_(screen["b0c"])
-        level = torch.bucketize(B, screen["radii"]).clamp_(max=screen["levels"] - 1)  # NaN: the last level
-        entry = level.add_(near, alpha=screen["levels"])
+        entry = _screen_level(screen, B).add_(near, alpha=screen["levels"])
         z.add_(screen["table"].index_select(0, entry))
         reach.add_(screen["reach"].index_select(1, entry))
     a = z.clamp_(min=0)
