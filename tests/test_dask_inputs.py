@@ -160,13 +160,14 @@ def test_per_row_methods_of_a_dask_array_return_a_lazy_dask_array_of_the_numpy_r
     np.testing.assert_array_equal(out[-expected.shape[0]:], expected)
 
 
-@pytest.mark.parametrize("method", ["predict-tdcm", "transform-tdcm"])
+@pytest.mark.parametrize("method", ["predict-tdcm", "transform-tdcm", "transform-skm", "predict_proba-gan"])
 def test_per_row_methods_of_a_dask_array_before_fit_raise_not_fitted(method):
     from sklearn.exceptions import NotFittedError
 
-    from sktransfer_cluster import TDCMCluster
+    from sktransfer_cluster import PreciseFeatureGAN, TDCMCluster
 
     X, _ = _blobs(n=40)
-    name, _ = method.split("-")
+    name, which = method.split("-")
+    model = {"tdcm": TDCMCluster, "skm": SinkhornKMeans, "gan": PreciseFeatureGAN}[which](3, device="cpu")
     with pytest.raises(NotFittedError):
-        getattr(TDCMCluster(3, device="cpu"), name)(da.from_array(X, chunks=(20, -1)))
+        getattr(model, name)(da.from_array(X, chunks=(20, -1)))

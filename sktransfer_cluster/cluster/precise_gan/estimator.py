@@ -1270,7 +1270,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             A dask array for a dask array, each chunk's computed where it lives.
         """
         if is_dask_array(X):
-            return self._map_dask_rows("predict_proba", X, self.n_clusters_, np.float64)
+            return self._map_dask_rows("predict_proba", X, lambda: self.n_clusters_, np.float64)
         X = self._fitted_input(X)
         return self._chunked(lambda xc: self._log_proba(xc).double().exp().cpu().numpy(), X)
 
