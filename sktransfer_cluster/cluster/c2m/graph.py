@@ -760,8 +760,8 @@ def predict_screen(reference, weights, hidden, n_out, outputs, mean, scale):
         keys = (torch.arange(2**_LEVEL_BITS, dtype=torch.int32) << (32 - _LEVEL_BITS)).view(torch.float32)
         out.update(level_of_key=torch.bucketize(keys, radii32),
                    radii_ext=torch.cat([radii32, torch.tensor([math.inf], dtype=torch.float32)]))
-        out.update(levels=L, radii=radii32, rho_k=rho_k.float(), table=Zc.reshape(n_ref * L, hidden).float(),
-                   reach=(reach * (1 + 2.0**-20)).reshape(n_ref * L, -1).T.contiguous().float())
+        out.update(levels=L, radii=radii32, table=Zc.reshape(n_ref * L, hidden).float())
+        reach_table = reach.reshape(n_ref * L, -1)  # reach0 is added below, once known
         # The rows' distances |r|^2 - 2 q.r from [x - mean, 1] (the bias as a last row: no broadcast copy).
         out["Md"] = torch.cat([-2.0 * R.T / scale, (R * R).sum(1, keepdim=True).T]).float()
     # Every other bound is a linear function of nq >= |q| (the row's standardised norm, rounded up).
@@ -785,6 +785,9 @@ def predict_screen(reference, weights, hidden, n_out, outputs, mean, scale):
     reach0 = (cz @ w2a + r0 * (w1n @ w2a) + g_out * (a0 * w2n + b2u.abs())) * infl + 2.0**-21 * (a0 * w2n + b2u.abs())
     reach1 = (r1 * (w1n @ w2a) + g_out * a1 * w2n) * infl + 2.0**-21 * a1 * w2n
     out["reach0"] = (reach0 * (1 + 2.0**-20)).float().unsqueeze(1)
+    if feats:
+        # The table's reach with reach0 added (in float64, then rounded up): one (n_used, m) pass less per chunk.
+        out["reach"] = ((reach_table + reach0) * (1 + 2.0**-20)).T.contiguous().float()
     out["reach1"] = (reach1 * (1 + 2.0**-20)).float().unsqueeze(1)
     out["nq_scale"] = 1.01 / scale
     if feats:
@@ -793,7 +796,11 @@ def predict_screen(reference, weights, hidden, n_out, outputs, mean, scale):
         rmax = float(R.norm(dim=1).max())
         c4 = 2 * _gamma(d + 6, u) + 8 * u
         t = math.sqrt(4 * _gamma(2 * d + 8, _U64))
-        out.update(c4=c4, rmax=rmax, b1c=2 * s1 + t * (1 + s1), b0c=2 * s0 + t * (s0 + rmax))
+        b0c = 2 * s0 + t * (s0 + rmax)
+        # rho_k(a) + b0c per reference row, in float64 and rounded up: one addition less per chunk.
+        out.update(c4=c4, rmax=rmax, b1c=2 * s1 + t * (1 + s1), rho_kb=((rho_k + b0c) * (1 + 2.0**-20)).float())
+        step = max(1, _SCREEN_BLOCK // n_ref)
+        out.update(step=step, flat=np.arange(step) * n_ref)  # each block row's offset in the flat block
     return out
 
 
@@ -829,14 +836,12 @@ def screen_labels(screen, rows):
     y[:, d] = 1.0
     nq = torch.linalg.vector_norm(y[:, :d], dim=1).mul_(screen["nq_scale"])
     z = torch.mm(y, screen["Mz"])
-    reach = torch.addcmul(screen["reach0"], screen["reach1"], nq)  # (n_used, m)
     n_ref = screen["n_ref"]
     if n_ref:
         near = np.empty(m, dtype=np.int64)
         d1 = np.empty(m, dtype=np.float32)
-        step = max(1, _SCREEN_BLOCK // n_ref)
+        step, flat = screen["step"], screen["flat"]
         buffer = torch.empty((min(step, m), n_ref), dtype=torch.float32)  # stays in cache for the argmin
-        flat = np.arange(min(step, m)) * n_ref
         for s in range(0, m, step):
             b = min(step, m - s)
             block = torch.mm(y[s : s + step], screen["Md"], out=buffer[:b]).numpy()
@@ -845,11 +850,13 @@ def screen_labels(screen, rows):
         near, d1 = torch.from_numpy(near), torch.from_numpy(d1)
         c4, rmax = screen["c4"], screen["rmax"]
         rho = torch.addcmul(d1, nq, torch.add(nq, 2 * c4 * rmax, alpha=1 + c4)).add_(c4 * rmax * rmax)
-        B = rho.clamp_(min=0).sqrt_().mul_(2 * (1 + 4 * _U32)).add_(screen["rho_k"].index_select(0, near))
-        B.add_(nq, alpha=screen["b1c"]).add_(screen["b0c"])
+        B = rho.clamp_(min=0).sqrt_().mul_(2 * (1 + 4 * _U32)).add_(screen["rho_kb"].index_select(0, near))
+        B.add_(nq, alpha=screen["b1c"])
         entry = _screen_level(screen, B).add_(near, alpha=screen["levels"])
         z.add_(screen["table"].index_select(0, entry))
-        reach.add_(screen["reach"].index_select(1, entry))
+        reach = screen["reach"].index_select(1, entry).addcmul_(screen["reach1"], nq)  # (n_used, m), reach0 included
+    else:
+        reach = torch.addcmul(screen["reach0"], screen["reach1"], nq)
     a = z.clamp_(min=0)
     logits = torch.addmm(screen["b2u"], screen["W2uT"], a.T)  # (n_used, m)
     low = torch.sub(logits, reach).amax(0)
