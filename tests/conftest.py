@@ -29,3 +29,14 @@ def only_methods():
     """``only_methods(*methods)``: the registry holds only these until the test ends."""
     with contextlib.ExitStack() as stack:
         yield lambda *methods: stack.enter_context(registered_only(*methods))
+
+
+@pytest.fixture
+def no_cxx():
+    """A machine without a C++ compiler, as inductor's own compiler search sees it."""
+    from torch._inductor import config, cpp_builder
+
+    cpp_builder.cpp_compiler_search.cache_clear()
+    with config.patch({"cpp.cxx": ("/nonexistent/c++",)}):
+        yield
+    cpp_builder.cpp_compiler_search.cache_clear()

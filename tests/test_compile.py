@@ -19,17 +19,6 @@ def _step(x):
     return (x * x).sum(1).exp() - x.mean()
 
 
-@pytest.fixture
-def no_cxx():
-    """A machine without a C++ compiler, as inductor's own compiler search sees it."""
-    from torch._inductor import config, cpp_builder
-
-    cpp_builder.cpp_compiler_search.cache_clear()
-    with config.patch({"cpp.cxx": ("/nonexistent/c++",)}):
-        yield
-    cpp_builder.cpp_compiler_search.cache_clear()
-
-
 def test_compile_step_disabled_returns_the_function_itself():
     assert compile_step(_step, False) is _step
 

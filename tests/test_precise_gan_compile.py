@@ -95,17 +95,6 @@ def test_compile_rejects_an_unknown_string():
         _fit("sometimes")
 
 
-@pytest.fixture
-def no_cxx():
-    """A machine without a C++ compiler, as inductor's own compiler search sees it."""
-    from torch._inductor import config, cpp_builder
-
-    cpp_builder.cpp_compiler_search.cache_clear()
-    with config.patch({"cpp.cxx": ("/nonexistent/c++",)}):
-        yield
-    cpp_builder.cpp_compiler_search.cache_clear()
-
-
 @pytest.mark.parametrize("compile", [True, "always"])
 def test_compile_without_a_compiler_warns_and_fits_bit_identically(no_cxx, compile):
     eager = _fit(False)
