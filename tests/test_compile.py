@@ -147,6 +147,13 @@ def test_a_run_too_short_to_probe_stays_eager_and_says_so():
 
 
 @pytest.mark.skipif(compiler_unavailable("cpu") is not None, reason="torch.compile is unavailable here")
+def test_a_step_that_compiles_no_faster_stays_eager_without_a_probe_or_a_warning(no_cxx, recwarn):
+    rule = CompileRule(total_steps=2000, probe_steps=10, speedup=0.9, cold_cost=0.0)
+    assert rule.wrap(_step) is _step  # not even wrapped: nothing to time
+    assert rule.decision["compiled"] is False and rule.decision["eager_step_s"] is None
+    assert not [w for w in recwarn if "compile" in str(w.message)]
+
+
 def test_a_step_is_warm_only_after_this_process_compiled_the_same_function_and_graph(monkeypatch):
     from sktransfer_cluster.base import compiled
 
@@ -253,6 +260,6 @@ def test_gan_without_a_compiler_warns_and_fits_bit_identically(no_cxx, monkeypat
     monkeypatch.setattr(PreciseFeatureGAN, "_compile_adversarial", True)
     eager = _gan_fit(False, representation=None)
     with pytest.warns(UserWarning, match="critic step runs eagerly"):
-        fallback = _gan_fit(True, representation=None)
+        fallback = _gan_fit("always", representation=None)  # True keeps these steps eager unasked (speed-up < 1)
     assert (fallback.labels_ == eager.labels_).all()
     assert [h["loss"] for h in fallback.history_] == [h["loss"] for h in eager.history_]

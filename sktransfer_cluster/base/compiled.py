@@ -251,8 +251,9 @@ class CompileRule:
     decision : dict or None
         Once decided: ``name``, ``eager_step_s`` (``t``), ``steps_left`` (``n``),
         ``expected_saving_s``, ``expected_cost_s``, ``cache`` (``"cold"`` or ``"warm"``),
-        ``compiled`` (bool). A run too short to probe decides eager at once
-        (``eager_step_s`` None).
+        ``compiled`` (bool). A run too short to probe, a step whose ``speedup`` is at
+        most 1, or a machine without a compiler decides eager at once (``eager_step_s``
+        None).
     """
 
     def __init__(self, total_steps, probe_steps, speedup, cold_cost, warm_cost=None, name="step", graph=None):
@@ -273,6 +274,10 @@ class CompileRule:
 
     def wrap(self, fn, *, device="cpu", what="the training step", dynamo_config=None, **options):
         """``fn`` behind the rule: eager until decided, then compiled or eager for good."""
+        if self.speedup <= 1.0:
+            # A step that compiles no faster can never repay: eager at once, nothing probed or said.
+            self.decide(None, self.total_steps, False)
+            return fn
         reason = compiler_unavailable(device)
         if reason is not None:
             # Said at once, whatever the rule would decide: the caller asked for compilation.

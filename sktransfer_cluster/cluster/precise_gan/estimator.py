@@ -263,8 +263,8 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         (:func:`~sktransfer_cluster.base.compile_step`) where that repays the
         compilation. Each step (the neighbour encoder's in the ``representation``
         and ``refine`` phases; the critic's, classifier's and generator's in the
-        adversarial phases) runs eagerly for a probe (one epoch of the encoder,
-        20 generator steps); from the CPU time of the probed steps and the steps
+        adversarial phases) that can speed up runs eagerly for a probe (one epoch
+        of the encoder, 20 generator steps); from the CPU time of the probed steps and the steps
         left, it is compiled for the rest of the phase only if the expected
         saving, ``steps left x eager step x (1 - 1 / speed-up)``, exceeds the
         step's expected compilation cost
@@ -273,7 +273,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         machine: the neighbour encoder's step about 1.06x per epoch for about
         10 CPU s on an empty inductor cache, so its phase must run about 180
         eager CPU s to repay it; each adversarial step compiled made the
-        generator iteration slower, 0.82-0.94x, so they stay eager). The decisions are in
+        generator iteration slower, 0.82-0.94x, so they stay eager, unprobed). The decisions are in
         ``compile_decisions_``. At the defaults on 5,000 rows every step therefore
         stays eager and the fit equals ``compile=False``; the encoder's step
         compiles on about four times as many graph edges
@@ -891,7 +891,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             if p != phase or d is None:
                 continue
             if d["eager_step_s"] is None:
-                why = "too few steps to probe"
+                why = "no faster compiled" if rule.speedup <= 1.0 else "too few steps to probe"
             else:
                 why = (f"{d['steps_left']} steps left x {d['eager_step_s'] * 1e3:.1f} ms eager: expected saving "
                        f"{d['expected_saving_s']:.1f} CPU s against {d['expected_cost_s']:.1f} s of compilation "
