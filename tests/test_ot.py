@@ -94,6 +94,13 @@ def test_warns_when_not_converged():
         sinkhorn(a, b, M, 0.001, max_iter=3, tol=1e-15)
 
 
+@pytest.mark.parametrize("solver", ["sinkhorn", "sinkhorn_log"])
+def test_unequal_masses_warn_with_their_cause_not_more_iterations(solver):
+    a, b, M = _problem(6)
+    with pytest.warns(ConvergenceWarning, match="different masses .* Normalise them to the same total"):
+        sinkhorn(a, 2.0 * b, M, 0.1, solver, max_iter=200)
+
+
 def test_warm_start_converges_faster():
     a, b, M = _problem(7)
     Mt = torch.tensor(M)

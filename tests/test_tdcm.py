@@ -189,6 +189,15 @@ def test_fine_tuning_on_one_target_does_not_change_the_next_transfer(blobs):
     assert all(torch.equal(a, b) for a, b in zip(blocks, model.blocks_.parameters()))
 
 
+def test_a_target_far_outside_the_sources_scale_is_refused_with_what_to_do_and_the_model_kept(blobs):
+    X, _ = blobs
+    model = TDCMCluster(n_clusters=3, random_state=0, **{**FAST, "representation": "neighbours"}).fit(X)
+    before = model.predict(X)
+    with pytest.raises(ValueError, match="no edges.*rescale them to the source's units"):
+        model.transfer(X * 1e30)
+    np.testing.assert_array_equal(model.predict(X), before)
+
+
 def test_grid_search_over_tau_works_without_a_scorer(blobs):
     X, _ = blobs
     search = GridSearchCV(TDCMCluster(n_clusters=3, random_state=0, **FAST), {"tau": [0.5, 2.0]}, cv=2)

@@ -750,6 +750,15 @@ def sinkhorn(
                 f"Sinkhorn did not converge in {max_iter} iterations (error {res.err:.3g} > tol "
                 f"{tol:g}); increase max_iter or reg."
             )
+            if balanced:
+                mass_a, mass_b = float(wa.sum()), float(wb.sum())
+                if abs(mass_a - mass_b) > tol + 4 * torch.finfo(wa.dtype).eps * max(mass_a, mass_b):
+                    # No number of iterations helps: say the cause, not the usual remedy.
+                    message = (
+                        f"Sinkhorn did not converge in {max_iter} iterations: a and b hold different masses "
+                        f"({mass_a:.6g} and {mass_b:.6g}), which no plan of balanced OT can match. Normalise "
+                        "them to the same total, or pass reg_m for unbalanced OT."
+                    )
         warnings.warn(message, ConvergenceWarning, stacklevel=2)
     out = (lambda t: t.to(out_dtype)) if torch.is_tensor(M) else (lambda t: t.to(out_dtype).numpy())
     if not log:

@@ -330,7 +330,10 @@ def train_neighbour_encoder(
     tails = torch.as_tensor(G.col[keep], dtype=torch.int64)
     weights = torch.as_tensor(G.data[keep], dtype=torch.float64)
     if heads.numel() == 0:
-        raise ValueError("graph has no edges.")
+        raise ValueError(
+            "the neighbour graph has no edges: every row's neighbour weights are zero or not finite. "
+            "This happens when the rows are far outside the scale the encoder's input was normalised "
+            "for (a target about 1e30 times the source's, say): rescale them to the source's units.")
     a, b = umap_curve(min_dist)
     n_edges = heads.numel()
     bs = int(min(batch_size, n_edges))
