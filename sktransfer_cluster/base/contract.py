@@ -580,6 +580,14 @@ class TransferClusterMixin(ABC):
         here on is the source model, which the next :meth:`transfer` keeps (:meth:`_start_from_source`)."""
         self.__dict__.pop("_source_state", None)
 
+    def _continue_source(self):
+        """Called by a fit that continues the source model (``partial_fit``): back to the source
+        model if a transfer has moved the estimator since (nothing to copy otherwise), then, as
+        :meth:`_new_source`, that model updated is the new source."""
+        if self.__dict__.get("_source_state") is not None:
+            self._start_from_source()
+        self._new_source()
+
     def _start_from_source(self):
         """Called first by every ``transfer``: each transfer adapts the model as ``fit`` left it.
 

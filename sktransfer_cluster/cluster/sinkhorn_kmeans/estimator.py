@@ -21,7 +21,6 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Cluster
 from sklearn.cluster import kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted
 
 from . import lloyd
 from ...base import (
@@ -1200,8 +1199,7 @@ class SinkhornKMeans(
             A dask array for a dask array, each chunk's distances computed where it lives.
         """
         if is_dask_array(X):
-            check_is_fitted(self)  # before the output width is read from the centres
-            return self._map_dask_rows("transform", X, self._centers.shape[0], np.float64)
+            return self._map_dask_rows("transform", X, lambda: self._centers.shape[0], np.float64)
         X = self._fitted_input(X)
         return self._chunked(
             lambda xc: squared_distances(self._embed(xc), self._centers).sqrt().cpu().numpy(), X, dtype=np.float64

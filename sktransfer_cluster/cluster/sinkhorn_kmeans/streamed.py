@@ -230,8 +230,7 @@ class StreamedOTKMeansMixin:
             self._validate_params()
         with self._rollback_on_error():
             # Each batch updates the source model (not a target's, after a transfer); transfers start from it.
-            self._start_from_source()
-            self._new_source()
+            self._continue_source()
             X = self._validate_input(X, reset=first, stream=False)  # one batch, held in memory
             if first:
                 self._check_params_vs_input(X, reset=True)
