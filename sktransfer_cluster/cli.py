@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .errors import UsageError
+from .errors import SEED_MAX, UsageError
 from .outputs import foreign_files
 from .registry import REGISTRY, method_names, unknown_k_error
 
@@ -124,8 +124,6 @@ def main(argv=None):
 
 
 _BUILT_IN = ("digits", "tdcm", "mnist")
-#: The largest seed numpy's and scikit-learn's random states take.
-SEED_MAX = 2**32 - 1
 
 
 def _check_out(out):

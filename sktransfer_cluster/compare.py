@@ -38,7 +38,7 @@ from . import __version__
 
 from .base import limit_threads, resolve_device
 from .base.runtime import COMPUTE_THREADS
-from .errors import UsageError
+from .errors import SEED_MAX, UsageError
 from .outputs import foreign_files
 from .registry import REGISTRY, unknown_k_error
 from .datasets import (
@@ -57,9 +57,6 @@ __all__ = ["compare", "scale_budgets", "TASKS", "run"]
 # Training budget per mode, a factor on every epoch count (see scale_budgets): the
 # default run is each estimator exactly at its defaults.
 _BUDGET = {"quick": 0.2, "default": 1.0, "full": 4.0}
-# The largest seed numpy's and scikit-learn's random states take (cli.SEED_MAX too: the command
-# line checks it before torch loads, and cli sits above this module).
-SEED_MAX = 2**32 - 1
 
 
 def scale_budgets(estimator, factor):
