@@ -461,6 +461,17 @@ def test_fits_and_predicts_on_cuda_and_unpickles(estimator, data):
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(est)).predict(Xt), labels)
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_every_transfer_on_cuda_starts_from_the_source_model(estimator, data):
+    X, y, Xt, _ = data
+    est = _fit(estimator.set_params(device="cuda"), X, y)
+    first = est.transfer(Xt)
+    est.transfer(np.ascontiguousarray(Xt[::-1] * 1.5 + 2.0))  # another target in between
+    np.testing.assert_array_equal(est.transfer(Xt), first)
+    assert est.device_.type == "cuda"
+
+
 def test_negative_stride_views_are_accepted(estimator, data):
     X, y, Xt, _ = data
     est = _fit(estimator, X[::-1], y[::-1])
