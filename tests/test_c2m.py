@@ -1191,3 +1191,36 @@ def test_a_target_of_few_distinct_rows_gives_no_kmeans_warning_from_the_candidat
         labels = model.transfer(target)
     assert not [w for w in caught if "sklearn" in w.filename]
     assert np.unique(labels).shape[0] <= 2
+
+
+def test_a_transfer_after_set_params_builds_its_clustering_mlp_with_the_new_widths_and_predict_follows():
+    """cem_hidden and max_clusters set after fit shape the next transfer's clustering MLP (a new
+    search); predict serves that MLP, and a set_params after the transfer changes nothing it reads."""
+    X, y = make_blobs(200, centers=3, random_state=0)
+    est = C2MCluster(**{**FAST, "max_clusters": 4}).fit(X, y)
+    hidden, n_out = est._mlp_dims()
+    assert (hidden, n_out) == (est.cem_hidden, 4)
+    n_inputs = (est.cem_weights_.shape[0] - n_out) // hidden - 1 - n_out
+    est.set_params(cem_hidden=5, max_clusters=3)
+    labels = est.transfer(X + 0.5)
+    assert est.cem_weights_.shape[0] == n_mlp_params(n_inputs, 5, 3)
+    np.testing.assert_array_equal(est.predict(X + 0.5), labels)
+    est.set_params(cem_hidden=7, max_clusters=6)
+    np.testing.assert_array_equal(est.predict(X + 0.5), labels)
+
+
+def test_a_gap_veto_after_set_params_serves_the_gap_metrics_clustering_mlp():
+    """The veto takes the gap metric's clustering and its MLP, of the widths that model was fitted
+    with, also when cem_hidden was set since: predict serves the labels the transfer returned."""
+    from sklearn.datasets import make_circles
+
+    X, y, g = make_c2m_sets("blobs", n_sets=4, n_points=400, separable=True, random_state=0)
+    kw = dict(critic_dims=(32, 32), max_epochs=2, population=8, cem_iter=2, representation=None, device="cpu",
+              random_state=0)
+    est = C2MCluster(gap_critic=True, **kw).fit(X, y, groups=g)
+    Xr, _ = make_circles(200, noise=0.05, factor=0.5, random_state=5)
+    est.set_params(cem_hidden=7)
+    labels = est.transfer(Xr)
+    assert est.gap_vetoed_
+    assert est._mlp_dims() == (est.gap_model_.cem_hidden, est.gap_model_.max_clusters)
+    np.testing.assert_array_equal(est.predict(Xr), labels)

@@ -581,3 +581,114 @@ def test_inplace_activations_keep_outputs_and_gradients():
 def test_fit_leaves_the_networks_activations_in_place():
     est = _NetCluster().fit(_net_data(n=300))
     assert est.net_[1].inplace
+
+
+# ------------------------------------------------ the parameters the model was fitted with
+# Another value for each parameter a wing reads from the fitted record (_fitted_param) or that
+# shapes every model (n_clusters); string options flipped to another the estimator takes.
+_CHANGES = {"n_clusters": 2, "max_clusters": 3, "cem_hidden": 5, "embedding_dim": 7}
+_FLIPPED = ("representation", "embedding")
+
+
+def _registry_estimator(name):
+    from sktransfer_cluster.registry import REGISTRY
+
+    method = REGISTRY[name]
+    return method.build(3, smallest=True, random_state=0, device="cpu")
+
+
+def _another_value(est, name):
+    """A value of the string-or-None parameter ``name`` other than the estimator's, from its constraints."""
+    options = []
+    for constraint in est._parameter_constraints[name]:
+        options += sorted(getattr(constraint, "options", ())) if constraint is not None else [None]
+    return next(option for option in options if option != getattr(est, name))
+
+
+def _changes(est):
+    params = est.get_params(deep=False)
+    changes = {k: v for k, v in _CHANGES.items() if k in params and params[k] != v}
+    changes.update({k: _another_value(est, k) for k in _FLIPPED if k in params})
+    return changes
+
+
+def _registry_names():
+    from sktransfer_cluster.registry import REGISTRY
+
+    return list(REGISTRY)
+
+
+def test_fit_records_every_parameter_but_the_runs_as_the_values_it_was_fitted_with(data):
+    X, y, _, _ = data
+    est = clone(EXAMPLES[0]).fit(X)
+    params = est.get_params(deep=False)
+    assert est._fitted_params == {k: v for k, v in params.items() if k not in COMMON_PARAMETER_CONSTRAINTS}
+    est.set_params(n_clusters=2, transfer_epochs=5)
+    assert (est._fitted_param("n_clusters"), est._fitted_param("transfer_epochs")) == (3, 2)
+    assert est._fitted_param("random_state") is est.random_state  # a run parameter: the current value
+
+
+def test_the_record_is_a_copy_a_parameter_changed_in_place_does_not_change(data):
+    X, y, _, _ = data
+    weights = [1.0, 1.0, 2.0]
+    est = common._fit(_registry_estimator("SinkhornKMeans").set_params(cluster_weights=weights), X, y)
+    weights[0] = 5.0
+    assert est._fitted_param("cluster_weights") == [1.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("name", _registry_names())
+def test_set_params_after_fit_changes_no_label_predict_gives_for_any_method(name, data):
+    X, y, Xt, _ = data
+    est = common._fit(_registry_estimator(name), X, y)
+    before, changes = est.predict(Xt), _changes(est)
+    fitted = {k: est._fitted_param(k) for k in changes}
+    est.set_params(**changes)
+    np.testing.assert_array_equal(est.predict(Xt), before)
+    assert {k: est._fitted_param(k) for k in changes} == fitted
+
+
+@pytest.mark.parametrize("name", _registry_names())
+def test_a_refit_records_the_parameters_set_since(name, data):
+    X, y, _, _ = data
+    est = common._fit(_registry_estimator(name), X, y)
+    changes = _changes(est)
+    common._fit(est.set_params(**changes), X, y)
+    assert {k: est._fitted_param(k) for k in changes} == changes
+
+
+@pytest.mark.parametrize("name", _registry_names())
+def test_a_failed_refit_keeps_the_record_of_the_model_before(name, data, monkeypatch):
+    X, y, Xt, _ = data
+    est = common._fit(_registry_estimator(name), X, y)
+    before, record = est.predict(Xt), dict(est._fitted_params)
+    est.set_params(**_changes(est))
+
+    def fail(*args, **kwargs):
+        raise FloatingPointError("loss became NaN at epoch 0; lower learning_rate")
+
+    monkeypatch.setattr(est, "_fit", fail)
+    with pytest.raises(FloatingPointError):
+        common._fit(est, X, y)
+    monkeypatch.undo()
+    assert est._fitted_params.keys() == record.keys()
+    assert all(est._fitted_params[k] is v or est._fitted_params[k] == v for k, v in record.items())
+    np.testing.assert_array_equal(est.predict(Xt), before)
+
+
+def test_transfer_and_partial_fit_keep_the_record_and_a_first_partial_fit_makes_one(data):
+    X, y, Xt, _ = data
+    est = common._fit(_registry_estimator("SinkhornKMeans"), X, y)
+    est.set_params(epsilon=0.05)
+    est.transfer(Xt)
+    est.partial_fit(X[:50])
+    assert est._fitted_param("epsilon") == 0.01
+    fresh = _registry_estimator("SinkhornKMeans").set_params(epsilon=0.05).partial_fit(X[:50])
+    assert fresh._fitted_param("epsilon") == 0.05
+
+
+def test_a_model_pickled_before_the_record_reads_the_current_parameters(data):
+    X, y, _, _ = data
+    est = clone(EXAMPLES[0]).fit(X)
+    del est.__dict__["_fitted_params"]
+    est.set_params(transfer_epochs=4)
+    assert est._fitted_param("transfer_epochs") == 4

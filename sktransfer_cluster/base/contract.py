@@ -74,6 +74,9 @@ _FOLD_TOL = 1e-6
 # labels, the copy itself, and scikit-learn's per-instance configuration (set_output, metadata routing).
 _NOT_SOURCE_STATE = frozenset({"labels_", "history_", "_source_state", "_training_stopped"})
 _CONFIG_PREFIXES = ("_sklearn", "_metadata_request")
+# The parameters every estimator shares steer a run (its device, seed, logging, callbacks, what an
+# interrupt keeps); none shapes a model: they are not part of the fitted record (_fitted_params).
+_RUN_PARAMS = frozenset(COMMON_PARAMETER_CONSTRAINTS)
 
 
 # The input fold of the predict call running in this thread (see _labels), with its estimator:
@@ -576,17 +579,47 @@ class TransferClusterMixin(ABC):
                 if k not in params and k not in _NOT_SOURCE_STATE and not k.startswith(_CONFIG_PREFIXES)]
 
     def _new_source(self):
-        """Called by every fit on a source (``fit``, ``partial_fit``, a Dask fit): the model from
-        here on is the source model, which the next :meth:`transfer` keeps (:meth:`_start_from_source`)."""
+        """Called first by every fit on a new source (``fit``, a Dask fit): the model from here on
+        is the source model, which the next :meth:`transfer` keeps (:meth:`_start_from_source`),
+        fitted with the parameters as they are now (:meth:`_fitted_param`)."""
         self.__dict__.pop("_source_state", None)
+        self._record_params(**self.get_params(deep=False))
 
     def _continue_source(self):
         """Called by a fit that continues the source model (``partial_fit``): back to the source
-        model if a transfer has moved the estimator since (nothing to copy otherwise), then, as
-        :meth:`_new_source`, that model updated is the new source."""
+        model if a transfer has moved the estimator since (nothing to copy otherwise), then that
+        model updated is the new source. The parameters it was fitted with stay recorded; the
+        first batch on an unfitted estimator records them, as :meth:`_new_source` does."""
         if self.__dict__.get("_source_state") is not None:
             self._start_from_source()
-        self._new_source()
+        self.__dict__.pop("_source_state", None)
+        if "_fitted_params" not in self.__dict__:
+            self._record_params(**self.get_params(deep=False))
+
+    def _record_params(self, **values):
+        """Record ``values`` as the parameter values the current model is built with.
+
+        :meth:`_new_source` records every parameter but the run's (``_RUN_PARAMS``: device,
+        seed, logging, callbacks, ``keep_best``), as copies, so a list changed in place later
+        does not change the record either. The record is fitted state like any other: a
+        failed call restores the one before it (:meth:`_rollback_on_error`), each transfer
+        starts from the source model's (:meth:`_start_from_source`), ``partial_fit`` keeps it
+        and pickles carry it. A wing whose transfer rebuilds part of the model with the
+        current values of some parameters records those (C2M's clustering MLP).
+        """
+        values = {k: v for k, v in values.items() if k not in _RUN_PARAMS}
+        self._fitted_params = {**self.__dict__.get("_fitted_params", {}), **copy.deepcopy(values)}
+
+    def _fitted_param(self, name):
+        """The value of parameter ``name`` the current model was fitted with (see :meth:`_record_params`).
+
+        What every call after a fit reads, instead of the parameter: ``set_params`` after ``fit``
+        changes nothing until the next fit. Inside a fit, the values it runs with. The current
+        value for a run parameter, before any fit, and on a model pickled before the record was
+        kept (as ``_input_spread``'s default: such a model keeps working).
+        """
+        record = self.__dict__.get("_fitted_params", {})
+        return record[name] if name in record else getattr(self, name)
 
     def _start_from_source(self):
         """Called first by every ``transfer``: each transfer adapts the model as ``fit`` left it.

@@ -108,6 +108,8 @@ _GAP_ROWS = 4096
 # The fitted state that predict reads, taken from the gap critic's search when the veto picks it.
 _PREDICT_STATE = ("_mlp_ref", "_cem_w", "_input_mean", "input_scale_", "cluster_outputs_", "_outputs",
                   "cem_weights_", "cem_score_", "input_mean_", "n_clusters_", "labels_")
+# The parameters that shape the clustering MLP (hidden width, outputs), recorded with it (_mlp_dims).
+_MLP_PARAMS = ("cem_hidden", "max_clusters")
 
 
 
@@ -951,8 +953,8 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             self._tick(bar, metric=float(res.best_score))
         self._mlp_ref = state
         self._cem_w = res.best.detach().clone()
-        # The clustering MLP's shape as fitted: predict reads it, not the parameters (set_params after fit).
-        self._mlp_shape = (self.cem_hidden, self.max_clusters)
+        # The clustering MLP's shape, as this fit or transfer built it: predict reads it (_mlp_dims), not the parameters.
+        self._record_params(cem_hidden=self.cem_hidden, max_clusters=self.max_clusters)
         self._input_mean = mean.detach().clone()
         self.input_scale_ = float(scale)
 
@@ -1172,6 +1174,8 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         if gap_veto(sample, self.labels_[rows], np.asarray(gap_labels)[rows]):
             for name in _PREDICT_STATE:
                 setattr(self, name, getattr(self.gap_model_, name))
+            # Its clustering MLP is the gap metric's, of the widths that model was fitted with.
+            self._record_params(**{name: self.gap_model_._fitted_param(name) for name in _MLP_PARAMS})
             self.labels_ = np.asarray(gap_labels).copy()
             self.gap_vetoed_ = True
 
@@ -1292,7 +1296,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         if not bool(proved.all()):
             rows = torch.nonzero(~proved).squeeze(1)
             Xs = (self._tensor(codes[rows.numpy()]) - self._input_mean) / self.input_scale_
-            again, sure = certified_labels(Xs, self._mlp_ref, self._cem_w, *self._mlp_shape,
+            again, sure = certified_labels(Xs, self._mlp_ref, self._cem_w, *self._mlp_dims(),
                                            self._outputs)
             if not bool(sure.all()):
                 # Ties to the last bits: only predict's own float64 pass, on the whole chunk, settles them.
@@ -1300,12 +1304,17 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             labels[rows] = again
         return labels.numpy()
 
+    def _mlp_dims(self):
+        """The clustering MLP's ``(hidden, outputs)`` as the last fit or transfer built it: a
+        ``set_params`` of ``cem_hidden`` or ``max_clusters`` since changes nothing predict reads."""
+        return tuple(self._fitted_param(name) for name in _MLP_PARAMS)
+
     def _exact_predict(self, codes):
         """Labels of a chunk of rows (as :meth:`_encode` gives them) by the float64 path: standardised
         rows, their :func:`mlp_inputs` and the clustering MLP, as ``fit`` labels its rows."""
         Xs = (self._tensor(codes) - self._input_mean) / self.input_scale_
         H = mlp_inputs(Xs, self._mlp_ref)
-        logits = population_logits(H, self._cem_w.unsqueeze(0), *self._mlp_shape)[0]
+        logits = population_logits(H, self._cem_w.unsqueeze(0), *self._mlp_dims())[0]
         # Most activated *used* output: labels 0 .. n_clusters_ - 1 only.
         return logits[:, self._outputs].argmax(1).cpu().numpy()
 
@@ -1315,7 +1324,7 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         state = (self._mlp_ref, self._cem_w, self._input_mean, self.input_scale_, self._outputs)
         cached = _SCREENS.get(self)
         if cached is None or len(cached[0]) != len(state) or any(a is not b for a, b in zip(cached[0], state)):
-            screen = predict_screen(self._mlp_ref, self._cem_w, *self._mlp_shape, self._outputs,
+            screen = predict_screen(self._mlp_ref, self._cem_w, *self._mlp_dims(), self._outputs,
                                     self._input_mean, self.input_scale_)
             cached = (state, screen, [0])  # [2]: True (the last chunk mostly proved) or chunks to skip
             _SCREENS[self] = cached

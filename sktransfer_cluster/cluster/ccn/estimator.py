@@ -414,9 +414,6 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     # ------------------------------------------------------------------ checks
     def _check_params_vs_input(self, X, *, reset):
         super()._check_params_vs_input(X, reset=reset)
-        if reset:
-            # What the networks are fitted on; set_params(representation=...) after fit changes nothing until the next fit.
-            self._representation = self.representation
         if X.shape[0] < 2:
             raise ValueError(
                 f"n_samples={X.shape[0]}: {type(self).__name__} needs at least 2 samples "
@@ -478,7 +475,9 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
     # ---------------------------------------------------------- representation
     def _uses_codes(self):
-        return self.__dict__.get("_representation", self.representation) == "neighbours"
+        # The representation the networks are fitted on: set_params(representation=...) after fit
+        # changes nothing until the next fit.
+        return self._fitted_param("representation") == "neighbours"
 
     def _graph(self, X):
         """The k-NN graph of the validated raw rows ``X`` (``graph_metric_``; image shifts and blur with ``image_shape``)."""
