@@ -78,6 +78,22 @@ def test_fixed_random_state_is_deterministic_and_inputs_are_not_modified():
     assert torch.equal(state, torch.random.get_rng_state())  # global torch RNG untouched
 
 
+def test_transform_of_float32_rows_in_blocks_equals_transform_of_their_float64_copy(monkeypatch):
+    from sktransfer_cluster.representation import transformer
+
+    X, _ = blobs(200)
+    X32 = X.astype(np.float32)
+    X0 = X32.copy()
+    emb = NeighbourEmbedding(n_components=3, **SMALL).fit(X)
+    whole = emb.transform(X32.astype(np.float64))
+    np.testing.assert_array_equal(emb.transform(X32), whole)
+    np.testing.assert_array_equal(X32, X0)
+    # Blocks that do not divide the rows: the same codes, up to the encoder's float32 products,
+    # whose rounding depends on how many rows one product holds.
+    monkeypatch.setattr(transformer, "_TRANSFORM_ROWS", 7)
+    np.testing.assert_allclose(emb.transform(X32), whole, rtol=1e-5, atol=1e-5)
+
+
 def test_refine_continues_from_the_fitted_encoder_on_the_new_graph():
     X, _ = blobs(200)
     Xt, _ = blobs(150, seed=1)

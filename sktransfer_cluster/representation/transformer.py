@@ -13,6 +13,10 @@ from .graph import neighbour_graph
 
 __all__ = ["NeighbourEmbedding"]
 
+# Rows per block of transform's input affine: a few MB of float64 at image widths, so the block
+# stays in cache between the affine and the encoder.
+_TRANSFORM_ROWS = 4096
+
 
 class NeighbourEmbedding(TransformerMixin, BaseEstimator):
     """A parametric-UMAP encoder trained on an exact, denoised k-NN graph.
@@ -168,9 +172,18 @@ class NeighbourEmbedding(TransformerMixin, BaseEstimator):
         return self
 
     def transform(self, X):
-        """Embed ``X`` with the encoder: an ndarray of shape (n_samples, n_components)."""
+        """Embed ``X`` with the encoder: an ndarray of shape (n_samples, n_components).
+
+        Float32 rows are read as they are, and the input affine runs in float64 over
+        ``_TRANSFORM_ROWS`` rows at a time: the same arithmetic as on one float64 copy of
+        ``X``, without that copy (1.25 GB for 200,000 rows of 784 pixels).
+        """
         check_is_fitted(self, "encoder_")
-        X = check_array(X, dtype=np.float64)
+        X = check_array(X, dtype=[np.float64, np.float32])
         if X.shape[1] != self.n_features_in_:
             raise ValueError(f"X has {X.shape[1]} features, the encoder expects {self.n_features_in_}.")
-        return encode(self.encoder_, self._inputs(X))
+        out = np.empty((X.shape[0], self.n_components), dtype=np.float64)
+        for start in range(0, X.shape[0], _TRANSFORM_ROWS):
+            rows = X[start : start + _TRANSFORM_ROWS].astype(np.float64, copy=False)
+            out[start : start + rows.shape[0]] = encode(self.encoder_, self._inputs(rows))
+        return out
