@@ -64,12 +64,19 @@ def match_labels(labels_true, labels_pred):
     Parameters
     ----------
     labels_true : array-like of shape (n_samples,)
-        Integer class labels.
+        Integer class labels (integers stored as floats, such as ``1.0``, are
+        taken): the renamed clusters take these ids.
     labels_pred : array-like of shape (n_samples,)
 
     Returns
     -------
     renamed : ndarray of shape (n_samples,)
+
+    Raises
+    ------
+    ValueError
+        If ``labels_true`` holds anything but integers (``0.5``, text): ids
+        cannot be made of them. :func:`clustering_accuracy` takes any labels.
 
     Examples
     --------
@@ -80,6 +87,7 @@ def match_labels(labels_true, labels_pred):
     labels_true = column_or_1d(labels_true)
     labels_pred = column_or_1d(labels_pred)
     check_consistent_length(labels_true, labels_pred)
+    _check_integer_labels(labels_true)
     classes = np.unique(labels_true)
     clusters, pred_idx = np.unique(labels_pred, return_inverse=True)
     table = _contingency(labels_true, labels_pred)
@@ -89,6 +97,24 @@ def match_labels(labels_true, labels_pred):
     unmatched = np.setdiff1d(np.arange(clusters.shape[0]), cols)
     mapping[unmatched] = int(classes.max()) + 1 + np.arange(unmatched.shape[0])
     return mapping[pred_idx]
+
+
+def _check_integer_labels(labels_true):
+    """``ValueError`` unless every class label is an integer (``1.0`` is one; ``0.5`` or text is not)."""
+    kind = labels_true.dtype.kind
+    if kind in "iub":
+        return
+    if kind == "f":
+        whole = np.isfinite(labels_true) & (labels_true == np.round(labels_true))
+        if whole.all():
+            return
+        bad = labels_true[~whole][0]
+    else:
+        bad = labels_true[0]
+    raise ValueError(
+        f"match_labels: labels_true must be integers (the renamed clusters take their ids), got {bad.item()!r} "
+        f"(dtype {labels_true.dtype}); encode the classes as integers first, e.g. with np.unique(y, return_inverse=True)."
+    )
 
 
 def n_dominant_clusters(labels, n_clusters=None):

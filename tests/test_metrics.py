@@ -69,6 +69,27 @@ def test_match_labels_gives_unmatched_clusters_fresh_ids():
     assert match_labels([0, 0, 0, 0], [0, 1, 1, 2]).tolist() == [1, 0, 0, 2]
 
 
+def test_match_labels_refuses_fractional_class_labels_instead_of_truncating_them():
+    # V11 E3: [0.5, 0.5, 1.5] came back as the ids [0, 0, 1], with no error.
+    from sktransfer_cluster.metrics import match_labels
+
+    with pytest.raises(ValueError, match="labels_true must be integers"):
+        match_labels([0.5, 0.5, 1.5], [0, 0, 1])
+
+
+def test_match_labels_refuses_text_class_labels():
+    from sktransfer_cluster.metrics import match_labels
+
+    with pytest.raises(ValueError, match="labels_true must be integers"):
+        match_labels(["1", "1", "2"], [0, 0, 1])
+
+
+def test_match_labels_takes_integers_stored_as_floats():
+    from sktransfer_cluster.metrics import match_labels
+
+    assert match_labels(np.array([1.0, 1.0, 3.0]), [7, 7, 4]).tolist() == [1, 1, 3]
+
+
 def test_within_cluster_sum_of_squares_accepts_lists():
     from sktransfer_cluster.metrics import within_cluster_sum_of_squares
 
