@@ -399,8 +399,9 @@ def _key_columns(path, header, n_index, label_column):
                 "write one.)"
             )
     if "domain" not in lower[n_index:]:
-        semicolons = any(";" in h for h in named)
-        hint = " The file looks ';'-separated: save it with ',' between fields." if semicolons else ""
+        # Excel in many locales writes ';', and "CSV" exports often use tabs: name the one seen.
+        seen = next((name for sep, name in _OTHER_SEPARATORS if any(sep in h for h in named)), None)
+        hint = f" The file looks {seen}-separated: save it with ',' between fields." if seen else ""
         raise ValueError(
             f"{path}: expected a header with a 'domain' column (source/target); {_columns(header)}.{hint}"
         )
@@ -429,6 +430,9 @@ def _key_columns(path, header, n_index, label_column):
             "to treat it as a feature."
         )
     return dom_i, None
+
+
+_OTHER_SEPARATORS = ((";", "';'"), ("\t", "tab"))  # field separators other than ',', as the hint names them
 
 
 def _columns(header, shown=10):

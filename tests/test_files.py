@@ -466,3 +466,11 @@ def test_a_data_list_refuses_a_loaded_task_and_a_file_of_one_name(tmp_path):
         load_data_list([ready, str(_npz(tmp_path / "b", name="t.npz", **GOOD))], built_in=())
     with pytest.raises(ValueError, match=r"listed twice"):
         load_data_list(["digits", "digits"], built_in=("digits",))
+
+
+@pytest.mark.parametrize("sep, name", [(";", "';'"), ("\t", "tab")], ids=["semicolon", "tab"])
+def test_csv_with_another_separator_is_refused_naming_it(tmp_path, sep, name):
+    # V11 C3: a semicolon-separated file got this hint, a tab-separated one did not.
+    text = sep.join(["domain", "x1", "x2", "label"]) + "\n" + sep.join(["source", "0", "0", "a"]) + "\n"
+    with pytest.raises(ValueError, match=f"The file looks {name}-separated: save it with ',' between fields"):
+        load_transfer_file(_csv(tmp_path, text))
