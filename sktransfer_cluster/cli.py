@@ -152,8 +152,11 @@ def check_inputs(args):
         Unknown methods or an empty ``--methods`` list, a ``--seed`` outside
         ``0 .. 2**32 - 1``, a non-finite or non-positive ``--max-array-mb``, an unknown
         task, a file that cannot be read, two files of the same name (their results and
-        figures would overwrite each other), or an ``--out`` that is a file or cannot be
-        created (under a file, or in a folder that is not writable).
+        figures would overwrite each other), a file without target labels and no
+        ``--n-clusters`` for a method that needs K, a file with fewer than 2 rows, or
+        fewer than K, on a side (:func:`~sktransfer_cluster.files.task_size_error`), or an
+        ``--out`` that is a file or cannot be created (under a file, or in a folder that
+        is not writable).
     """
     if args.methods is None:
         methods = list(REGISTRY)
@@ -177,7 +180,7 @@ def check_inputs(args):
             f"--out {args.out} holds files that compare did not write ({', '.join(foreign_files(args.out)[:5])}); "
             "pass a new or empty folder (a rerun into compare's own output folder replaces it)"
         )
-    from .files import load_data_list  # numpy only: no torch, no scikit-learn
+    from .files import load_data_list, task_size_error  # numpy only: no torch, no scikit-learn
 
     if args.device not in ("auto", "cpu", "mps", "cuda") and not re.fullmatch(r"cuda:\d+", args.device):
         # Availability is torch's to say (compare checks it); a misspelling is refused here.
@@ -189,9 +192,12 @@ def check_inputs(args):
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    if args.n_clusters is None:  # built-in tasks (names here) all carry target labels
-        for task in items:
-            refusal = None if isinstance(task, str) or task.y_target is not None else unknown_k_error(task.name, methods)
-            if refusal:
-                raise UsageError(refusal)
+    for task in items:
+        if isinstance(task, str):  # a built-in task: target labels, and rows enough for its K
+            continue
+        # Without K (no target labels, no --n-clusters) only the methods that estimate it can run.
+        refusal = unknown_k_error(task.name, methods) if args.n_clusters is None and task.y_target is None else None
+        refusal = refusal or task_size_error(task, args.n_clusters)
+        if refusal:
+            raise UsageError(refusal)
     return items

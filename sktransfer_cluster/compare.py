@@ -49,7 +49,7 @@ from .datasets import (
     make_artifact_mnist,
     make_tdcm_transfer,
 )
-from .files import load_data_list
+from .files import load_data_list, task_size_error
 from .metrics import clustering_accuracy, match_labels
 
 __all__ = ["compare", "scale_budgets", "TASKS", "run"]
@@ -275,13 +275,17 @@ def umap_gmm(X, n_clusters, random_state=0):
     ------
     ImportError
         Without umap-learn (``pip install umap-learn``, in the bench extra).
+    ValueError
+        With fewer than 3 rows, which UMAP cannot embed.
     """
+    n = X.shape[0]
+    if n < 3:  # umap-learn's own error here is "zero-size array to reduction operation maximum ..."
+        raise ValueError(f"UMAP needs at least 3 rows to embed, got {n}")
     with warnings.catch_warnings():
         # umap-learn warns on import that its optional TensorFlow is absent: not about this fit.
         warnings.simplefilter("ignore", ImportWarning)
         from umap import UMAP  # numba compiles on the first call: imported only here
 
-    n = X.shape[0]
     embedding = UMAP(
         n_components=max(1, min(10, n - 2)), n_neighbors=max(2, min(15, n - 1)), min_dist=0.0,
         random_state=random_state, n_jobs=1,
@@ -404,7 +408,9 @@ def compare(
         A ``ValueError``, before any task is loaded for a bad option (an unknown
         or empty method list, an unknown ``mode``, a ``seed`` outside
         ``0 .. 2**32 - 1``, a non-positive ``n_clusters``/``threads``, an unknown
-        device), or for a task that cannot be loaded or run.
+        device), for a task that cannot be loaded, or that is too small for its K
+        (:func:`~sktransfer_cluster.files.task_size_error`; checked for every task
+        before any runs), or for a task that cannot be run.
     """
     # A single name is one task or one method, not a sequence of its characters.
     data = [data] if isinstance(data, (str, PathLike)) else list(data)
@@ -431,11 +437,13 @@ def compare(
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     tasks = _load_tasks(data, seed, mode, label_column, max_array_mb)
-    for task in tasks:
+    for task in tasks:  # every task is checked before any runs: a bad one last must not waste the others
+        refusal = None
         if _n_clusters(task, n_clusters) is None and getattr(task, "max_clusters", None) is None:
             refusal = unknown_k_error(task.name, methods)
-            if refusal:
-                raise UsageError(refusal)
+        refusal = refusal or task_size_error(task, n_clusters)
+        if refusal:
+            raise UsageError(refusal)
     scale = _BUDGET[mode]
     jobs = [(t, m) for t in tasks for m in [*methods, *BASELINES]]
     rows = []

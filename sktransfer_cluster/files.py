@@ -186,6 +186,37 @@ def load_data_list(items, *, built_in, label_column="label", max_bytes=MAX_ARRAY
     return loaded
 
 
+def task_size_error(task, n_clusters=None):
+    """The refusal for a task too small to run, or None.
+
+    Each side needs at least 2 rows; with K known (``n_clusters``, else the number of
+    target classes) each side needs at least K: every method and baseline splits the
+    target into K clusters, and most methods fit K clusters on the source first. Written
+    once for the command line's torch-free checks and
+    :func:`~sktransfer_cluster.compare.compare`, so that such a task is refused before
+    any other task runs, not when its turn comes.
+    """
+    k = n_clusters if n_clusters is not None else task.n_clusters_target
+    for side, X in (("source", task.X_source), ("target", task.X_target)):
+        n = X.shape[0]
+        if n < 2:
+            return (
+                f"{task.name}: the {side} has {n} row{'s' * (n != 1)}; compare needs at least 2 rows on each side "
+                f"(source and target): add {side} rows"
+            )
+        if k is not None and n < k:
+            given = "--n-clusters" if n_clusters is not None else "the number of target classes"
+            why = (
+                "every method and baseline splits the target into K clusters" if side == "target"
+                else "the methods fit K clusters on the source"
+            )
+            return (
+                f"{task.name}: the {side} has {n} rows, fewer than K = {k} ({given}); {why}: add {side} rows "
+                "or pass a smaller --n-clusters"
+            )
+    return None
+
+
 def _read_npz(path, max_bytes):
     try:
         archive = zipfile.ZipFile(path)

@@ -358,12 +358,16 @@ def test_csv_label_column_option_selects_the_labels(tmp_path, capsys):
     assert "| cls | SinkhornKMeans | given 2 | 1.000 |" in capsys.readouterr().out
 
 
-def test_one_row_file_gives_one_line_and_exit_2(tmp_path, capsys):
+def test_a_one_row_side_is_refused_in_one_line_before_torch_is_imported(tmp_path):
+    # V11 C2: this was refused only when GaussianMixture met it, after the methods before it had run.
     path = tmp_path / "one.npz"
-    np.savez(path, X_source=np.zeros((1, 2)), X_target=np.zeros((1, 2)), y_source=[0], y_target=[0])
-    assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans"]) == 2
-    last = capsys.readouterr().err.strip().splitlines()[-1]  # after the per-method progress lines
-    assert last.startswith("sktransfer-cluster: error: GaussianMixture on one: Found array with 1 sample(s)")
+    np.savez(path, X_source=np.zeros((5, 2)), X_target=np.zeros((1, 2)), y_source=[0, 0, 0, 1, 1], y_target=[0])
+    rc, torch_imported, err = _main_in_a_fresh_process(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans"])
+    assert (rc, torch_imported) == (2, False)
+    assert err.strip() == (
+        "sktransfer-cluster: error: one: the target has 1 row; compare needs at least 2 rows on each side "
+        "(source and target): add target rows"
+    )
 
 
 def test_baseline_time_is_reported_as_fit_time(tmp_path):
@@ -737,3 +741,62 @@ def test_an_out_path_under_a_file_is_refused_before_anything_runs(tmp_path, caps
     err = capsys.readouterr().err.strip()
     assert err == (f"sktransfer-cluster: error: --out {blocker / 'sub'} cannot be created: {blocker} is a file; "
                    "pass a folder path")
+
+
+# ------------------------------------------------------------- review V11 (2026-11-28): tasks too small for K
+def _small_side_npz(tmp_path, n_source, n_target, name="small.npz"):
+    """Three-class blobs with ``n_source`` source rows and ``n_target`` target rows, both labelled."""
+    rng = np.random.default_rng(0)
+    centres = np.array([[0.0, 0.0], [5.0, 5.0], [10.0, 0.0]])
+    arrays = {}
+    for side, n in (("source", n_source), ("target", n_target)):
+        y = np.arange(n) % 3
+        arrays |= {f"X_{side}": centres[y] + rng.normal(0, 0.3, (n, 2)), f"y_{side}": y}
+    path = tmp_path / name
+    np.savez(path, **arrays)
+    return path
+
+
+def test_a_target_with_fewer_rows_than_n_clusters_is_refused_before_torch_is_imported(tmp_path):
+    # V11 C2: the tdcm task ran first (13.6 CPU s), then "n_samples=2 should be >= n_clusters=3" ended
+    # the run with exit 2 and no table.
+    path = _small_side_npz(tmp_path, n_source=30, n_target=2)
+    argv = ["compare", "--quick", "--data", "tdcm", str(path), "--methods", "SinkhornKMeans", "--n-clusters", "3"]
+    rc, torch_imported, err = _main_in_a_fresh_process(argv)
+    assert (rc, torch_imported) == (2, False)
+    assert err.strip() == (
+        "sktransfer-cluster: error: small: the target has 2 rows, fewer than K = 3 (--n-clusters); every method "
+        "and baseline splits the target into K clusters: add target rows or pass a smaller --n-clusters"
+    )
+
+
+def test_a_source_with_fewer_rows_than_the_target_classes_is_refused_before_torch_is_imported(tmp_path):
+    # SinkhornKMeans, its AE, TDCM, CCN and the GAN fit K clusters on the source: each stopped the
+    # run with "n_samples=2 should be >= n_clusters=3" when it came to it.
+    path = _small_side_npz(tmp_path, n_source=2, n_target=30)
+    rc, torch_imported, err = _main_in_a_fresh_process(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans"])
+    assert (rc, torch_imported) == (2, False)
+    assert err.strip() == (
+        "sktransfer-cluster: error: small: the source has 2 rows, fewer than K = 3 (the number of target "
+        "classes); the methods fit K clusters on the source: add source rows or pass a smaller --n-clusters"
+    )
+
+
+def test_compare_refuses_a_task_too_small_for_k_before_running_anything(tmp_path, monkeypatch):
+    from sktransfer_cluster.files import load_transfer_file
+
+    ran = []
+    monkeypatch.setattr(cli, "_run_method", lambda name, *a, **kw: ran.append(name))
+    monkeypatch.setattr(cli, "_run_baseline", lambda name, *a, **kw: ran.append(name))
+    small = load_transfer_file(_small_side_npz(tmp_path, n_source=30, n_target=2))
+    with pytest.raises(UsageError, match=re.escape("small: the target has 2 rows, fewer than K = 3 (--n-clusters)")):
+        cli.compare(["tdcm", small], ["SinkhornKMeans"], n_clusters=3, progress=False, log=False)
+    assert ran == []
+
+
+def test_a_target_too_small_for_umap_gives_the_peer_row_a_readable_reason(tmp_path, capsys):
+    # V11 C3: the row read "skipped: it failed (zero-size array to reduction operation maximum ...)".
+    path = _small_side_npz(tmp_path, n_source=30, n_target=2)
+    assert main(["compare", "--quick", "--data", str(path), "--methods", "SinkhornKMeans", "--n-clusters", "2"]) == 0
+    row = "| small | UMAP+GMM (on target) | skipped: it failed (UMAP needs at least 3 rows to embed, got 2) |"
+    assert row in capsys.readouterr().out
