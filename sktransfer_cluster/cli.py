@@ -40,7 +40,8 @@ Files (--data FILE):
 and a folder holding other files is refused.
 K is the number of target classes, or --n-clusters. Without target labels pass
 --n-clusters, or run only the methods that estimate K ({estimators}; they need
-source labels), which get an upper bound of 20.
+source labels), which get an upper bound of 20. Each side of a file needs at
+least 2 rows, and at least K.
 
 Bad input prints one line and exits with status 2.
 """
