@@ -356,3 +356,236 @@ def test_shared_neighbour_weights_scale_each_edge_by_the_overlap_of_the_two_neig
     assert S.nnz == G.nnz
     for i, j, w in zip(S.row, S.col, S.data):
         assert w == G[i, j] * (len(hoods[i] & hoods[j]) / 7.0)
+
+
+# ----------------------------------------------------------------- review V11 (helper F3)
+def _neighbour_sets(idx):
+    return [set(row.tolist()) for row in idx]
+
+
+def _same_graph(G, H):
+    """The same edges, with weights equal up to float32's rounding of the distances."""
+    return ((G != 0) != (H != 0)).nnz == 0 and abs(G - H).max() < 1e-3
+
+
+@pytest.mark.parametrize("offset", [1e3, 1e4, 1e7])
+def test_knn_finds_the_same_neighbours_whatever_the_datas_offset(offset):
+    X, _ = blobs(300)
+    X = X - X.mean(0)
+    idx, _ = knn(X, 10)
+    moved, _ = knn(X + offset, 10)
+    assert _neighbour_sets(moved) == _neighbour_sets(idx)
+
+
+def test_knn_measures_query_rows_at_an_offset_from_the_same_centre_as_the_reference():
+    X, _ = blobs(300)
+    X = X - X.mean(0)
+    idx, dist = knn(X[:250], 5, query=X[250:])
+    moved, moved_dist = knn(X[:250] + 1e5, 5, query=X[250:] + 1e5)
+    assert _neighbour_sets(moved) == _neighbour_sets(idx)
+    np.testing.assert_allclose(moved_dist, dist, rtol=1e-4)
+
+
+def test_euclidean_neighbour_graph_does_not_depend_on_the_offset():
+    X, _ = blobs(300)
+    G = neighbour_graph(X, 10, metric="euclidean")
+    moved = neighbour_graph(X + 1e5, 10, metric="euclidean")
+    assert _same_graph(G, moved)
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_knn_refuses_rows_that_are_not_finite(value):
+    X, _ = blobs(50)
+    X[3, 2] = value
+    with pytest.raises(ValueError, match="NaN or infinite.*impute"):
+        knn(X, 5)
+    with pytest.raises(ValueError, match="NaN or infinite.*impute"):
+        knn(blobs(50)[0], 5, query=X)
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "cosine", "auto"])
+def test_neighbour_graph_refuses_rows_that_are_not_finite(metric):
+    X, _ = blobs(50)
+    X[7, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN or infinite.*impute"):
+        neighbour_graph(X, 5, metric=metric)
+
+
+def test_cosine_graph_of_rows_beyond_float32s_range_is_the_graph_of_the_same_directions():
+    X = np.abs(blobs(200)[0])
+    G = neighbour_graph(X, 10, metric="cosine")
+    big = neighbour_graph(X * 1e300, 10, metric="cosine")
+    assert _same_graph(G, big)
+
+
+def test_euclidean_graph_of_rows_beyond_float32s_range_is_the_graph_of_the_same_rows():
+    X, _ = blobs(200)
+    G = neighbour_graph(X, 10, metric="euclidean")
+    for scale in (1e300, 1e-300):
+        scaled = neighbour_graph(X * scale, 10, metric="euclidean")
+        assert _same_graph(G, scaled)
+
+
+def test_neighbour_embedding_fits_cosine_rows_beyond_float32s_range():
+    X = np.abs(blobs(200)[0]) * 1e300
+    X[:, 0] = 0.0
+    emb = NeighbourEmbedding(n_components=2, metric="cosine", **SMALL).fit(X)
+    assert np.isfinite(emb.transform(X)).all()
+
+
+@pytest.mark.parametrize(
+    "param, value",
+    [
+        ("learning_rate", np.nan),
+        ("learning_rate", 0.0),
+        ("n_epochs", -1),
+        ("refine_epochs", -1),
+        ("n_components", 0),
+        ("batch_size", 0),
+        ("n_neighbors", 0),
+        ("hidden_dims", (0,)),
+        ("hidden_dims", "256"),
+        ("metric", "manhattan"),
+        ("max_shift", -1),
+        ("blur", -1.0),
+        ("shared_neighbours", "yes"),
+        ("image_shape", "28x28"),
+        ("n_components", "10"),
+    ],
+)
+def test_neighbour_embedding_refuses_invalid_parameters_at_fit(param, value):
+    X, _ = blobs(60)
+    with pytest.raises(ValueError, match=param):
+        NeighbourEmbedding(**{**SMALL, param: value}).fit(X)
+
+
+def _state(emb):
+    return (emb.n_features_in_, emb.shift_.copy(), emb.scale_.copy(), emb.encoder_, list(emb.loss_curve_), emb.graph_)
+
+
+def test_a_failed_fit_leaves_the_embedding_as_it_was(monkeypatch):
+    from sktransfer_cluster.representation import transformer
+
+    X, _ = blobs(200)
+    emb = NeighbourEmbedding(n_components=2, **SMALL).fit(X)
+    Z, state = emb.transform(X), _state(emb)
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("training failed")
+
+    monkeypatch.setattr(transformer, "train_neighbour_encoder", failing)
+    with pytest.raises(RuntimeError, match="training failed"):
+        emb.fit(blobs(150, seed=1)[0][:, :5] + 7.0)
+    after = _state(emb)
+    assert after[0] == state[0] and after[3] is state[3] and after[4] == state[4] and after[5] is state[5]
+    np.testing.assert_array_equal(after[1], state[1])
+    np.testing.assert_array_equal(after[2], state[2])
+    np.testing.assert_array_equal(emb.transform(X), Z)
+
+
+def test_a_failed_refine_leaves_the_embedding_as_it_was(monkeypatch):
+    from sktransfer_cluster.representation import encoder as encoder_module
+
+    X, _ = blobs(200)
+    emb = NeighbourEmbedding(n_components=2, **SMALL).fit(X)
+    Z, state = emb.transform(X), _state(emb)
+    original = encoder_module._Adam.step
+    calls = []
+
+    def failing_later(self):
+        calls.append(1)
+        if len(calls) > 3:  # after some parameters have been updated
+            raise RuntimeError("training failed")
+        return original(self)
+
+    monkeypatch.setattr(encoder_module._Adam, "step", failing_later)
+    with pytest.raises(RuntimeError, match="training failed"):
+        emb.refine(blobs(150, seed=1)[0], n_epochs=5)
+    after = _state(emb)
+    assert after[4] == state[4] and after[5] is state[5]
+    np.testing.assert_array_equal(emb.transform(X), Z)
+
+
+def test_edges_beyond_multinomials_category_limit_are_drawn_in_proportion_to_their_weight(monkeypatch):
+    from sktransfer_cluster.representation import encoder as encoder_module
+
+    weights = torch.tensor([0.0, 1.0, 3.0, 0.0, 4.0, 2.0], dtype=torch.float64)
+    monkeypatch.setattr(encoder_module, "MULTINOMIAL_CATEGORIES", 4)
+    draws = encoder_module.draw_edges(weights, 200_000, torch.Generator().manual_seed(0))
+    counts = np.bincount(draws.numpy(), minlength=6) / 200_000
+    assert counts[0] == 0 and counts[3] == 0
+    np.testing.assert_allclose(counts, (weights / weights.sum()).numpy(), atol=5e-3)
+
+
+def test_edges_below_multinomials_category_limit_are_torch_multinomials_draws():
+    from sktransfer_cluster.representation import encoder as encoder_module
+
+    weights = torch.rand(1000, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    drawn = encoder_module.draw_edges(weights, 500, torch.Generator().manual_seed(2))
+    expected = torch.multinomial(weights, 500, replacement=True, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(drawn, expected)
+
+
+def test_training_on_more_edges_than_multinomials_limit_runs_and_learns(monkeypatch):
+    from sktransfer_cluster.representation import encoder as encoder_module
+
+    monkeypatch.setattr(encoder_module, "MULTINOMIAL_CATEGORIES", 16)
+    X, _ = blobs(200)
+    G = neighbour_graph(X, 10)
+    gen = torch.Generator().manual_seed(0)
+    enc = make_encoder(8, 2, (16,), generator=gen)
+    losses = train_neighbour_encoder(enc, X / X.std(), G, n_epochs=10, batch_size=1024, generator=gen)
+    assert np.isfinite(losses).all() and losses[-1] < losses[0]
+
+
+def test_neighbour_embedding_names_its_output_features_and_follows_set_output():
+    pd = pytest.importorskip("pandas")
+    X, _ = blobs(100)
+    emb = NeighbourEmbedding(n_components=3, **SMALL).set_output(transform="pandas")
+    Z = emb.fit_transform(pd.DataFrame(X, columns=[f"c{i}" for i in range(8)]))
+    assert list(Z.columns) == ["neighbourembedding0", "neighbourembedding1", "neighbourembedding2"]
+    assert list(emb.feature_names_in_) == [f"c{i}" for i in range(8)]
+    assert list(emb.get_feature_names_out()) == list(Z.columns)
+
+
+def test_neighbour_embedding_reports_another_width_in_scikit_learns_words():
+    X, _ = blobs(100)
+    emb = NeighbourEmbedding(n_components=2, **SMALL).fit(X)
+    with pytest.raises(ValueError, match="X has 5 features, but NeighbourEmbedding is expecting 8 features"):
+        emb.transform(X[:, :5])
+
+
+def test_default_metric_is_resolved_at_fit_by_the_package_rule():
+    X, _ = blobs(100)  # negative values: Euclidean
+    emb = NeighbourEmbedding(n_components=2, **SMALL)
+    assert emb.metric == "auto"
+    assert emb.fit(X).metric_ == "euclidean"
+    counts = np.abs(X).round()
+    counts[:, 0] = 0.0  # non-negative with zeros: cosine
+    assert emb.fit(counts).metric_ == "cosine"
+
+
+def test_an_explicit_metric_is_kept_as_given():
+    X, _ = blobs(100)
+    assert NeighbourEmbedding(n_components=2, metric="cosine", **SMALL).fit(X).metric_ == "cosine"
+    counts = np.abs(X).round()
+    counts[:, 0] = 0.0
+    assert NeighbourEmbedding(n_components=2, metric="euclidean", **SMALL).fit(counts).metric_ == "euclidean"
+
+
+def test_the_default_metric_gives_the_explicit_metrics_embedding():
+    X, _ = blobs(100)
+    auto = NeighbourEmbedding(n_components=2, **SMALL).fit_transform(X)
+    np.testing.assert_array_equal(auto, NeighbourEmbedding(n_components=2, metric="euclidean", **SMALL).fit_transform(X))
+
+
+def _small_embedding():
+    return NeighbourEmbedding(n_components=2, hidden_dims=(8,), n_epochs=2, batch_size=256, random_state=0)
+
+
+def test_neighbour_embedding_passes_scikit_learns_estimator_checks():
+    from sklearn.utils.estimator_checks import check_estimator
+
+    failures = check_estimator(_small_embedding(), on_fail=None)
+    bad = [(f["check_name"], str(f["exception"])[:200]) for f in failures if f["status"] == "failed"]
+    assert not bad

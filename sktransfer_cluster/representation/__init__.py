@@ -1,6 +1,15 @@
 """Neighbour-graph representations shared by the estimators (issue 28)."""
 
-from .encoder import encode, make_encoder, shrink_towards, steps_per_epoch, train_neighbour_encoder, umap_curve
+from .encoder import (
+    MULTINOMIAL_CATEGORIES,
+    draw_edges,
+    encode,
+    make_encoder,
+    shrink_towards,
+    steps_per_epoch,
+    train_neighbour_encoder,
+    umap_curve,
+)
 from .transformer import NeighbourEmbedding
 from .landmarks import (
     LANDMARK_ROWS,
@@ -16,6 +25,7 @@ from .landmarks import (
     uses_landmarks,
 )
 from .graph import (
+    OFFSET_RATIO,
     auto_metric,
     fuzzy_graph,
     keep_rows,
@@ -29,9 +39,12 @@ from .graph import (
 
 __all__ = [
     "LANDMARK_ROWS",
+    "MULTINOMIAL_CATEGORIES",
+    "OFFSET_RATIO",
     "NeighbourEmbedding",
     "StreamedRows",
     "auto_metric",
+    "draw_edges",
     "encode",
     "encode_chunks",
     "fuzzy_graph",

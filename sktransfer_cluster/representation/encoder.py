@@ -23,7 +23,41 @@ from ..base.compiled import compile_step
 from ..base.runtime import on_compute_threads
 from .graph import shifted_images
 
-__all__ = ["make_encoder", "umap_curve", "train_neighbour_encoder", "encode", "steps_per_epoch", "shrink_towards"]
+__all__ = ["make_encoder", "umap_curve", "train_neighbour_encoder", "encode", "steps_per_epoch", "shrink_towards",
+           "draw_edges", "MULTINOMIAL_CATEGORIES"]
+
+#: The most categories ``torch.multinomial`` draws from (2^24); :func:`draw_edges` draws from
+#: larger graphs by inverting their cumulative weights.
+MULTINOMIAL_CATEGORIES = 2**24
+
+
+def draw_edges(weights, n, generator=None):
+    """``n`` edge indices drawn with replacement, each with probability proportional to its weight.
+
+    ``torch.multinomial`` up to :data:`MULTINOMIAL_CATEGORIES` edges (the draws of every
+    training before the limit was handled); beyond, which ``torch.multinomial`` refuses,
+    ``n`` uniform numbers placed among the cumulative weights (``searchsorted``): the same
+    distribution, other draws.
+
+    Parameters
+    ----------
+    weights : torch.Tensor of shape (n_edges,)
+        Non-negative float64, not all zero.
+    n : int
+    generator : torch.Generator, optional
+
+    Returns
+    -------
+    torch.Tensor of int64, shape (n,)
+    """
+    if weights.numel() <= MULTINOMIAL_CATEGORIES:
+        return torch.multinomial(weights, n, replacement=True, generator=generator)
+    cumulative = torch.cumsum(weights, 0)
+    total = cumulative[-1]
+    u = torch.rand(n, generator=generator, dtype=cumulative.dtype) * total
+    # u < total, so an edge of weight zero (whose cumulative weight equals its predecessor's) is never chosen.
+    u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cumulative, u, right=True)
 
 
 def make_encoder(n_features, n_components=10, hidden_dims=(256, 256), generator=None):
@@ -355,7 +389,7 @@ def train_neighbour_encoder(
         compile, what="the neighbour encoder's training step", **NEIGHBOUR_COMPILE_OPTIONS,
     )
     for step in range(n_steps):
-        e = torch.multinomial(weights, bs, replacement=True, generator=generator)
+        e = draw_edges(weights, bs, generator)
         ends = torch.cat([heads[e], tails[e]])
         nodes, inverse = torch.unique(ends, return_inverse=True)
         xb = read(nodes)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import copy
+from numbers import Integral, Real
+
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, TransformerMixin
-from sklearn.utils import check_array, check_random_state
-from sklearn.utils.validation import check_is_fitted
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ..base.arrays import check_widths
 from .encoder import encode, make_encoder, train_neighbour_encoder
-from .graph import neighbour_graph
+from .graph import auto_metric, neighbour_graph
 
 __all__ = ["NeighbourEmbedding"]
 
@@ -18,11 +23,11 @@ __all__ = ["NeighbourEmbedding"]
 _TRANSFORM_ROWS = 4096
 
 
-class NeighbourEmbedding(TransformerMixin, BaseEstimator):
+class NeighbourEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """A parametric-UMAP encoder trained on an exact, denoised k-NN graph.
 
     ``fit`` builds the fuzzy k-NN graph of ``X`` (:func:`~.graph.neighbour_graph`:
-    cosine distances, edges weighted by how many neighbours their ends share,
+    the package's metric rule by default, :func:`~.graph.auto_metric`; edges weighted by how many neighbours their ends share,
     and, when ``image_shape`` is given, distances taken between lightly
     blurred images and minimised over translations of up to ``max_shift``
     pixels), then trains an MLP with UMAP's cross-entropy on it
@@ -35,7 +40,10 @@ class NeighbourEmbedding(TransformerMixin, BaseEstimator):
     ----------
     n_components : int, default=10
     n_neighbors : int, default=15
-    metric : {"cosine", "euclidean"}, default="cosine"
+    metric : {"auto", "cosine", "euclidean"}, default="auto"
+        "auto": :func:`~.graph.auto_metric` of the ``fit`` data (cosine for non-negative
+        rows that reach zero, such as images and counts; else Euclidean), recorded as
+        ``metric_``.
     shared_neighbours : bool, default=True
     image_shape : tuple or None, default=None
         ``(h, w)`` or ``(c, h, w)`` of each row. Never inferred from the number
@@ -57,6 +65,8 @@ class NeighbourEmbedding(TransformerMixin, BaseEstimator):
 
     Attributes
     ----------
+    metric_ : {"cosine", "euclidean"}
+        The graph's metric (``metric``, resolved at ``fit``).
     encoder_ : torch.nn.Sequential
     shift_, scale_ : ndarray
         Input affine applied before the encoder (column means of the ``fit``
@@ -66,6 +76,10 @@ class NeighbourEmbedding(TransformerMixin, BaseEstimator):
     loss_curve_ : list of float
         Mean loss per epoch, ``fit`` then each ``refine``.
     n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when ``fit`` was given column names.
+
+    A failed ``fit`` or :meth:`refine` leaves the fitted state as it was.
 
     Examples
     --------
@@ -77,12 +91,28 @@ class NeighbourEmbedding(TransformerMixin, BaseEstimator):
     (200, 2)
     """
 
+    _parameter_constraints = {
+        "n_components": [Interval(Integral, 1, None, closed="left")],
+        "n_neighbors": [Interval(Integral, 1, None, closed="left")],
+        "metric": [StrOptions({"auto", "cosine", "euclidean"})],
+        "shared_neighbours": ["boolean"],
+        "image_shape": [None, tuple, list],
+        "max_shift": [Interval(Integral, 0, None, closed="left")],
+        "blur": [Interval(Real, 0, None, closed="left")],
+        "hidden_dims": [tuple, list],  # and check_widths: positive ints
+        "n_epochs": [Interval(Integral, 1, None, closed="left")],
+        "refine_epochs": [Interval(Integral, 0, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "random_state": ["random_state"],
+    }
+
     def __init__(
         self,
         n_components=10,
         *,
         n_neighbors=15,
-        metric="cosine",
+        metric="auto",
         shared_neighbours=True,
         image_shape=None,
         max_shift=1,
@@ -108,51 +138,96 @@ class NeighbourEmbedding(TransformerMixin, BaseEstimator):
         self.learning_rate = learning_rate
         self.random_state = random_state
 
-    def _graph(self, X):
+    @property
+    def _n_features_out(self):
+        """Columns of ``transform`` (get_feature_names_out); an AttributeError before ``fit``."""
+        return self.encoder_[-1].out_features
+
+    def _graph(self, X, metric=None):
+        """The k-NN graph of ``X`` (float64 rows) under ``metric`` (default: the fitted ``metric_``).
+
+        The raw rows: :func:`~.graph.neighbour_graph` centres Euclidean rows that lie far from
+        the origin against their spread and scales rows whose float32 squares would over- or
+        underflow (a scalar standardisation would leave the neighbours as they are, but move
+        every ordinary data set's float32 distances, and so the graphs the wings have).
+        """
         image = self.image_shape is not None
+        # Embeddings pickled before metric_ existed were fitted with an explicit metric.
+        metric = getattr(self, "metric_", self.metric) if metric is None else metric
         return neighbour_graph(
             X,
             min(int(self.n_neighbors), X.shape[0] - 1),
-            metric=self.metric,
+            metric=metric,
             image_shape=self.image_shape,
             max_shift=int(self.max_shift) if image else 0,
             blur=float(self.blur) if image else 0.0,
             shared_neighbours=self.shared_neighbours,
         )
 
-    def _inputs(self, X):
-        return ((X - self.shift_) / self.scale_).astype(np.float32)
+    @staticmethod
+    def _inputs_of(X, shift, scale):
+        return ((X - shift) / scale).astype(np.float32)
 
-    def _train(self, X, n_epochs):
-        self.graph_ = self._graph(X)
-        losses = train_neighbour_encoder(
-            self.encoder_,
-            self._inputs(X),
-            self.graph_,
+    def _inputs(self, X):
+        return self._inputs_of(X, self.shift_, self.scale_)
+
+    def _trained(self, encoder, X, graph, shift, scale, n_epochs, generator):
+        """The losses of ``n_epochs`` of training ``encoder`` in place on ``graph`` over the rows ``X``."""
+        return train_neighbour_encoder(
+            encoder,
+            self._inputs_of(X, shift, scale),
+            graph,
             n_epochs=n_epochs,
             batch_size=self.batch_size,
             learning_rate=self.learning_rate,
-            generator=self._torch_gen,
+            generator=generator,
         )
-        self.loss_curve_.extend(losses)
+
+    @staticmethod
+    def _scale_of(X, shift):
+        """The RMS of ``X - shift`` (at least 1e-12); past float64's squares, computed in units of its peak."""
+        with np.errstate(over="ignore", under="ignore"):
+            scale = float(np.sqrt(((X - shift) ** 2).mean()))
+        if not np.isfinite(scale) or scale == 0.0:
+            centred = X - shift
+            peak = float(np.abs(centred).max())
+            if 0.0 < peak < np.inf:
+                scale = peak * float(np.sqrt(((centred / peak) ** 2).mean()))
+        return np.array(max(scale, 1e-12))
 
     def fit(self, X, y=None):
-        """Build the graph of ``X`` and train a fresh encoder on it (``X`` is not modified)."""
-        X = check_array(X, dtype=np.float64, ensure_min_samples=3)
-        self.n_features_in_ = X.shape[1]
-        seed = int(check_random_state(self.random_state).randint(0, 2**31 - 1))
-        self._torch_gen = torch.Generator().manual_seed(seed)
-        self.shift_ = X.mean(0)
-        self.scale_ = np.array(max(float(np.sqrt(((X - self.shift_) ** 2).mean())), 1e-12))
-        self.encoder_ = make_encoder(X.shape[1], self.n_components, self.hidden_dims, generator=self._torch_gen)
-        self.loss_curve_ = []
-        self._train(X, self.n_epochs)
+        """Build the graph of ``X`` and train a fresh encoder on it (``X`` is not modified).
+
+        A failure leaves a fitted embedding as it was.
+        """
+        self._validate_params()
+        hidden_dims = check_widths("hidden_dims", self.hidden_dims)
+        names = ("n_features_in_", "feature_names_in_")
+        before = {name: self.__dict__[name] for name in names if name in self.__dict__}
+        try:
+            X = validate_data(self, X, dtype=np.float64, ensure_min_samples=3)
+            metric = auto_metric(X) if self.metric == "auto" else self.metric
+            seed = int(check_random_state(self.random_state).randint(0, 2**31 - 1))
+            torch_gen = torch.Generator().manual_seed(seed)
+            shift = X.mean(0)
+            scale = self._scale_of(X, shift)
+            encoder = make_encoder(X.shape[1], self.n_components, hidden_dims, generator=torch_gen)
+            graph = self._graph(X, metric)
+            losses = self._trained(encoder, X, graph, shift, scale, self.n_epochs, torch_gen)
+        except BaseException:
+            for name in names:
+                self.__dict__.pop(name, None)
+            self.__dict__.update(before)
+            raise
+        self.metric_, self._torch_gen, self.shift_, self.scale_ = metric, torch_gen, shift, scale
+        self.encoder_, self.graph_, self.loss_curve_ = encoder, graph, list(losses)
         return self
 
     def refine(self, X, n_epochs=None):
         """Continue training the fitted encoder on the graph of another data set ``X``.
 
-        The input affine of ``fit`` is kept (the encoder was trained on it).
+        The input affine of ``fit`` is kept (the encoder was trained on it). A failure
+        leaves the embedding as it was (the training runs on a copy of the encoder).
 
         Parameters
         ----------
@@ -165,10 +240,17 @@ class NeighbourEmbedding(TransformerMixin, BaseEstimator):
         self
         """
         check_is_fitted(self, "encoder_")
-        X = check_array(X, dtype=np.float64, ensure_min_samples=3)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, the encoder expects {self.n_features_in_}.")
-        self._train(X, self.refine_epochs if n_epochs is None else n_epochs)
+        if n_epochs is not None and (isinstance(n_epochs, bool) or not isinstance(n_epochs, Integral) or n_epochs < 0):
+            raise ValueError(f"n_epochs must be a non-negative int or None, got {n_epochs!r}.")
+        X = validate_data(self, X, dtype=np.float64, ensure_min_samples=3, reset=False)
+        encoder = copy.deepcopy(self.encoder_)
+        torch_gen = torch.Generator()
+        torch_gen.set_state(self._torch_gen.get_state())
+        graph = self._graph(X)
+        epochs = self.refine_epochs if n_epochs is None else n_epochs
+        losses = self._trained(encoder, X, graph, self.shift_, self.scale_, epochs, torch_gen)
+        self.encoder_, self._torch_gen, self.graph_ = encoder, torch_gen, graph
+        self.loss_curve_ = [*self.loss_curve_, *losses]
         return self
 
     def transform(self, X):
@@ -179,9 +261,7 @@ class NeighbourEmbedding(TransformerMixin, BaseEstimator):
         ``X``, without that copy (1.25 GB for 200,000 rows of 784 pixels).
         """
         check_is_fitted(self, "encoder_")
-        X = check_array(X, dtype=[np.float64, np.float32])
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, the encoder expects {self.n_features_in_}.")
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
         out = np.empty((X.shape[0], self.n_components), dtype=np.float64)
         for start in range(0, X.shape[0], _TRANSFORM_ROWS):
             rows = X[start : start + _TRANSFORM_ROWS].astype(np.float64, copy=False)
