@@ -810,3 +810,54 @@ def test_every_option_is_checked_against_its_domain(option, value):
         warnings.simplefilter("ignore", ConvergenceWarning)
         P, log = sinkhorn(a, b, M, reg, log=True, **kwargs)
     assert np.isfinite(P).all() and log["n_iter"] <= (kwargs.get("max_iter", kwargs.get("numItermax")) or 1000)
+
+
+# ------------------------------------------------------------------ review V11: A2, B2, C1, B1
+def test_semi_dual_newton_with_a_zero_mass_column_gives_pots_plan_and_an_empty_column():
+    """A2: Sinkhorn's fallback set g_j = -inf on the zero-mass column, the objective's b_j g_j became
+    0 * (-inf) = NaN and no Newton step was accepted again (300 passes, 0.099 of the mass off;
+    20 passes without the column)."""
+    rng = np.random.default_rng(0)
+    X, C = rng.normal(size=(60, 2)), 0.3 * rng.normal(size=(6, 2))
+    M = torch.as_tensor(ot.dist(X, C) / 0.005)
+    b = np.array([0.0, 0.3, 0.3, 0.2, 0.1, 0.1])
+    log_b = torch.log(torch.as_tensor(b))
+    res = semi_dual_newton(M, log_b, max_iter=300, tol=1e-8)
+    assert res.converged and torch.isfinite(res.g).all()
+    P = plan_from_potentials(M, res.f, res.g, 1.0, None, log_b).numpy()
+    pot = ot.sinkhorn(np.full(60, 1 / 60), b[1:], M[:, 1:].numpy(), 1.0, method="sinkhorn_log", stopThr=1e-12, numItermax=10**5)
+    assert (P[:, 0] == 0).all()
+    np.testing.assert_allclose(P[:, 1:], pot, rtol=0, atol=1e-9)
+
+
+def test_semi_dual_newton_stops_at_its_first_pass_on_overflowing_costs_and_says_to_rescale(monkeypatch):
+    """B2: squared distances of finite rows that overflow (SinkhornKMeans(2) on rows at +-1e308) made
+    NaN costs; a NaN error never met tol and the solver ran all its passes (300 per solve)."""
+    semi_dual = importlib.import_module("sktransfer_cluster.ot.semi_dual")
+    passes = []
+    real_pass = semi_dual.semi_dual_pass
+
+    def counted(*args, **kwargs):
+        passes.append(1)
+        return real_pass(*args, **kwargs)
+
+    monkeypatch.setattr(semi_dual, "semi_dual_pass", counted)
+    X = torch.tensor([[0.0, 1e308], [1.0, -1e308], [1.0, 1e308], [2.0, 2.0]], dtype=torch.float64)
+    centres = X[[0, 3]]
+    M = (centres * centres).sum(-1) - 2 * X @ centres.T  # the estimator's costs: NaN and +-inf
+    with pytest.raises(FloatingPointError, match="not finite.*Rescale the rows"):
+        semi_dual_newton(M, torch.full((2,), -np.log(2.0), dtype=torch.float64), max_iter=300)
+    assert len(passes) == 1
+
+
+def test_float32_marginals_a_rounding_apart_are_told_tol_is_below_their_precision_not_to_normalise():
+    """C1: uniform float32 marginals of 30 and 20 entries sum 3.7e-8 apart in float64; tol=1e-9 cannot
+    be met, and the warning said "different masses (1 and 1) ... Normalise them"."""
+    rng = np.random.default_rng(0)
+    M = ot.dist(rng.normal(size=(30, 2)), rng.normal(size=(20, 2))).astype(np.float32)
+    a, b = np.full(30, 1 / 30, dtype=np.float32), np.full(20, 1 / 20, dtype=np.float32)
+    assert abs(a.sum(dtype=np.float64) - b.sum(dtype=np.float64)) > 1e-9
+    with pytest.warns(ConvergenceWarning) as record:
+        sinkhorn(a, b, M, 0.1, tol=1e-9)
+    (message,) = [str(w.message) for w in record]
+    assert "float32" in message and "tol 1e-09 is below" in message and "Normalise" not in message

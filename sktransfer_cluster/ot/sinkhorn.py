@@ -752,13 +752,25 @@ def sinkhorn(
             )
             if balanced:
                 mass_a, mass_b = float(wa.sum()), float(wb.sum())
-                if abs(mass_a - mass_b) > tol + 4 * torch.finfo(wa.dtype).eps * max(mass_a, mass_b):
+                gap = abs(mass_a - mass_b)
+                if gap > tol + 4 * torch.finfo(wa.dtype).eps * max(mass_a, mass_b):
                     # No number of iterations helps: say the cause, not the usual remedy.
-                    message = (
-                        f"Sinkhorn did not converge in {max_iter} iterations: a and b hold different masses "
-                        f"({mass_a:.6g} and {mass_b:.6g}), which no plan of balanced OT can match. Normalise "
-                        "them to the same total, or pass reg_m for unbalanced OT."
-                    )
+                    in_dtype, in_eps = _marginals_precision(a, b)
+                    if gap <= (wa.shape[-1] + wb.shape[-1]) * in_eps * max(mass_a, mass_b):
+                        # Weights normalised in float32 sum a rounding apart (V11 C1): normalising
+                        # them again in that dtype cannot close the gap.
+                        message = (
+                            f"Sinkhorn did not converge in {max_iter} iterations: the masses of a and b differ "
+                            f"by {gap:.3g}, the rounding of their {in_dtype} entries, so tol {tol:g} is below "
+                            f"what {in_dtype} marginals allow. Pass tol above {gap:.2g}, or pass b rescaled to "
+                            "a's mass in float64 (b * (a.sum() / b.sum()))."
+                        )
+                    else:
+                        message = (
+                            f"Sinkhorn did not converge in {max_iter} iterations: a and b hold different masses "
+                            f"({mass_a:.6g} and {mass_b:.6g}), which no plan of balanced OT can match. Normalise "
+                            "them to the same total, or pass reg_m for unbalanced OT."
+                        )
         warnings.warn(message, ConvergenceWarning, stacklevel=2)
     out = (lambda t: t.to(out_dtype)) if torch.is_tensor(M) else (lambda t: t.to(out_dtype).numpy())
     if not log:
@@ -768,6 +780,18 @@ def sinkhorn(
     if balanced:  # L1 error of both marginals of the returned plan
         log_dict["marginal_error"] = marginal_error
     return out(P), log_dict
+
+
+def _marginals_precision(a, b):
+    """The coarsest float dtype among the marginals as given (``"float64"`` for None or integers) and its eps."""
+    coarsest = torch.float64
+    for w in (a, b):
+        if w is None:
+            continue
+        dtype = _tensor(w).dtype
+        if dtype.is_floating_point and torch.finfo(dtype).eps > torch.finfo(coarsest).eps:
+            coarsest = dtype
+    return str(coarsest).replace("torch.", ""), torch.finfo(coarsest).eps
 
 
 def _marginal_error(P, wa, wb):
