@@ -692,3 +692,100 @@ def test_a_model_pickled_before_the_record_reads_the_current_parameters(data):
     del est.__dict__["_fitted_params"]
     est.set_params(transfer_epochs=4)
     assert est._fitted_param("transfer_epochs") == 4
+
+
+# ------------------------------------------------ predict's finite check, chunk by chunk
+def _sklearn_error(est, X):
+    """The error scikit-learn's validation (``validate_data``) gives ``X`` for ``est``."""
+    from sklearn.utils.validation import validate_data
+
+    with pytest.raises(ValueError) as error:
+        validate_data(est, X, reset=False, dtype=[np.float64, np.float32])
+    return str(error.value)
+
+
+@pytest.fixture(params=["linear", "network"])
+def in_chunks(request, data, monkeypatch):
+    """A fitted estimator whose predict works in chunks of 10 rows: plain SinkhornKMeans (a linear
+    predictor: each chunk's values checked just before it) or the example (validation's scan)."""
+    from sktransfer_cluster.base import contract
+
+    X, y, _, _ = data
+    if request.param == "linear":
+        est = common._fit(_registry_estimator("SinkhornKMeans"), X, y)
+        monkeypatch.setattr(contract, "chunk_rows", lambda n_features: 10)
+    else:
+        est = clone(EXAMPLES[0]).fit(X)
+        monkeypatch.setattr(est, "_inference_rows", lambda X: 10)
+    return est
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("row", [0, 47, -1])
+def test_predict_refuses_a_non_finite_value_in_any_chunk_with_sklearns_error(bad, row, data, in_chunks):
+    X, y, _, _ = data
+    rows = np.array(X[:90])
+    rows[row, 1] = bad
+    with pytest.raises(ValueError) as error:
+        in_chunks.predict(rows)
+    assert type(error.value) is ValueError and str(error.value) == _sklearn_error(in_chunks, rows)
+
+
+def test_predict_names_nan_for_rows_with_an_infinity_before_a_nan_as_sklearn_does(data, in_chunks):
+    X, y, _, _ = data
+    rows = np.array(X[:90])
+    rows[3, 0], rows[88, 1] = np.inf, np.nan
+    with pytest.raises(ValueError, match="Input X contains NaN") as error:
+        in_chunks.predict(rows)
+    assert str(error.value) == _sklearn_error(in_chunks, rows)
+
+
+def test_no_chunk_holding_a_non_finite_value_reaches_the_linear_predictor(data, monkeypatch):
+    from sktransfer_cluster.base import contract
+
+    X, y, _, _ = data
+    est = common._fit(_registry_estimator("SinkhornKMeans"), X, y)
+    monkeypatch.setattr(contract, "chunk_rows", lambda n_features: 10)
+    seen, addmm = [], torch.addmm
+
+    def spy(bias, rows, weights):
+        seen.append(rows.clone())
+        return addmm(bias, rows, weights)
+
+    monkeypatch.setattr(contract.torch, "addmm", spy)
+    rows = np.array(X[:90])
+    rows[64, 0] = np.nan
+    with pytest.raises(ValueError, match="Input X contains NaN"):
+        est.predict(rows)
+    assert seen and all(bool(torch.isfinite(chunk).all()) for chunk in seen)
+
+
+def test_predict_of_rows_of_another_width_holding_nan_names_the_nan_first_as_sklearn_does(data, in_chunks):
+    X, y, _, _ = data
+    rows = np.hstack([X[:20], X[:20, :1]])
+    rows[5, 0] = np.nan
+    with pytest.raises(ValueError) as error:
+        in_chunks.predict(rows)
+    assert str(error.value) == _sklearn_error(in_chunks, rows) and "NaN" in str(error.value)
+    d, name = X.shape[1], type(in_chunks).__name__
+    with pytest.raises(ValueError, match=rf"X has {d + 1} features, but {name} is expecting {d} features"):
+        in_chunks.predict(np.hstack([X[:20], X[:20, :1]]))
+
+
+def test_predict_takes_finite_values_whose_chunk_sum_overflows(data, in_chunks):
+    X, y, _, _ = data
+    big = np.full((50, X.shape[1]), 3e38, dtype=np.float32)  # the sum of a chunk is inf, every value finite
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the model's own arithmetic on such rows
+        assert in_chunks.predict(big).shape == (50,)
+
+
+def test_predict_under_assume_finite_checks_no_value_as_sklearn_does(data, in_chunks):
+    import sklearn
+
+    X, y, _, _ = data
+    rows = np.array(X[:30])
+    rows[4, 0] = np.nan
+    with sklearn.config_context(assume_finite=True), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        assert in_chunks.predict(rows).shape == (30,)

@@ -6,16 +6,18 @@ import contextvars
 import copy
 import inspect
 import math
+import re
 import sys
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 
 import numpy as np
 import torch
+from sklearn import get_config
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_consistent_length
 from sklearn.utils._param_validation import InvalidParameterError, validate_parameter_constraints
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import _assert_all_finite, check_array, check_is_fitted, validate_data
 
 from .arrays import (
     InputFold,
@@ -70,6 +72,8 @@ COMMON_PARAMETER_CONSTRAINTS = {
 # below this fraction of the data's spread: float32 data offset by more than about 8 spreads,
 # float64 data by more than 4e9, are centred chunk by chunk instead (see _labels).
 _FOLD_TOL = 1e-6
+# scikit-learn's error for rows of another width than the fitted one (validate_data).
+_WIDTH_ERROR = re.compile(r"X has \d+ features, but \w+ is expecting \d+ features as input")
 # What a transfer does not restore from the source model (_start_from_source): the logs, the last
 # labels, the copy itself, and scikit-learn's per-instance configuration (set_output, metadata routing).
 _NOT_SOURCE_STATE = frozenset({"labels_", "history_", "_source_state", "_training_stopped"})
@@ -132,6 +136,18 @@ def _chunks_into(fn, X, chunk_size):
                 out = np.empty((X.shape[0], *part.shape[1:]), dtype=part.dtype)
             out[start : start + part.shape[0]] = part
     return out
+
+
+def _check_chunk_finite(rows, X, estimator):
+    """``ValueError`` if the chunk ``rows`` of the validated ``X`` holds NaN or infinity, as
+    scikit-learn's ``ensure_all_finite`` checks all of ``X``: the chunk's sum (NaN or infinity
+    make it non-finite; so does an overflow, of values near the dtype's largest), then each of
+    its values; for a chunk that holds NaN or infinity, scikit-learn's own check of the whole of
+    ``X``, so the error is word for word the one ``validate_data`` gave."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(np.sum(rows)) or np.isfinite(rows).all():
+            return
+    _assert_all_finite(X, allow_nan=False, estimator_name=type(estimator).__name__, input_name="X")
 
 
 def _as_dask_labels(labels, rows):
@@ -290,7 +306,7 @@ class TransferClusterMixin(ABC):
             # Under estimate_n_clusters, n_clusters is an upper bound: fewer rows are fine.
             self._check_n_clusters(X.shape[0], self.n_clusters)
 
-    def _validate_input(self, X, *, reset, y=None, stream=True):
+    def _validate_input(self, X, *, reset, y=None, stream=True, finite=True):
         """Validate X (and y when given) against the fitted feature count.
 
         Numeric float32/float64 2-D arrays come out: like scikit-learn's ``KMeans``,
@@ -302,6 +318,9 @@ class TransferClusterMixin(ABC):
         whose values are checked on the workers (fit: in its moments' pass).
         ``stream=False``, for the methods that hold every row anyway (pairwise
         scores, ``partial_fit``'s batch): a dask array is computed to numpy.
+        ``finite=False`` (``predict`` through a linear predictor): the values of an array
+        held in memory are not checked here; the caller checks them chunk by chunk
+        (:func:`_check_chunk_finite`).
         """
         if is_dask_array(X):
             X = dask_input(X, self._min_samples if reset else 1, stream=stream)
@@ -321,6 +340,17 @@ class TransferClusterMixin(ABC):
             # transfer: check_finite): sklearn's check would map the whole file into the
             # resident set (a transfer of 10^6 x 784 float32 rows grew it by 2.9 GiB).
             kwargs["ensure_all_finite"] = False
+        elif not finite:
+            kwargs["ensure_all_finite"] = False
+            try:
+                return validate_data(self, X, **kwargs)
+            except ValueError as exc:
+                if not _WIDTH_ERROR.match(str(exc)):
+                    raise
+                error = exc
+            # scikit-learn checks the values before the width: its error for them comes first.
+            check_array(X, dtype=kwargs["dtype"], input_name="X", estimator=self)
+            raise error
         out = validate_data(self, X, **kwargs) if y is None else validate_data(self, X, y, **kwargs)
         if streamed and not reset:
             check_finite(out[0] if y is not None else out)
@@ -349,11 +379,11 @@ class TransferClusterMixin(ABC):
             raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
                              f"{self.n_features_in_} features as input.")
 
-    def _fitted_input(self, X, stream=True):
+    def _fitted_input(self, X, stream=True, finite=True):
         """``NotFittedError`` before fit, else X validated against the fitted features
-        (``stream``: as :meth:`_validate_input`'s)."""
+        (``stream``, ``finite``: as :meth:`_validate_input`'s)."""
         check_is_fitted(self)
-        return self._validate_input(X, reset=False, stream=stream)
+        return self._validate_input(X, reset=False, stream=stream, finite=finite)
 
     def _check_n_clusters(self, n_samples, n_clusters, name="n_clusters"):
         if n_samples < n_clusters:
@@ -790,7 +820,16 @@ class TransferClusterMixin(ABC):
         if is_dask_array(X):
             # Each chunk is assigned where it lives; the labels stay a dask array.
             return self._map_dask_rows("predict", X)
-        return self._labels(self._fitted_input(X))
+        check_is_fitted(self)
+        linear = self._linear_predictor() if type(self)._labels is TransferClusterMixin._labels else None
+        if linear is None:
+            return self._labels(self._fitted_input(X))
+        # One matmul per chunk: each chunk's values are checked just before it (a memmap's as its
+        # pages were read), not in a pass over all of X first (SinkhornKMeans: 5-11 % less time,
+        # docs/notes/roofline_2026-11-27.md, 2026-11-28). Other paths keep validation's scan,
+        # which cost C2M's and TDCM's predicts less than a check per chunk.
+        X = self._fitted_input(X, finite=False)
+        return self._linear_labels(X, linear, check=not (_memory_mapped(X) or get_config()["assume_finite"]))
 
     def _map_dask_rows(self, method, X, width=None, dtype=np.int64):
         """``method`` (a per-row method: ``predict``, ``transform``...) of a dask array, as a lazy
@@ -841,6 +880,11 @@ class TransferClusterMixin(ABC):
         if linear is None:
             with self._input_fold(X):
                 return self._chunked(self._predict, X, dtype=np.int64, chunk_size=self._inference_rows(X))
+        return self._linear_labels(X, linear)
+
+    def _linear_labels(self, X, linear, check=False):
+        """:meth:`_labels` of the rows ``X`` by the :meth:`_linear_predictor` ``linear``; ``check``:
+        each chunk's values first (:func:`_check_chunk_finite`), for rows validation has not."""
         W, b = linear
         dtype = exact_dtype(self.device_) if X.dtype == np.float64 else torch.float32
         affine = getattr(self, "_input_affine", None)
@@ -857,6 +901,8 @@ class TransferClusterMixin(ABC):
         buffer = []  # one centred chunk, reused: a fresh one per chunk is page-faulted in anew
 
         def labels(rows):
+            if check:
+                _check_chunk_finite(rows, X, self)
             # torch wraps neither negative strides nor read-only memory: copy such chunks.
             rows = torch.as_tensor(np.require(rows, requirements="CW"), dtype=dtype, device=self.device_)
             if centre is not None:
