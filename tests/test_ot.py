@@ -861,3 +861,47 @@ def test_float32_marginals_a_rounding_apart_are_told_tol_is_below_their_precisio
         sinkhorn(a, b, M, 0.1, tol=1e-9)
     (message,) = [str(w.message) for w in record]
     assert "float32" in message and "tol 1e-09 is below" in message and "Normalise" not in message
+
+
+def _pot_torch_plan_and_gradient(a, b, M, reg):
+    """POT's torch-backend plan and the gradient of <P, M> in M, unrolled through sinkhorn_log to convergence."""
+    Mt = torch.tensor(M, requires_grad=True)
+    P = ot.sinkhorn(torch.tensor(a), torch.tensor(b), Mt, reg, method="sinkhorn_log", numItermax=20000, stopThr=1e-14)
+    (P * Mt).sum().backward()
+    return P.detach().numpy(), Mt.grad.numpy()
+
+
+@pytest.mark.parametrize("method", ["auto", "log"])
+def test_the_plan_of_a_cost_that_requires_grad_has_pots_torch_gradient(method):
+    """B1: ``torch.nan_to_num(..., out=)`` on a cost that requires grad raised a RuntimeError, so an
+    ot.sinkhorn loss ported to this package broke."""
+    a, b, M = _problem(0)
+    pot_plan, pot_grad = _pot_torch_plan_and_gradient(a, b, M, 0.1)
+    Mt = torch.tensor(M, requires_grad=True)
+    P = sinkhorn(torch.tensor(a), torch.tensor(b), Mt, 0.1, method=method, tol=1e-13, max_iter=10**5)
+    (P * Mt).sum().backward()
+    np.testing.assert_allclose(P.detach().numpy(), pot_plan, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(Mt.grad.numpy(), pot_grad, rtol=0, atol=1e-9)
+
+
+def test_the_entropic_ot_value_of_potentials_of_a_cost_that_requires_grad_has_the_plan_as_gradient():
+    """B1 for sinkhorn_potentials: the dual value <a, f> + <b, g> is the entropic OT cost, whose
+    gradient in M is the plan (envelope theorem), here POT's."""
+    a, b, M = _problem(1)
+    pot_plan, _ = _pot_torch_plan_and_gradient(a, b, M, 0.1)
+    Mt = torch.tensor(M, requires_grad=True)
+    res = sinkhorn_potentials(Mt, 0.1, torch.log(torch.tensor(a)), torch.log(torch.tensor(b)), tol=1e-13, max_iter=10**5)
+    (torch.tensor(a) @ res.f + torch.tensor(b) @ res.g).backward()
+    np.testing.assert_allclose(Mt.grad.numpy(), pot_plan, rtol=0, atol=1e-10)
+
+
+def test_unbalanced_ot_of_a_cost_that_requires_grad_is_refused_with_what_to_do():
+    a, b, M = _problem(2)
+    with pytest.raises(ValueError, match=r"reg_m.*requires grad.*detach"):
+        sinkhorn(torch.tensor(a), torch.tensor(b), torch.tensor(M, requires_grad=True), 0.1, reg_m=1.0)
+
+
+def test_marginals_that_require_grad_are_refused_with_what_to_do():
+    a, b, M = _problem(3)
+    with pytest.raises(ValueError, match=r"a or b require grad.*detach"):
+        sinkhorn(torch.tensor(a, requires_grad=True), torch.tensor(b), torch.tensor(M), 0.1)

@@ -93,7 +93,8 @@ def semi_dual_newton(M, log_b, g=None, *, log_a=None, max_iter=100, tol=1e-5, ma
     M : torch.Tensor of shape (n, m)
         Cost divided by the regularisation.
     log_b : torch.Tensor of shape (m,)
-        Log column marginal (sums to one).
+        Log column marginal (sums to one). Columns of zero mass (``-inf``) are left out of
+        the Newton system; their ``g_j`` stays at its start and their plan column is zero.
     g : torch.Tensor of shape (m,), default=None
         Warm-start column potentials (zeros when None).
     log_a : torch.Tensor of shape (n,), default=None
@@ -111,6 +112,13 @@ def semi_dual_newton(M, log_b, g=None, *, log_a=None, max_iter=100, tol=1e-5, ma
     SinkhornResult
         ``f``, ``g``, ``n_iter`` (passes), ``err``, ``converged``,
         ``method="newton"``, ``errors`` (the error at each accepted iterate).
+
+    Raises
+    ------
+    FloatingPointError
+        When the column sums of the first pass (or any later one) are not finite: ``M``
+        holds NaN or infinity, e.g. squared distances that overflow. The message says to
+        rescale the rows; no further pass is made.
     """
     return newton_solve(M, log_b, g, log_a, max_iter, tol, max_step)[0]
 
@@ -152,7 +160,8 @@ def newton_iterations(objective, log_b, g, max_iter, tol, max_step, buffers=(Non
 
     Returns ``(g, c, moment, buffers, passes, err, errors)``: the final potentials, their
     column sums and moment, the buffers with the final row potentials first, the passes
-    made, the final L1 column error and the error at each accepted iterate.
+    made, the final L1 column error and the error at each accepted iterate. Raises
+    ``FloatingPointError`` at the first pass whose column error is not finite.
     """
     b = log_b.exp()
     # Columns of zero mass (log b_j = -inf) hold none of the plan whatever g_j is: they are kept

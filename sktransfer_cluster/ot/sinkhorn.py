@@ -43,6 +43,11 @@ cancels when the costs sit far from zero (``M = rand + 1e14`` at ``reg=0.01``). 
 :func:`_epsilon_scaling` drives them, annealing ``reg`` geometrically from a hundredth of
 the cost's range down to its target and warm-starting the potentials.
 
+A balanced cost ``M`` that requires grad gives a differentiable plan (and potentials): the
+iterations run without a graph and the gradient is implicit (:class:`_ImplicitPotentials`),
+the limit at convergence of POT's gradient unrolled through its iterations. Unbalanced OT of
+such an ``M``, and marginals that require grad, are refused with a ValueError.
+
 References: Cuturi, *Sinkhorn distances*, NeurIPS 2013; Schmitzer, *Stabilized sparse
 scaling algorithms for entropy regularized transport problems*, SIAM J. Sci. Comput. 2019;
 Chizat, Peyré, Schmitzer & Vialard, *Scaling algorithms for unbalanced optimal transport
@@ -444,6 +449,8 @@ def _solve(M, reg, log_a, log_b, reg_m, init, max_iter, tol, check_every, eps_sc
         raise ValueError("The cost matrix M contains NaN or infinity.")
     _check_marginal_shape("a", log_a, (*M.shape[:-2], M.shape[-2]))
     _check_marginal_shape("b", log_b, (*M.shape[:-2], M.shape[-1]))
+    differentiable = _wants_gradient(M, log_a, log_b, reg_m)
+    M_grad, M = M, M.detach()  # the iterations build no graph; the gradient is implicit (below)
     log_a, log_b = log_marginals(M, log_a, log_b)
     if reg_m is None:
         M, r, c = _shift_costs(M)
@@ -468,7 +475,85 @@ def _solve(M, reg, log_a, log_b, reg_m, init, max_iter, tol, check_every, eps_sc
         M, f, g, log_a, log_b, schedule, reg_m, max_iter, tol, check_every, method, trace
     )
     res = SinkhornResult(f=f, g=g, n_iter=n_iter, err=float(err), converged=err < tol, method=used, errors=errors)
+    if differentiable:
+        # The shift r, c is a constant: the potentials of M + dM are those of M + dM - r - c plus it.
+        M = M_grad - r.unsqueeze(-1) - c.unsqueeze(-2)
+        res.f, res.g = _ImplicitPotentials.apply(M, res.f, res.g, log_a, log_b, reg)
     return res, M, r, c
+
+
+def _wants_gradient(M, log_a, log_b, reg_m):
+    """Whether the potentials must carry a gradient in ``M``; ValueError where none is implemented."""
+    if not torch.is_grad_enabled():
+        return False
+    if any(w is not None and w.requires_grad for w in (log_a, log_b)):
+        raise ValueError(
+            "The marginals a or b require grad: the plan is differentiable in M only. Pass a.detach() and "
+            "b.detach() (or differentiate POT's ot.sinkhorn for gradients in the marginals)."
+        )
+    if not M.requires_grad:
+        return False
+    if reg_m is not None:
+        raise ValueError(
+            "Unbalanced OT (reg_m given) of a cost M that requires grad is not differentiable here: pass "
+            "M.detach(), or solve the balanced problem (reg_m=None), whose plan is differentiable in M."
+        )
+    return True
+
+
+class _ImplicitPotentials(torch.autograd.Function):
+    """The balanced potentials ``(f, g)`` of ``M``, differentiated through their optimality conditions.
+
+    At the solution the plan ``P = a b^T exp((f + g - M) / reg)`` has the marginals ``a`` and
+    ``b``; differentiating these conditions (implicit function theorem) gives, for a loss with
+    gradients ``(gf, gg)`` in the potentials, ``dL/dM_ij = P_ij (mu_i + nu_j)`` with
+    ``K [mu; nu] = [gf; gg]`` and ``K = [[diag(P 1), P], [P^T, diag(P^T 1)]]`` (the
+    regularisation cancels). This is the limit of POT's gradient, unrolled through its iterations,
+    at convergence, at the cost of one (min(n, m))-sized linear solve and no graph over the
+    iterations. ``K`` is singular along ``(1, -1)`` (``f + t``, ``g - t`` is the same plan): the
+    gradient is exact for functions of ``f_i + g_j`` and of ``<a, f> + <b, g>``; the split of a
+    constant between ``f`` and ``g`` follows a fixed convention.
+    """
+
+    @staticmethod
+    def forward(ctx, M, f, g, log_a, log_b, reg):
+        ctx.save_for_backward(plan_from_potentials(M.detach(), f, g, reg, log_a, log_b))
+        return f.clone(), g.clone()
+
+    @staticmethod
+    def backward(ctx, grad_f, grad_g):
+        (P,) = ctx.saved_tensors
+        grad_f = torch.zeros_like(P[..., 0]) if grad_f is None else grad_f
+        grad_g = torch.zeros_like(P[..., 0, :]) if grad_g is None else grad_g
+        mu, nu = _dual_adjoint(P, grad_f, grad_g)
+        return P * (mu.unsqueeze(-1) + nu.unsqueeze(-2)), None, None, None, None, None
+
+
+def _dual_adjoint(P, gf, gg):
+    """``[mu; nu]`` solving ``[[diag(P 1), P], [P^T, diag(P^T 1)]] [mu; nu] = [gf; gg]`` (see
+    :class:`_ImplicitPotentials`), by eliminating the longer side: one (k, k) solve, k = min(n, m)."""
+    if P.shape[-2] < P.shape[-1]:
+        nu, mu = _dual_adjoint(P.transpose(-1, -2), gg, gf)
+        return mu, nu
+    dtype = P.dtype
+    work = exact_dtype(P.device)
+    P, gf, gg = P.to(work), gf.to(work), gg.to(work)
+    p, q = P.sum(-1), P.sum(-2)
+    # An empty row or column (zero mass) has no condition: its entry of the adjoint is zero.
+    gf, gg = torch.where(p > 0, gf, 0.0), torch.where(q > 0, gg, 0.0)
+    # K [1; -1] = 0: drop the part of the right-hand side along that null vector.
+    t = (gf.sum(-1) - gg.sum(-1)) / (P.shape[-2] + P.shape[-1])
+    gf = torch.where(p > 0, gf - t.unsqueeze(-1), 0.0)
+    gg = torch.where(q > 0, gg + t.unsqueeze(-1), 0.0)
+    inv_p = torch.where(p > 0, 1.0 / p.clamp_min(torch.finfo(work).tiny), 0.0)
+    # mu = (gf - P nu) / p, then the Schur complement (a graph Laplacian, null vector 1) for nu.
+    S = torch.diag_embed(q) - P.transpose(-1, -2) @ (P * inv_p.unsqueeze(-1))
+    rhs = gg - (P.transpose(-1, -2) @ (gf * inv_p).unsqueeze(-1)).squeeze(-1)
+    scale = q.mean(-1, keepdim=True).unsqueeze(-1)
+    S = S + scale / q.shape[-1] + torch.diag_embed((q <= 0).to(work))
+    nu = torch.linalg.solve(S, rhs.unsqueeze(-1)).squeeze(-1)
+    mu = (gf - (P @ nu.unsqueeze(-1)).squeeze(-1)) * inv_p
+    return mu.to(dtype), nu.to(dtype)
 
 
 def _check_init(init, log_a, log_b, M):
@@ -670,6 +755,8 @@ def sinkhorn(
     ValueError
         For an input or option outside its domain (complex or non-finite costs, a warm start
         of the wrong shape, ``eps_scaling`` outside (0, 1), ...); the message says what to pass.
+        Also for a gradient not implemented: ``a`` or ``b`` requiring grad, or unbalanced OT
+        (``reg_m``) of an ``M`` that requires grad (the balanced plan is differentiable in ``M``).
     FloatingPointError
         With ``method="stabilized"`` (or ``"sinkhorn_stabilized"``) when its scalings stop
         being finite; ``"auto"`` then continues in the log domain instead.
@@ -739,7 +826,7 @@ def sinkhorn(
             converged = False
     if warn and not converged:
         if res.converged:
-            spread = float(Ms.amax())
+            spread = float(Ms.detach().amax())
             message = (
                 f"Sinkhorn's plan is off its marginals by {marginal_error:.3g} (L1) > tol {tol:g}, although "
                 f"its iterations met tol: at reg={reg:g} float precision cannot resolve costs spread over "
@@ -796,4 +883,5 @@ def _marginals_precision(a, b):
 
 def _marginal_error(P, wa, wb):
     """L1 error of both marginals of ``P``, max over the batch."""
+    P = P.detach()
     return float(((P.sum(-1) - wa).abs().sum(-1) + (P.sum(-2) - wb).abs().sum(-1)).max())
