@@ -186,9 +186,10 @@ def newton_iterations(objective, log_b, g, max_iter, tol, max_step, buffers=(Non
             # per solve, 36 CPU s for SinkhornKMeans on 4 rows at +-1e308).
             raise FloatingPointError(
                 "The semi-dual OT solve's column sums are not finite (error "
-                f"{err}): its costs hold NaN or infinity, e.g. squared distances of rows so large that "
-                "they overflow the float range. Rescale the rows (e.g. StandardScaler, or divide X by "
-                "its largest absolute value) so that their squared distances stay finite."
+                f"{err}): its costs hold NaN or infinity, from rows that are NaN or infinite or from squared "
+                "distances of finite rows so large that they overflow the float range. Rescale the rows "
+                "(e.g. StandardScaler, or divide X by its largest absolute value) so that their squared "
+                "distances stay finite."
             )
         if err < tol or passes >= max_iter:
             break
