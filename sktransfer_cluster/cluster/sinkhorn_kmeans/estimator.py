@@ -341,25 +341,18 @@ class SinkhornKMeans(
     }
     _width_params = ("hidden_dims",)
 
-    def _embedding_in_use(self):
-        """The ``embedding`` the model was fitted with (the parameter until a fit records it).
-
-        Every call after fit reads this one: a ``set_params(embedding=...)`` after fit must not
-        change the dtype or input scaling that ``predict``, ``transform``, ``score`` and
-        ``transport_plan`` feed the fitted model (issue V10 #4).
-        """
-        return self.__dict__.get("_fitted_embedding", self.embedding)
-
     @property
     def _input_normalization(self):
         # OT k-means is affine-equivariant and only needs centring (exact squared distances
-        # at large offsets); the autoencoder needs unit-scale input.
-        return "centre" if self._embedding_in_use() is None else "affine"
+        # at large offsets); the autoencoder needs unit-scale input. The embedding the model was
+        # fitted with: a set_params(embedding=...) after fit must not change what predict,
+        # transform, score and transport_plan feed the fitted model.
+        return "centre" if self._fitted_param("embedding") is None else "affine"
 
     @property
     def _cpu_dtype(self):
         # The autoencoder is matmul-bound (float32 twice as fast); plain OT k-means keeps float64.
-        return torch.float64 if self._embedding_in_use() is None else torch.float32
+        return torch.float64 if self._fitted_param("embedding") is None else torch.float32
 
     _transfer_parameter_constraints = {
         "fine_tune_epochs": [Interval(Integral, 0, None, closed="left"), None],
@@ -435,9 +428,6 @@ class SinkhornKMeans(
                     f"code width, e.g. (16, 32, 10); got {self.hidden_dims!r}."
                 )
             self._proportions()
-            # Every later call reads these, not the parameters (see _embedding_in_use).
-            self._fitted_embedding = self.embedding
-            self._fit_structure = self._structure()
 
     def _structure(self):
         """The parameters that shape the fitted model, as fit resolves them.
@@ -462,9 +452,10 @@ class SinkhornKMeans(
         inside (or silently keep the old one). Predict-time methods read the
         fitted state only and need no check.
         """
-        fitted = self.__dict__.get("_fit_structure")
-        if fitted is None:  # a model pickled before the structure was recorded
+        if "_fitted_params" not in self.__dict__:  # a model pickled before the parameters were recorded
             return
+        # The structure the recorded parameters resolve to, read off an unfitted twin that holds them.
+        fitted = type(self)(**{**self.get_params(deep=False), **self._fitted_params})._structure()
         now = self._structure()
         changed = [name for name in fitted if name in now and fitted[name] != now[name]]
         if not changed:
