@@ -1105,3 +1105,16 @@ def copy_of(model):
     import copy
 
     return copy.deepcopy(model)
+
+
+@pytest.mark.parametrize("neighbour_weight", [0.0, 1.0], ids=["paper", "graph"])
+def test_a_diverging_autoencoder_is_reported_as_a_training_failure_not_a_scaling_one(neighbour_weight):
+    # The OT loss runs on the codes: once a too-large step makes them NaN, the message must be
+    # the training loop's (lower learning_rate), not the solver's (rescale the rows).
+    X, _ = make_blobs(120, n_features=6, centers=3, random_state=0)
+    est = SinkhornKMeans(3, embedding="autoencoder", neighbour_weight=neighbour_weight, learning_rate=1e12,
+                         pretrain_epochs=0, max_epochs=3, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with pytest.raises(FloatingPointError, match=r"loss became nan .*lower learning_rate"):
+            est.fit(X)

@@ -72,8 +72,9 @@ def ot_clustering_loss(Z, centers, reg, log_w, *, init=None, max_iter=100, tol=1
     Returns
     -------
     loss : torch.Tensor (scalar)
-    result : SinkhornResult
-        The solve, with potentials ``f`` and ``g`` in cost units (for warm starts).
+    result : SinkhornResult or None
+        The solve, with potentials ``f`` and ``g`` in cost units (for warm starts); None, with
+        a NaN loss, where the costs are not finite (codes of a diverged network).
 
     Examples
     --------
@@ -85,6 +86,11 @@ def ot_clustering_loss(Z, centers, reg, log_w, *, init=None, max_iter=100, tol=1
     (0.005, True)
     """
     C = squared_distances(Z, centers)
+    if not bool(torch.isfinite(C.detach()).all()):
+        # Codes gone NaN or infinite: the network diverged, and there is no plan to solve for. A
+        # NaN loss lets the training loop's own check say what to do (lower learning_rate), where
+        # the solver would blame the rows' scale.
+        return C.sum() * float("nan"), None
     with torch.no_grad():
         # A minibatch's (n, k) problem is small: solved in float64 whatever the network's
         # dtype, so that tol is reachable and the plan is exact to it.
