@@ -669,6 +669,84 @@ def test_transfer_refines_the_encoder_as_many_epochs_as_fit_trains_it(wide_blobs
     assert seen == [("representation", 3), ("refine", 3)]
 
 
+def test_the_encoder_trains_beside_a_decoder_that_reconstructs_the_rows(wide_blobs, monkeypatch):
+    # Fit and transfer's refinement add the reconstruction error of a mirror decoder to the graph's
+    # loss (SinkhornKMeans' graph autoencoder); the decoder refined is the one fit trained.
+    from sktransfer_cluster import representation
+
+    seen = []
+    original = representation.train_neighbour_encoder
+
+    def spy(encoder, X, graph, **kwargs):
+        seen.append((kwargs["decoder"], kwargs["reconstruction_weight"]))
+        return original(encoder, X, graph, **kwargs)
+
+    monkeypatch.setattr(representation, "train_neighbour_encoder", spy)
+    model = PreciseFeatureGAN(3, **WIDE).fit(wide_blobs[0])
+    model.transfer(wide_blobs[0] + 0.5)
+    (fit_decoder, fit_weight), (refine_decoder, refine_weight) = seen
+    assert fit_weight > 0 and refine_weight > 0
+    assert isinstance(fit_decoder, torch.nn.Module) and refine_decoder is model._decoder
+    assert fit_decoder[0].in_features == 10 and fit_decoder[-1].out_features == wide_blobs[0].shape[1]
+
+
+def test_transfer_refines_from_the_source_encoder_and_decoder_shrunk_towards_fresh_networks(wide_blobs, monkeypatch):
+    # keep * source + (1 - keep) * fresh, for both networks, before the refinement only (never in fit).
+    from sktransfer_cluster import representation
+
+    calls = []
+    original = representation.shrink_towards
+
+    def spy(module, fresh, keep):
+        calls.append(([p.detach().clone() for p in module.parameters()], [p.detach().clone() for p in fresh.parameters()], keep))
+        return original(module, fresh, keep)
+
+    monkeypatch.setattr(representation, "shrink_towards", spy)
+    model = PreciseFeatureGAN(3, **WIDE).fit(wide_blobs[0])
+    assert calls == []
+    source_encoder = [p.detach().clone() for p in model.encoder_.parameters()]
+    source_decoder = [p.detach().clone() for p in model._decoder.parameters()]
+    seen_start = []
+    train = representation.train_neighbour_encoder
+
+    def at_start(encoder, X, graph, **kwargs):
+        seen_start.append([p.detach().clone() for p in encoder.parameters()])
+        return train(encoder, X, graph, **kwargs)
+
+    monkeypatch.setattr(representation, "train_neighbour_encoder", at_start)
+    model.transfer(wide_blobs[0] + 0.5)
+    (enc_before, enc_fresh, keep_e), (dec_before, dec_fresh, keep_d) = calls
+    assert keep_e == keep_d == 0.2
+    assert all(torch.equal(a, b) for a, b in zip(enc_before, source_encoder))
+    assert all(torch.equal(a, b) for a, b in zip(dec_before, source_decoder))
+    for start, w, w0 in zip(seen_start[0], source_encoder, enc_fresh):
+        torch.testing.assert_close(start, 0.2 * w + 0.8 * w0)
+
+
+def test_the_nearest_classifier_on_codes_moves_the_points_by_ot_lloyd_under_the_prior(wide_blobs, monkeypatch):
+    # On the codes, the Lloyd steps are OT-Lloyd's from the generated points, each cluster's mass
+    # in the plan the prior weight the generator draws it with.
+    from sktransfer_cluster.cluster.sinkhorn_kmeans import lloyd
+
+    seen = []
+    original = lloyd.ot_lloyd
+
+    def spy(X, centers, reg_rel, log_w, max_iter, tol):
+        seen.append((X.shape, centers.shape, log_w.exp().tolist()))
+        return original(X, centers, reg_rel, log_w, max_iter, tol)
+
+    monkeypatch.setattr(lloyd, "ot_lloyd", spy)
+    weights = [0.5, 0.3, 0.2]
+    PreciseFeatureGAN(3, cluster_weights=weights, **WIDE).fit(wide_blobs[0])
+    assert len(seen) == 1
+    shape, centers_shape, w = seen[0]
+    assert shape == (wide_blobs[0].shape[0], 10) and centers_shape == (1, 3, 10)
+    np.testing.assert_allclose(w, weights)
+    # Without the representation the plain steps run (no plan).
+    PreciseFeatureGAN(3, classifier="nearest", **{**WIDE, "representation": None}).fit(wide_blobs[0])
+    assert len(seen) == 1
+
+
 def test_the_neighbour_graph_of_rows_at_a_per_feature_offset_is_that_of_the_unshifted_rows(wide_blobs, monkeypatch):
     # Rows at an offset (or with negative values) have no meaningful origin: the graph is the
     # Euclidean one of the standardised rows, so an offset of 1e8 leaves the neighbours, the

@@ -89,6 +89,17 @@ _EDGES_PER_STEP = 4096
 _ENCODER_LR = 1e-3
 _BLUR = 1.0
 _MAX_SHIFT = 1
+# The encoder trains beside a decoder (the mirror MLP) on the graph's loss plus this weight times the
+# mean squared reconstruction error of at most _RECONSTRUCTION_ROWS of each step's end points
+# (SinkhornKMeans' graph autoencoder), and transfer's refinement starts from the source encoder and
+# decoder shrunk towards fresh ones, keeping _REFINE_KEEP_SOURCE of their weights
+# (representation.shrink_towards). With the neighbour loss alone the source encoder put a group of 21
+# target 9s of digits 0-4 -> 5-9 beside the 8s on every seed, shrunk or not; with the decoder and the
+# shrink the codes hold the partition that places them with the 9s (docs/notes/precise_gan.md,
+# 2026-11-28, ninth session).
+_RECONSTRUCTION_WEIGHT = 1.0
+_RECONSTRUCTION_ROWS = 1024
+_REFINE_KEEP_SOURCE = 0.2
 # representation="auto" uses the encoder on more than 2 * _CODE_DIM features: below that there
 # is little to reduce, and on wine (13 features, 178 rows) the GAN on the codes scored 0.927
 # against 0.961 on the standardised features (docs/notes/precise_gan.md, 2026-11-27).
@@ -97,6 +108,12 @@ _AUTO_MIN_FEATURES = 2 * _CODE_DIM + 1
 # means of their cells before C is set (they stop when no label changes), and the generator is
 # fitted to the re-estimated points by this many Adam steps of least squares at this rate.
 _LLOYD_STEPS = 100
+# On the neighbour representation's codes the Lloyd steps are OT-Lloyd's (sinkhorn_kmeans.lloyd): each
+# assignment the entropic transport plan whose cluster masses are the prior weights_, at this
+# regularisation relative to the mean cost (SinkhornKMeans' default epsilon). The GAN's generator
+# draws its clusters with those weights; the plain nearest-point steps let one cluster swallow a group
+# of another class (digits 0-4 -> 5-9, seed 1, the decoder's codes: 0.954 where the plan's steps give 0.977).
+_OT_EPSILON = 0.01
 _PLACE_STEPS = 300
 _PLACE_LR = 1e-2
 # Rows (standardised) beyond this magnitude are scored in float64: float32 overflows within a
@@ -146,9 +163,14 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         neighbours as they were; :func:`~sktransfer_cluster.representation.auto_metric`
         of the source, kept for the target; with ``image_shape``, distances between images blurred by
         one pixel and minimised over one-pixel shifts) with a parametric-UMAP
-        loss (:mod:`sktransfer_cluster.representation`), and ``G``, ``D`` and
-        ``C`` then work on the 10 codes (standardised); ``predict`` encodes new
-        rows, ``transfer`` first refines the encoder on the target's graph.
+        loss (:mod:`sktransfer_cluster.representation`) plus the reconstruction
+        error of a mirror decoder (as SinkhornKMeans' graph autoencoder), and
+        ``G``, ``D`` and ``C`` then work on the 10 codes (standardised);
+        ``predict`` encodes new rows, ``transfer`` first refines the encoder on
+        the target's graph, from the source encoder and decoder shrunk towards
+        fresh ones (a fifth of their weights kept). The nearest-point
+        classifier's Lloyd steps on the codes are OT-Lloyd's under the prior
+        (each cluster's mass in the plan its ``cluster_weights``).
         None: the paper's GAN on the (standardised) rows. ``"auto"`` is
         ``"neighbours"`` when ``X`` has more than 20 features (and more than
         15 rows) and ``architecture="mlp"``, None otherwise: on MNIST-5k the
@@ -162,7 +184,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     representation_epochs : int, default=40
         Passes over the graph's edges that train the encoder in ``fit``;
         ``transfer`` refines it on the target for as many, from the source's
-        weights (half as many left MNIST 0-4 -> 5-9 at 0.950 against 0.958
+        weights shrunk towards a fresh start (half as many left MNIST 0-4 -> 5-9 at 0.950 against 0.958
         for the GAN fitted on the target alone; as many gave 0.959, seeds
         0-2; ``docs/notes/precise_gan.md``).
     noise_dim : int, default=0
@@ -709,8 +731,13 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         zero (pixels, counts), else the Euclidean distance between the standardised rows
         ``Xt``, whose neighbours do not depend on the data's offset or units (the cosine of
         rows at an offset of 1e8 sees every row point the same way).
+
+        The encoder trains with its decoder (``_decoder``, the mirror MLP; absent from models
+        pickled before it, which train without) on the graph's loss plus the reconstruction
+        error. In ``"refine"`` (transfer) both first shrink towards fresh networks drawn from
+        ``torch_gen``, keeping ``_REFINE_KEEP_SOURCE`` of their weights.
         """
-        from ...representation import steps_per_epoch, train_neighbour_encoder
+        from ...representation import make_encoder, shrink_towards, steps_per_epoch, train_neighbour_encoder
 
         if n_epochs == 0 or X.shape[0] < 3:
             return
@@ -725,15 +752,30 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         steps = steps_per_epoch(n_edges, _EDGES_PER_STEP)
         encoder = self.encoder_.to(device="cpu", dtype=torch.float32)
         set_requires_grad(encoder, True)
+        decoder = getattr(self, "_decoder", None)
+        if decoder is not None:
+            decoder = decoder.to(device="cpu", dtype=torch.float32)
+            set_requires_grad(decoder, True)
+            if phase == "refine":
+                d = X.shape[1]
+                shrink_towards(encoder, make_encoder(d, _CODE_DIM, _ENCODER_HIDDEN, generator=torch_gen),
+                               _REFINE_KEEP_SOURCE)
+                shrink_towards(decoder, make_encoder(_CODE_DIM, d, _ENCODER_HIDDEN[::-1], generator=torch_gen),
+                               _REFINE_KEEP_SOURCE)
         # The encoder trains in float32 on the CPU whatever the GAN's device and dtype.
         compile = self._compile_rule("neighbours", phase, n_epochs * steps, steps, graph=(X.shape[1], "float32", "cpu"))
-        with self._training(phase, n_epochs, state=[encoder], unit="epoch", keeps_model=False) as run:
+        state = [encoder] if decoder is None else [encoder, decoder]
+        with self._training(phase, n_epochs, state=state, unit="epoch", keeps_model=False) as run:
             step = run.step_callback(steps)
 
             train_neighbour_encoder(encoder, inputs, graph, n_epochs=n_epochs, batch_size=_EDGES_PER_STEP,
                                     learning_rate=_ENCODER_LR, generator=torch_gen, callback=step,
-                                    compile=compile)
+                                    decoder=decoder, reconstruction_weight=_RECONSTRUCTION_WEIGHT,
+                                    reconstruction_rows=_RECONSTRUCTION_ROWS, compile=compile)
         self._say_compile_decisions(phase)
+        if decoder is not None:
+            set_requires_grad(decoder, False)
+            self._decoder = decoder.eval()
         self.encoder_ = encoder.eval().to(device=self.device_, dtype=self._dtype())
         set_requires_grad(self.encoder_, False)
 
@@ -948,7 +990,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         index = self._landmarks(X, rng)
         # Past the landmark count no step holds a float copy of X (representation.landmarks).
         Xt = self._tensor(X) if index is None else None
-        self.encoder_, self._code_affine = None, None
+        self.encoder_, self._code_affine, self._decoder = None, None, None
         represented = self._represents(X)
         if represented:
             from ...representation import auto_metric, make_encoder
@@ -956,6 +998,8 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             # Chosen on the source's values and kept for transfer's target graph.
             self._graph_metric = auto_metric(X)
             self.encoder_ = make_encoder(X.shape[1], _CODE_DIM, _ENCODER_HIDDEN, generator=torch_gen)
+            # Trained with the encoder (reconstruction), only there: codes and predict never use it.
+            self._decoder = make_encoder(_CODE_DIM, X.shape[1], _ENCODER_HIDDEN[::-1], generator=torch_gen)
             self._train_representation(X, Xt, int(self.representation_epochs), torch_gen, "representation",
                                        index=index)
             self.encoder_ = self.encoder_.eval().to(device=self.device_, dtype=self._dtype())
@@ -983,7 +1027,8 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
         With the neighbour representation the encoder is first refined on
         the target's k-NN graph (``representation_epochs`` passes, from
-        its source weights). Critic, classifier and generator continue
+        its source weights and its decoder's, both shrunk towards fresh
+        networks keeping a fifth of them). Critic, classifier and generator continue
         training on ``X`` (its codes), then the classifier is set afresh from
         the final generator (a linear one trained from zero, or the nearest
         generated point); afterwards ``labels_`` holds the target's labels and
@@ -1139,6 +1184,13 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         nearest-point cells scored 0.812 against 0.950 after the Lloyd steps
         (``docs/notes/precise_gan.md``, 2026-11-27, third session).
 
+        On the codes of the neighbour representation the steps are OT-Lloyd's
+        (:meth:`_ot_lloyd_points`): each assigns the rows by the entropic transport
+        plan whose cluster masses are the prior ``weights_``, the distribution the
+        generator draws its clusters from. On digits 0-4 -> 5-9 (seed 1) the plain
+        steps let another class's cell take a group of 21 nines (0.954) where the
+        plan's steps, on the same codes, gave 0.977 (ninth session).
+
         The classifier: logits ``(p_y . x - |p_y|^2 / 2) / s2 + log w_y``, the
         posterior of equal isotropic Gaussians of variance ``s2`` at the
         points ``p_y``, times the prior ``w``, whose argmax is the nearest
@@ -1149,8 +1201,10 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             every = torch.arange(self.n_clusters, device=self.device_)
             latent = self._latent(every, None, zero_noise=True)
             start = self.generator_(latent).reshape(self.n_clusters, -1)
-            P, labels = start.clone(), None
-            for _ in range(_LLOYD_STEPS):
+            # On the neighbour representation's codes: OT-Lloyd's steps under the prior, else plain ones.
+            ot = getattr(self, "encoder_", None) is not None
+            P, labels = (self._ot_lloyd_points(start, Xt) if ot else start.clone()), None
+            for _ in range(0 if ot else _LLOYD_STEPS):
                 C = self._nearest_point_linear(P, Xt)
                 new = chunked(lambda part: C(part.reshape(part.shape[0], -1)).argmax(1), Xt)
                 if labels is not None and torch.equal(new, labels):
@@ -1165,6 +1219,22 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         with torch.no_grad():
             P = self.generator_(latent).reshape(self.n_clusters, -1)
             self.classifier_ = self._nearest_point_linear(P, Xt)
+
+    def _ot_lloyd_points(self, start, Z):
+        """The points ``start`` (K, d) moved by OT-Lloyd on the codes ``Z`` under the prior ``weights_``.
+
+        :func:`~sktransfer_cluster.cluster.sinkhorn_kmeans.lloyd.ot_lloyd` in float64 from
+        ``start``: each step assigns the rows by the entropic plan whose cluster masses are
+        ``weights_`` (regularisation ``_OT_EPSILON`` times the mean cost) and moves every point
+        to its plan-weighted mean; at most ``_LLOYD_STEPS`` steps, until the plan's hard labels
+        stop changing. Returned in ``start``'s dtype and device.
+        """
+        from ..sinkhorn_kmeans import lloyd
+
+        log_w = torch.log(torch.as_tensor(np.maximum(self.weights_, 1e-300), dtype=torch.float64))
+        Zd = Z.reshape(Z.shape[0], -1).to("cpu", torch.float64)
+        centers, _, _, _ = lloyd.ot_lloyd(Zd, start.to("cpu", torch.float64)[None], _OT_EPSILON, log_w, _LLOYD_STEPS, 0.0)
+        return centers[0].to(device=start.device, dtype=start.dtype)
 
     @staticmethod
     def _cell_sums(Xt, labels, P):
