@@ -1,6 +1,7 @@
 """Our Sinkhorn solver, cross-checked against POT and by its defining properties."""
 
 import importlib
+import re
 import warnings
 
 import numpy as np
@@ -905,3 +906,102 @@ def test_marginals_that_require_grad_are_refused_with_what_to_do():
     a, b, M = _problem(3)
     with pytest.raises(ValueError, match=r"a or b require grad.*detach"):
         sinkhorn(torch.tensor(a, requires_grad=True), torch.tensor(b), torch.tensor(M), 0.1)
+
+
+def _near_hard_6x6(seed=0):
+    """Costs whose optimal plan is a permutation, every other cost at least 0.7 above it."""
+    rng = np.random.default_rng(seed)
+    M = 1 - np.eye(6) + 0.3 * rng.random((6, 6))
+    return M[:, rng.permutation(6)]
+
+
+@pytest.mark.parametrize(
+    "M, reg",
+    [(np.array([[0.0, 1.0], [1.0, 0.0]]), 0.01), (np.array([[0.0, 1.0], [1.0, 0.0]]), 0.001), (_near_hard_6x6(), 0.002)],
+    ids=["2x2-reg0.01", "2x2-reg0.001", "6x6-reg0.002"],
+)
+def test_a_converged_near_permutation_plan_has_pots_torch_gradient_not_a_singular_solve(M, reg):
+    """V12 #1: once the plan is nearly a permutation the Schur complement of the adjoint system cancels
+    to rounding in more directions than its one known null vector, and torch.linalg.solve raised
+    "input matrix is singular" in backward."""
+    a = b = np.full(M.shape[0], 1 / M.shape[0])
+    pot_plan, pot_grad = _pot_torch_plan_and_gradient(a, b, M, reg)
+    Mt = torch.tensor(M, requires_grad=True)
+    P = sinkhorn(None, None, Mt, reg, tol=1e-13, max_iter=20000)
+    (P * Mt).sum().backward()
+    np.testing.assert_allclose(Mt.grad.numpy(), pot_grad, rtol=0, atol=1e-12)
+
+
+def test_the_gradient_of_a_batch_of_near_permutation_plans_is_each_ones_gradient():
+    """V12 #1 for batched costs: the rank-revealing solve of the adjoint system runs per problem."""
+    costs = [_near_hard_6x6(0), _near_hard_6x6(1)]
+    Mt = torch.tensor(np.stack(costs), requires_grad=True)
+    (sinkhorn(None, None, Mt, 0.002, tol=1e-13, max_iter=20000) * Mt).sum().backward()
+    for k, M in enumerate(costs):
+        one = torch.tensor(M, requires_grad=True)
+        (sinkhorn(None, None, one, 0.002, tol=1e-13, max_iter=20000) * one).sum().backward()
+        np.testing.assert_allclose(Mt.grad[k].numpy(), one.grad.numpy(), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["auto", "log"])
+def test_a_warm_start_from_potentials_that_carry_a_gradient_is_a_constant_of_the_new_solve(method):
+    """V12 #3: init=(f, g) of a previous solve on a cost that requires grad raised "mv(): functions with
+    out=... don't support automatic differentiation" (or, in the log domain, unrolled a graph back into
+    the first cost); the implicit gradient does not depend on the start."""
+    a, b, M = _problem(0)
+    M1 = torch.tensor(M, requires_grad=True)
+    first = sinkhorn_potentials(M1, 0.05)
+    M2 = torch.tensor(_problem(1, n=12, m=5)[2], requires_grad=True)
+    res = sinkhorn_potentials(M2, 0.05, init=(first.f, first.g), method=method)
+    res.f.sum().backward()
+    assert M1.grad is None and M2.grad is not None
+
+
+@pytest.mark.parametrize("method", ["auto", "sinkhorn_stabilized", "sinkhorn_log"])
+def test_pots_warmstart_from_a_log_that_carries_a_gradient_is_a_constant_of_the_new_solve(method):
+    """V12 #3 for POT's spelling: warmstart=(log['log_u'], log['log_v']) of a cost that requires grad."""
+    _, _, M = _problem(0)
+    M1 = torch.tensor(M, requires_grad=True)
+    _, log = sinkhorn(None, None, M1, 0.05, log=True)
+    M2 = torch.tensor(_problem(1, n=12, m=5)[2], requires_grad=True)
+    warm = (log["alpha"], log["beta"]) if method == "sinkhorn_stabilized" else (log["log_u"], log["log_v"])
+    P = sinkhorn(None, None, M2, 0.05, method=method, warmstart=warm)
+    (P * M2).sum().backward()
+    assert M1.grad is None and M2.grad is not None
+
+
+@pytest.mark.parametrize("n, m", [(30, 20), (50, 3), (11, 17)])
+def test_the_tol_that_the_float32_mass_gap_warning_names_converges_without_it(n, m):
+    """V12 #7: "Pass tol above {gap:.2g}" rounded to nearest, often below the gap, so following it still warned."""
+    rng = np.random.default_rng(0)
+    M = ot.dist(rng.normal(size=(n, 2)), rng.normal(size=(m, 2))).astype(np.float32)
+    a, b = np.full(n, 1 / n, dtype=np.float32), np.full(m, 1 / m, dtype=np.float32)
+    with pytest.warns(ConvergenceWarning) as record:
+        sinkhorn(a, b, M, 0.1, tol=1e-9)
+    (message,) = [str(w.message) for w in record]
+    tol = float(re.search(r"Pass tol above ([0-9.e+-]+[0-9])", message).group(1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sinkhorn(a, b, M, 0.1, tol=tol)
+
+
+@pytest.mark.parametrize(
+    "poison, raises",
+    [("one +inf cell", False), ("one NaN cell", True), ("one -inf cell", True), ("a row of +inf", True)],
+)
+def test_semi_dual_newton_raises_for_costs_that_make_column_sums_non_finite_and_accepts_a_forbidden_cell(poison, raises):
+    """V12 #8a: the docstring said NaN or infinite costs raise, but a single +inf cell (a forbidden
+    cell) is accepted and converges with no mass there; NaN, -inf and a row with no finite cost raise."""
+    M = torch.tensor(np.random.default_rng(0).random((50, 4)) * 5)
+    if poison == "a row of +inf":
+        M[0, :] = float("inf")
+    else:
+        M[0, 0] = {"one +inf cell": float("inf"), "one NaN cell": float("nan"), "one -inf cell": -float("inf")}[poison]
+    log_b = torch.full((4,), np.log(0.25), dtype=torch.float64)
+    if raises:
+        with pytest.raises(FloatingPointError, match="NaN or -inf, or a row with no finite cost"):
+            semi_dual_newton(M, log_b, tol=1e-10)
+    else:
+        res = semi_dual_newton(M, log_b, tol=1e-10)
+        assert res.converged
+        assert plan_from_potentials(M, res.f, res.g, 1.0, None, log_b)[0, 0] == 0

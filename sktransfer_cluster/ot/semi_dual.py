@@ -116,9 +116,12 @@ def semi_dual_newton(M, log_b, g=None, *, log_a=None, max_iter=100, tol=1e-5, ma
     Raises
     ------
     FloatingPointError
-        When the column sums of the first pass (or any later one) are not finite: ``M``
-        holds NaN or infinity, e.g. squared distances that overflow. The message says to
-        rescale the rows; no further pass is made.
+        When the column sums of the first pass (or any later one) are not finite: costs
+        that make them so are NaN, -inf, or a row with no finite cost (e.g. squared
+        distances that overflow). The message says to rescale the rows; no further pass is
+        made. A single +inf cell is a forbidden cell, not an error: the plan puts no mass
+        there (a column of +inf with positive mass cannot be met and is reported as not
+        converged).
     """
     return newton_solve(M, log_b, g, log_a, max_iter, tol, max_step)[0]
 
@@ -186,10 +189,10 @@ def newton_iterations(objective, log_b, g, max_iter, tol, max_step, buffers=(Non
             # per solve, 36 CPU s for SinkhornKMeans on 4 rows at +-1e308).
             raise FloatingPointError(
                 "The semi-dual OT solve's column sums are not finite (error "
-                f"{err}): its costs hold NaN or infinity, from rows that are NaN or infinite or from squared "
-                "distances of finite rows so large that they overflow the float range. Rescale the rows "
-                "(e.g. StandardScaler, or divide X by its largest absolute value) so that their squared "
-                "distances stay finite."
+                f"{err}): its costs hold NaN or -inf, or a row with no finite cost, from rows that are NaN or "
+                "infinite or from squared distances of finite rows so large that they overflow the float range. "
+                "Rescale the rows (e.g. StandardScaler, or divide X by its largest absolute value) so that their "
+                "squared distances stay finite."
             )
         if err < tol or passes >= max_iter:
             break

@@ -509,10 +509,11 @@ class _ImplicitPotentials(torch.autograd.Function):
     gradients ``(gf, gg)`` in the potentials, ``dL/dM_ij = P_ij (mu_i + nu_j)`` with
     ``K [mu; nu] = [gf; gg]`` and ``K = [[diag(P 1), P], [P^T, diag(P^T 1)]]`` (the
     regularisation cancels). This is the limit of POT's gradient, unrolled through its iterations,
-    at convergence, at the cost of one (min(n, m))-sized linear solve and no graph over the
-    iterations. ``K`` is singular along ``(1, -1)`` (``f + t``, ``g - t`` is the same plan): the
-    gradient is exact for functions of ``f_i + g_j`` and of ``<a, f> + <b, g>``; the split of a
-    constant between ``f`` and ``g`` follows a fixed convention.
+    at convergence, at the cost of one (min(n, m))-sized symmetric pseudo-inverse (an eigh) and
+    no graph over the iterations; a warm start is a constant (detached). ``K`` is singular along
+    ``(1, -1)`` (``f + t``, ``g - t`` is the same plan): the gradient is exact for functions of
+    ``f_i + g_j`` and of ``<a, f> + <b, g>``; the split of a constant between ``f`` and ``g``
+    follows a fixed convention.
     """
 
     @staticmethod
@@ -551,7 +552,15 @@ def _dual_adjoint(P, gf, gg):
     rhs = gg - (P.transpose(-1, -2) @ (gf * inv_p).unsqueeze(-1)).squeeze(-1)
     scale = q.mean(-1, keepdim=True).unsqueeze(-1)
     S = S + scale / q.shape[-1] + torch.diag_embed((q <= 0).to(work))
-    nu = torch.linalg.solve(S, rhs.unsqueeze(-1)).squeeze(-1)
+    # Once the plan is nearly a permutation, S cancels to rounding along more directions than 1
+    # (one per nearly disconnected block of the plan) and a plain solve fails as singular. A
+    # pseudo-inverse that drops eigenvalues below rounding (numpy's matrix_rank tolerance) gives
+    # the minimum-norm solution; torch computes it by eigh, batched, on CPU and CUDA alike
+    # (lstsq's rank-revealing drivers are CPU-only). MPS has no eigh: its (k, k) systems go to the CPU.
+    S = (S + S.transpose(-1, -2)) / 2
+    rtol = S.shape[-1] * torch.finfo(work).eps
+    pinv = torch.linalg.pinv(S.cpu() if S.device.type == "mps" else S, rtol=rtol, hermitian=True).to(S.device)
+    nu = (pinv @ rhs.unsqueeze(-1)).squeeze(-1)
     mu = (gf - (P @ nu.unsqueeze(-1)).squeeze(-1)) * inv_p
     return mu.to(dtype), nu.to(dtype)
 
@@ -572,7 +581,10 @@ def _check_init(init, log_a, log_b, M):
         if t.is_complex() or not (t.is_floating_point() or t.dtype in _INT_DTYPES):
             raise ValueError(f"A warm start must hold real numbers; got dtype {t.dtype}.")
         try:
-            t = t.to(dtype=M.dtype, device=M.device).expand(w.shape)
+            # A start is a constant of the new solve: the implicit gradient does not depend on it, and
+            # one that carries a graph (a previous solve's potentials of a cost that requires grad)
+            # must not be differentiated through these iterations.
+            t = t.detach().to(dtype=M.dtype, device=M.device).expand(w.shape)
         except RuntimeError:
             got = tuple(tuple(_tensor(x).shape) for x in init)
             raise ValueError(f"The warm start has shapes {got}, but M needs {expected}.") from None
@@ -580,6 +592,12 @@ def _check_init(init, log_a, log_b, M):
             raise ValueError("The warm start holds NaN or infinite values; pass finite potentials (e.g. a previous log's f, g).")
         out.append(t)
     return out
+
+
+def _round_up(x, digits=2):
+    """``x > 0`` with ``digits`` significant digits, rounded up (a bound quoted to the user stays a bound)."""
+    exponent = math.floor(math.log10(x)) - digits + 1
+    return f"{math.ceil(x / 10.0**exponent) * 10.0**exponent:.{digits}g}"
 
 
 def _one_of(name, value, pot_name, pot_value, default):
@@ -849,7 +867,7 @@ def sinkhorn(
                         message = (
                             f"Sinkhorn did not converge in {max_iter} iterations: the masses of a and b differ "
                             f"by {gap:.3g}, the rounding of their {in_dtype} entries, so tol {tol:g} is below "
-                            f"what {in_dtype} marginals allow. Pass tol above {gap:.2g}, or pass b rescaled to "
+                            f"what {in_dtype} marginals allow. Pass tol above {_round_up(2 * gap)}, or pass b rescaled to "
                             "a's mass in float64 (b * (a.sum() / b.sum()))."
                         )
                     else:
