@@ -589,3 +589,13 @@ def test_neighbour_embedding_passes_scikit_learns_estimator_checks():
     failures = check_estimator(_small_embedding(), on_fail=None)
     bad = [(f["check_name"], str(f["exception"])[:200]) for f in failures if f["status"] == "failed"]
     assert not bad
+
+
+def test_training_refuses_inputs_whose_squares_overflow_float32_before_any_step():
+    X, _ = blobs(60)
+    G = neighbour_graph(X, 5)
+    enc = make_encoder(8, 2, (8,), generator=torch.Generator().manual_seed(0))
+    before = [p.detach().clone() for p in enc.parameters()]
+    with pytest.raises(ValueError, match="outside the scale.*Rescale them to the source's units"):
+        train_neighbour_encoder(enc, X * 1e25, G, n_epochs=1)
+    assert all(torch.equal(a, b) for a, b in zip(before, enc.parameters()))

@@ -254,6 +254,27 @@ def _step_loss(bs, negative_rate, a, b, neighbour_weight, decoder, reconstructio
 NEIGHBOUR_COMPILE_OPTIONS = {"options": {"cpp.vec_isa_ok": True}}
 
 
+def _check_input_range(rows):
+    """ValueError when float32 ``rows`` hold values whose squares overflow float32.
+
+    The encoder's products and the loss's squared distances cannot be computed from such
+    rows: training would turn NaN a few steps in, with a message about the step size. Inputs
+    are normalised rows, so this means rows far outside the scale the normalisation was taken
+    from (a transfer's target about 1e20 times its source's, say).
+    """
+    peak = float(rows.abs().max()) if rows.numel() else 0.0
+    if not peak <= _SQUARE_SAFE:
+        raise ValueError(
+            f"the encoder's inputs reach {peak:.3g} after normalisation, beyond the {_SQUARE_SAFE:.3g} whose "
+            "square float32 holds: the rows are far outside the scale the encoder's input was normalised for "
+            "(for a transfer, the source's). Rescale them to the source's units."
+        )
+
+
+# The largest float32 value whose square is finite.
+_SQUARE_SAFE = float(np.sqrt(np.finfo(np.float32).max))
+
+
 # On the package's thread policy (one thread), whatever the process's count: another library
 # (numba, as umap-learn loads it) may have raised OpenMP's threads, and the reductions' order,
 # hence the codes, would then depend on what ran before in the process.
@@ -356,8 +377,10 @@ def train_neighbour_encoder(
     if callable(X):
         read = X
     else:
+        rows = torch.as_tensor(np.asarray(X, dtype=np.float32))
+        _check_input_range(rows)
         # index_select: the same rows as X[nodes], gathered in about 60 % of the time (5,000 x 784).
-        read = functools.partial(torch.index_select, torch.as_tensor(np.asarray(X, dtype=np.float32)), 0)
+        read = functools.partial(torch.index_select, rows, 0)
     G = sp.coo_matrix(graph)
     keep = G.data > 0
     heads = torch.as_tensor(G.row[keep], dtype=torch.int64)
