@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from numbers import Real
+
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 from sklearn.utils.validation import check_consistent_length, column_or_1d
@@ -87,7 +89,7 @@ def match_labels(labels_true, labels_pred):
     labels_true = column_or_1d(labels_true)
     labels_pred = column_or_1d(labels_pred)
     check_consistent_length(labels_true, labels_pred)
-    _check_integer_labels(labels_true)
+    labels_true = _integer_labels(labels_true)
     classes = np.unique(labels_true)
     clusters, pred_idx = np.unique(labels_pred, return_inverse=True)
     table = _contingency(labels_true, labels_pred)
@@ -99,20 +101,26 @@ def match_labels(labels_true, labels_pred):
     return mapping[pred_idx]
 
 
-def _check_integer_labels(labels_true):
-    """``ValueError`` unless every class label is an integer (``1.0`` is one; ``0.5`` or text is not)."""
+def _integer_labels(labels_true):
+    """``labels_true`` with every class label an integer (``1.0`` is one, also in an object array:
+    those come back as int64); ``ValueError`` for ``0.5`` or text."""
     kind = labels_true.dtype.kind
     if kind in "iub":
-        return
-    if kind == "f":
-        whole = np.isfinite(labels_true) & (labels_true == np.round(labels_true))
+        return labels_true
+    values = labels_true
+    if kind == "O":
+        numeric = all(isinstance(v, Real) for v in labels_true)
+        values = labels_true.astype(np.float64) if numeric else None
+    if values is not None and values.dtype.kind == "f":
+        whole = np.isfinite(values) & (values == np.round(values))
         if whole.all():
-            return
+            return values.astype(np.int64) if kind == "O" else labels_true
         bad = labels_true[~whole][0]
     else:
         bad = labels_true[0]
+    bad = bad.item() if hasattr(bad, "item") else bad
     raise ValueError(
-        f"match_labels: labels_true must be integers (the renamed clusters take their ids), got {bad.item()!r} "
+        f"match_labels: labels_true must be integers (the renamed clusters take their ids), got {bad!r} "
         f"(dtype {labels_true.dtype}); encode the classes as integers first, e.g. with np.unique(y, return_inverse=True)."
     )
 

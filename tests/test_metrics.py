@@ -138,3 +138,19 @@ def test_within_cluster_sum_of_squares_of_read_only_arrays_raises_no_torch_warni
     )
     done = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_match_labels_takes_integer_labels_in_an_object_array():
+    # V12 5: refused (with an AttributeError for text) after the integer check came in.
+    from sktransfer_cluster.metrics import match_labels
+
+    assert match_labels(np.array([0, 1, 1], dtype=object), [1, 0, 0]).tolist() == [0, 1, 1]
+
+
+@pytest.mark.parametrize("labels", [np.array(["a", "b", "b"], dtype=object), np.array(["1", "2", "2"], dtype=object)],
+                         ids=["text", "numeric-text"])
+def test_match_labels_refuses_text_in_an_object_array_with_a_clear_message(labels):
+    from sktransfer_cluster.metrics import match_labels
+
+    with pytest.raises(ValueError, match="labels_true must be integers"):
+        match_labels(labels, [1, 0, 0])

@@ -599,3 +599,12 @@ def test_training_refuses_inputs_whose_squares_overflow_float32_before_any_step(
     with pytest.raises(ValueError, match="outside the scale.*Rescale them to the source's units"):
         train_neighbour_encoder(enc, X * 1e25, G, n_epochs=1)
     assert all(torch.equal(a, b) for a, b in zip(before, enc.parameters()))
+
+
+def test_transform_keeps_the_fitted_width_after_set_params():
+    # V12 4: set_params(n_components=3) after fit broke transform (a (n, 3) buffer for 2 codes).
+    X, _ = blobs(60)
+    emb = NeighbourEmbedding(n_components=2, **SMALL).fit(X)
+    expected = emb.transform(X)
+    emb.set_params(n_components=3)
+    np.testing.assert_array_equal(emb.transform(X), expected)

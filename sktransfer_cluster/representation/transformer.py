@@ -262,7 +262,7 @@ class NeighbourEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         """
         check_is_fitted(self, "encoder_")
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        out = np.empty((X.shape[0], self.n_components), dtype=np.float64)
+        out = np.empty((X.shape[0], self._n_features_out), dtype=np.float64)  # the fitted width
         for start in range(0, X.shape[0], _TRANSFORM_ROWS):
             rows = X[start : start + _TRANSFORM_ROWS].astype(np.float64, copy=False)
             out[start : start + rows.shape[0]] = encode(self.encoder_, self._inputs(rows))
