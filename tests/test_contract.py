@@ -9,7 +9,9 @@ order of the bases, ``_fit``'s duties, ``_width_params``, ``_requires_y`` throug
 the discovery of exported estimators.
 """
 
+import copy
 import inspect
+import pickle
 import re
 import warnings
 from pathlib import Path
@@ -692,6 +694,58 @@ def test_a_model_pickled_before_the_record_reads_the_current_parameters(data):
     del est.__dict__["_fitted_params"]
     est.set_params(transfer_epochs=4)
     assert est._fitted_param("transfer_epochs") == 4
+
+
+# What a model pickled at 5f9d6e7 held instead of the record: the values fit used, under these names.
+_LEGACY = {"CCNCluster": lambda record: {"_representation": record["representation"]},
+           "C2MCluster": lambda record: {"_mlp_shape": (record["cem_hidden"], record["max_clusters"])}}
+# The parameters each legacy attribute stood for: what a set_params after fit may change.
+_LEGACY_PARAMS = {"CCNCluster": ("representation",), "C2MCluster": ("cem_hidden", "max_clusters")}
+
+
+def _pickled_at_5f9d6e7(est, legacy):
+    """``est`` through a pickle written before the record was kept: the record replaced by the
+    attributes ``legacy`` gives, in the model, in the source model a transfer keeps and in C2M's
+    gap model."""
+    est = copy.deepcopy(est)
+    models = [est] + ([est.gap_model_] if getattr(est, "gap_model_", None) is not None else [])
+    for state in [m.__dict__ for m in models] + [est.__dict__.get("_source_state")]:
+        if state is not None:
+            state.update(legacy(state.pop("_fitted_params")))
+    return pickle.loads(pickle.dumps(est))
+
+
+@pytest.mark.parametrize("name", list(_LEGACY))
+def test_a_model_pickled_at_5f9d6e7_keeps_predicting_with_its_fitted_parameters_after_set_params(name, data):
+    X, y, Xt, _ = data
+    est = common._fit(_registry_estimator(name), X, y)
+    before = est.predict(Xt)
+    old = _pickled_at_5f9d6e7(est, _LEGACY[name])
+    old.set_params(**_changes(old))
+    np.testing.assert_array_equal(old.predict(Xt), before)
+
+
+@pytest.mark.parametrize("name", list(_LEGACY))
+def test_a_model_pickled_at_5f9d6e7_holds_its_legacy_attribute_as_the_record(name, data):
+    X, y, _, _ = data
+    est = common._fit(_registry_estimator(name), X, y)
+    old = _pickled_at_5f9d6e7(est, _LEGACY[name])
+    legacy = _LEGACY[name](est._fitted_params)
+    assert not set(legacy) & set(old.__dict__)
+    assert {k: old._fitted_params[k] for k in _LEGACY_PARAMS[name]} == {
+        k: est._fitted_params[k] for k in _LEGACY_PARAMS[name]}
+
+
+@pytest.mark.parametrize("name", list(_LEGACY))
+def test_a_model_pickled_after_a_transfer_at_5f9d6e7_transfers_again_from_its_fitted_parameters(name, data):
+    X, y, Xt, _ = data
+    est = common._fit(_registry_estimator(name), X, y)
+    est.transfer(Xt)
+    old = _pickled_at_5f9d6e7(est, _LEGACY[name])
+    changes = {k: v for k, v in _changes(est).items() if k in _LEGACY_PARAMS[name]}
+    for model in (est, old):
+        model.set_params(**changes)
+    np.testing.assert_array_equal(old.transfer(Xt), est.transfer(Xt))
 
 
 # ------------------------------------------------ predict's finite check, chunk by chunk

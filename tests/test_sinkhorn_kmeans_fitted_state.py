@@ -5,6 +5,8 @@ what they serve); ``transfer`` and ``partial_fit``, which continue the fitted mo
 structural parameter changed since fit; the Dask paths check what the numpy path checks.
 """
 
+import copy
+import pickle
 import warnings
 
 import numpy as np
@@ -131,6 +133,69 @@ def test_partial_fit_refuses_a_later_batch_of_another_width(blobs):
     km = SinkhornKMeans(3, **FAST).partial_fit(X)
     with pytest.raises(ValueError, match="features"):
         km.partial_fit(X[:2, :3])
+
+
+def test_partial_fit_after_a_fit_with_an_embedding_starts_the_stream_a_fresh_estimator_starts(blobs):
+    X, _ = blobs
+    km = SinkhornKMeans(3, **AE).fit(X)
+    km.set_params(embedding=None).partial_fit(X)  # the fit left no stream: a new one, without the embedding
+    fresh = SinkhornKMeans(3, **{**AE, "embedding": None}).partial_fit(X)
+    np.testing.assert_array_equal(km.cluster_centers_, fresh.cluster_centers_)
+    np.testing.assert_array_equal(km.predict(X), fresh.predict(X))
+
+
+def test_partial_fit_after_a_fit_with_an_embedding_takes_later_batches_and_transfers(blobs):
+    X, _ = blobs
+    km = SinkhornKMeans(3, **AE).fit(X)
+    km.set_params(embedding=None).partial_fit(X[:45])
+    km.partial_fit(X[45:])
+    assert km.n_steps_ == 2
+    assert km.transfer(X + 0.5).shape == (X.shape[0],)
+
+
+# ------------------------------------------------------------------ models pickled at 5f9d6e7
+def _pickled_at_5f9d6e7(km):
+    """``km`` through a pickle written before the record was kept: the embedding and structure
+    fit used held as ``_fitted_embedding`` and ``_fit_structure``, in the model and in the
+    source model a transfer keeps."""
+    km = copy.deepcopy(km)
+    for state in (km.__dict__, km.__dict__.get("_source_state")):
+        if state is not None:
+            record = state.pop("_fitted_params")
+            fitted = SinkhornKMeans(**{**km.get_params(deep=False), **record})
+            state.update(_fitted_embedding=record["embedding"], _fit_structure=fitted._structure())
+    return pickle.loads(pickle.dumps(km))
+
+
+def test_a_model_pickled_at_5f9d6e7_serves_its_embedding_after_set_params(blobs):
+    X, _ = blobs
+    km = SinkhornKMeans(3, **AE).fit(X)
+    before = _outputs(km, X)
+    old = _pickled_at_5f9d6e7(km).set_params(embedding=None)
+    _assert_same_outputs(before, _outputs(old, X))
+
+
+def test_a_model_pickled_at_5f9d6e7_refuses_transfer_after_n_clusters_changed(blobs):
+    X, _ = blobs
+    old = _pickled_at_5f9d6e7(SinkhornKMeans(3, **FAST).fit(X)).set_params(n_clusters=5)
+    with pytest.raises(ValueError, match="n_clusters.*changed since fit.*call fit again"):
+        old.transfer(X + 0.5)
+
+
+def test_a_model_pickled_after_a_transfer_at_5f9d6e7_refuses_another_after_n_clusters_changed(blobs):
+    X, _ = blobs
+    km = SinkhornKMeans(3, **FAST).fit(X)
+    km.transfer(X + 0.5)
+    old = _pickled_at_5f9d6e7(km).set_params(n_clusters=5)
+    with pytest.raises(ValueError, match="n_clusters.*changed since fit.*call fit again"):
+        old.transfer(X + 0.5)
+
+
+def test_a_model_pickled_at_5f9d6e7_holds_its_embedding_as_the_record(blobs):
+    X, _ = blobs
+    old = _pickled_at_5f9d6e7(SinkhornKMeans(3, **AE).fit(X))
+    assert "_fitted_embedding" not in old.__dict__
+    assert old._fitted_param("embedding") == "autoencoder"
 
 
 # ------------------------------------------------------------------ Dask paths check as numpy does

@@ -615,15 +615,18 @@ class TransferClusterMixin(ABC):
         self.__dict__.pop("_source_state", None)
         self._record_params(**self.get_params(deep=False))
 
-    def _continue_source(self):
+    def _continue_source(self, *, first=False):
         """Called by a fit that continues the source model (``partial_fit``): back to the source
         model if a transfer has moved the estimator since (nothing to copy otherwise), then that
-        model updated is the new source. The parameters it was fitted with stay recorded; the
-        first batch on an unfitted estimator records them, as :meth:`_new_source` does."""
+        model updated is the new source. The parameters it was fitted with stay recorded, except
+        on a ``first`` batch, one that starts a new model (on an unfitted estimator, or after a fit
+        that left nothing a batch continues): that records the parameters as they are now, afresh,
+        as :meth:`_new_source` does."""
         if self.__dict__.get("_source_state") is not None:
             self._start_from_source()
         self.__dict__.pop("_source_state", None)
-        if "_fitted_params" not in self.__dict__:
+        if first or "_fitted_params" not in self.__dict__:
+            self.__dict__.pop("_fitted_params", None)
             self._record_params(**self.get_params(deep=False))
 
     def _record_params(self, **values):
@@ -824,9 +827,10 @@ class TransferClusterMixin(ABC):
         linear = self._linear_predictor() if type(self)._labels is TransferClusterMixin._labels else None
         if linear is None:
             return self._labels(self._fitted_input(X))
-        # One matmul per chunk: each chunk's values are checked just before it (a memmap's as its
-        # pages were read), not in a pass over all of X first (SinkhornKMeans: 5-11 % less time,
-        # docs/notes/roofline_2026-11-27.md, 2026-11-28). Other paths keep validation's scan,
+        # One matmul per chunk: an in-memory array's values are checked chunk by chunk, each just
+        # before its matmul, not in a pass over all of X first (SinkhornKMeans: 5-11 % less time,
+        # docs/notes/roofline_2026-11-27.md, 2026-11-28). A memmap's were checked already, in one
+        # pass by validation's check_finite (its pages handed back as it went). Other paths keep validation's scan,
         # which cost C2M's and TDCM's predicts less than a check per chunk.
         X = self._fitted_input(X, finite=False)
         return self._linear_labels(X, linear, check=not (_memory_mapped(X) or get_config()["assume_finite"]))
@@ -1027,7 +1031,35 @@ class TransferClusterMixin(ABC):
         # torch state is stored on CPU so that a model fitted on a GPU unpickles anywhere.
         return {k: move_torch(v, "cpu") for k, v in state.items()}
 
+    # Attributes that held a fitted parameter's value before the record (_fitted_params) was kept,
+    # in models pickled at 5f9d6e7: legacy name -> the parameter(s) it held (a tuple of values for
+    # several). Each wing names its own; unpickling moves them into the record (_migrate_legacy_record).
+    _LEGACY_FITTED_PARAMS = {}
+
+    @classmethod
+    def _migrate_legacy_record(cls, state):
+        """``state`` (a pickled ``__dict__``, or the source model a transfer keeps) with the
+        attributes of :attr:`_LEGACY_FITTED_PARAMS` moved into ``_fitted_params``, the legacy
+        names dropped: such a model reads the values it was fitted with, not the parameters
+        set since. Parameters the legacy model did not record stay read from the current values."""
+        legacy = [name for name in cls._LEGACY_FITTED_PARAMS if name in state]
+        if not legacy:
+            return state
+        state = dict(state)
+        record = dict(state.get("_fitted_params", {}))
+        for name in legacy:
+            params, value = cls._LEGACY_FITTED_PARAMS[name], state.pop(name)
+            for param, v in zip(params, value if len(params) > 1 else (value,)):
+                record.setdefault(param, v)
+        state["_fitted_params"] = record
+        return state
+
     def __setstate__(self, state):
+        state = self._migrate_legacy_record(state)
+        source = state.get("_source_state")
+        migrated = self._migrate_legacy_record(source) if isinstance(source, dict) else source
+        if migrated is not source:
+            state = {**state, "_source_state": migrated}
         device = state.get("device_")
         if device is not None and device.type != "cpu":
             try:

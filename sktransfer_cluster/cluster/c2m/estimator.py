@@ -679,6 +679,9 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     # float64 on the CPU: in float32 the critic's scores of one cluster and of the right
     # clustering came within rounding on digits (seed 0 chose one cluster), for 1.3x speed.
 
+    # Models pickled at 5f9d6e7 held the clustering MLP's widths here (see _migrate_legacy_record).
+    _LEGACY_FITTED_PARAMS = {"_mlp_shape": _MLP_PARAMS}
+
     _parameter_constraints = {
         "max_clusters": [Interval(Integral, 1, None, closed="left")],
         "cem_hidden": [Interval(Integral, 1, None, closed="left")],

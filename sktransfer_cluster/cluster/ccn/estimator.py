@@ -308,6 +308,9 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
     _input_normalization = "affine"
     _cpu_dtype = torch.float32
 
+    # Models pickled at 5f9d6e7 held the representation fit used here (see _migrate_legacy_record).
+    _LEGACY_FITTED_PARAMS = {"_representation": ("representation",)}
+
     _parameter_constraints = {
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
         "representation": [StrOptions({"neighbours", "input"})],

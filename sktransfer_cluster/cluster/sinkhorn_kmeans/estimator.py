@@ -320,6 +320,9 @@ class SinkhornKMeans(
     (300,)
     """
 
+    # Models pickled at 5f9d6e7 held the embedding fit used here (their structure: _fit_structure).
+    _LEGACY_FITTED_PARAMS = {"_fitted_embedding": ("embedding",)}
+
     _parameter_constraints = {
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
         "epsilon": [Interval(Real, 0, None, closed="neither")],
@@ -412,6 +415,7 @@ class SinkhornKMeans(
             self._check_unchanged_since_fit("transfer")
         super()._check_params_vs_input(X, reset=reset)
         if reset:
+            self.__dict__.pop("_fit_structure", None)  # a model pickled at 5f9d6e7, fitted anew
             if not (isinstance(self.hidden_dims, str) and self.hidden_dims == "auto"):
                 check_widths("hidden_dims", self.hidden_dims, allow_empty=False)
             image = self._check_image_shape(X.shape[1]) is not None
@@ -452,10 +456,17 @@ class SinkhornKMeans(
         inside (or silently keep the old one). Predict-time methods read the
         fitted state only and need no check.
         """
-        if "_fitted_params" not in self.__dict__:  # a model pickled before the parameters were recorded
+        record = self.__dict__.get("_fitted_params")
+        if record is None:  # a model pickled before the parameters were recorded
             return
-        # The structure the recorded parameters resolve to, read off an unfitted twin that holds them.
-        fitted = type(self)(**{**self.get_params(deep=False), **self._fitted_params})._structure()
+        if "n_clusters" in record:
+            # The structure the recorded parameters resolve to, read off an unfitted twin that holds them.
+            fitted = type(self)(**{**self.get_params(deep=False), **record})._structure()
+        else:
+            # A model pickled at 5f9d6e7 (its record only the embedding): the structure it kept.
+            fitted = self.__dict__.get("_fit_structure")
+            if fitted is None:
+                return
         now = self._structure()
         changed = [name for name in fitted if name in now and fitted[name] != now[name]]
         if not changed:

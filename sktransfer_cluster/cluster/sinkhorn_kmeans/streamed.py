@@ -201,14 +201,16 @@ class StreamedOTKMeansMixin:
     def partial_fit(self, X, y=None):
         """Update the centres with one batch of rows (minibatch OT k-means with the size prior).
 
-        The first call (on an unfitted estimator) starts from OT-Lloyd on ``X``
+        The first call (on an unfitted estimator, or after a fit with an embedding,
+        which leaves nothing to continue) starts a new model, fitted with the
+        parameters as they are then, from OT-Lloyd on ``X``
         (``n_init`` k-means++ starts, at least ``n_clusters`` rows); each later call
         (any number of rows, as MiniBatchKMeans takes a stream's short last batch)
         is one step: ``X`` is assigned by entropic OT to the centres under the
         cluster-size prior, with column potentials carried from batch to batch, and
         each centre moves to the running mean of the plan mass it has received
         (scikit-learn's ``MiniBatchKMeans.partial_fit`` with the size-constrained
-        assignment). After a ``fit`` the steps continue from the fitted centres
+        assignment). After a ``fit`` without an embedding the steps continue from the fitted centres
         (the source model's, also after a ``transfer``).
         Only without an embedding (with one the method does not exist).
 
@@ -230,7 +232,7 @@ class StreamedOTKMeansMixin:
             self._validate_params()
         with self._rollback_on_error():
             # Each batch updates the source model (not a target's, after a transfer); transfers start from it.
-            self._continue_source()
+            self._continue_source(first=first)
             X = self._validate_input(X, reset=first, stream=False)  # one batch, held in memory
             if first:
                 self._check_params_vs_input(X, reset=True)
