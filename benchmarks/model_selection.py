@@ -205,7 +205,7 @@ def cost_child(op, n):
     from sklearn.cluster import KMeans
 
     from sktransfer_cluster import SinkhornKMeans
-    from sktransfer_cluster.cluster.sinkhorn_kmeans import lloyd
+    from sktransfer_cluster.ot import lloyd
 
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")

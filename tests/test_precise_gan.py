@@ -723,28 +723,36 @@ def test_transfer_refines_from_the_source_encoder_and_decoder_shrunk_towards_fre
         torch.testing.assert_close(start, 0.2 * w + 0.8 * w0)
 
 
-def test_the_nearest_classifier_on_codes_moves_the_points_by_ot_lloyd_under_the_prior(wide_blobs, monkeypatch):
-    # On the codes, the Lloyd steps are OT-Lloyd's from the generated points, each cluster's mass
-    # in the plan the prior weight the generator draws it with.
-    from sktransfer_cluster.cluster.sinkhorn_kmeans import lloyd
+def test_on_codes_the_points_move_by_ot_lloyd_under_the_prior_then_plain_steps_but_in_a_transfer(wide_blobs,
+                                                                                                 monkeypatch):
+    # On the codes, the Lloyd steps start with OT-Lloyd's from the generated points, each
+    # cluster's mass in the plan the prior weight the generator draws it with. A fit then runs
+    # the plain nearest-point steps (cells take the data's sizes); a transfer from the source
+    # keeps the plan's points (the prior's masses hold against the source's partition).
+    from sktransfer_cluster.cluster.precise_gan.estimator import PreciseFeatureGAN as GAN
+    from sktransfer_cluster.ot import lloyd
 
-    seen = []
-    original = lloyd.ot_lloyd
+    seen, plain = [], []
+    original, cell_sums = lloyd.ot_lloyd, GAN._cell_sums
 
     def spy(X, centers, reg_rel, log_w, max_iter, tol):
         seen.append((X.shape, centers.shape, log_w.exp().tolist()))
         return original(X, centers, reg_rel, log_w, max_iter, tol)
 
     monkeypatch.setattr(lloyd, "ot_lloyd", spy)
+    monkeypatch.setattr(GAN, "_cell_sums", staticmethod(lambda *a: plain.append(1) or cell_sums(*a)))
     weights = [0.5, 0.3, 0.2]
-    PreciseFeatureGAN(3, cluster_weights=weights, **WIDE).fit(wide_blobs[0])
-    assert len(seen) == 1
+    model = PreciseFeatureGAN(3, cluster_weights=weights, **WIDE).fit(wide_blobs[0])
+    assert len(seen) == 1 and plain
     shape, centers_shape, w = seen[0]
     assert shape == (wide_blobs[0].shape[0], 10) and centers_shape == (1, 3, 10)
     np.testing.assert_allclose(w, weights)
-    # Without the representation the plain steps run (no plan).
+    plain.clear()
+    model.transfer(wide_blobs[0] + 0.5)
+    assert len(seen) == 2 and not plain
+    # Without the representation only the plain steps run (no plan).
     PreciseFeatureGAN(3, classifier="nearest", **{**WIDE, "representation": None}).fit(wide_blobs[0])
-    assert len(seen) == 1
+    assert len(seen) == 2 and plain
 
 
 def test_the_neighbour_graph_of_rows_at_a_per_feature_offset_is_that_of_the_unshifted_rows(wide_blobs, monkeypatch):

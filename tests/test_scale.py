@@ -15,7 +15,8 @@ from sktransfer_cluster.base.streaming import (
     release_pages,
     streamed_affine,
 )
-from sktransfer_cluster.cluster.sinkhorn_kmeans import lloyd, minibatch
+from sktransfer_cluster.cluster.sinkhorn_kmeans import minibatch
+from sktransfer_cluster.ot import lloyd
 from sktransfer_cluster.ot import semi_dual, sinkhorn
 
 # The package exports the function sinkhorn under the module's name.

@@ -21,7 +21,7 @@ from sktransfer_cluster import SinkhornKMeans
 from sktransfer_cluster.cluster.sinkhorn_kmeans.estimator import PAPER_PARAMS
 from sktransfer_cluster.base import TrainingRun
 from sktransfer_cluster.metrics import within_cluster_sum_of_squares
-from sktransfer_cluster.cluster.sinkhorn_kmeans import lloyd
+from sktransfer_cluster.ot import lloyd
 from sktransfer_cluster.cluster.sinkhorn_kmeans.networks import AutoEncoder, ConvAutoEncoder, GraphAutoEncoder
 from sktransfer_cluster.cluster.sinkhorn_kmeans.objective import regularized_ot_cost, squared_distances
 from sktransfer_cluster.nn import init_module

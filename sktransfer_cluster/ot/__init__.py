@@ -5,6 +5,8 @@
   ``docs/ot.md``).
 * :func:`semi_dual_newton` -- the semi-dual solver the estimators use (:mod:`.semi_dual`).
 * :func:`plan_from_potentials` -- the plan of a pair of potentials (:mod:`.plan`).
+* :mod:`.lloyd` -- OT-Lloyd, k-means whose assignment is an entropic plan under a cluster-size
+  prior: SinkhornKMeans' kernels, and the GAN's re-estimation of its points on a transfer.
 """
 
 from .plan import plan_from_potentials

@@ -108,11 +108,12 @@ _AUTO_MIN_FEATURES = 2 * _CODE_DIM + 1
 # means of their cells before C is set (they stop when no label changes), and the generator is
 # fitted to the re-estimated points by this many Adam steps of least squares at this rate.
 _LLOYD_STEPS = 100
-# On the neighbour representation's codes the Lloyd steps are OT-Lloyd's (sinkhorn_kmeans.lloyd): each
-# assignment the entropic transport plan whose cluster masses are the prior weights_, at this
+# On the neighbour representation's codes the Lloyd steps start with OT-Lloyd's (ot.lloyd):
+# each assignment the entropic transport plan whose cluster masses are the prior weights_, at this
 # regularisation relative to the mean cost (SinkhornKMeans' default epsilon). The GAN's generator
 # draws its clusters with those weights; the plain nearest-point steps let one cluster swallow a group
-# of another class (digits 0-4 -> 5-9, seed 1, the decoder's codes: 0.954 where the plan's steps give 0.977).
+# of another class (digits 0-4 -> 5-9, seed 1, the decoder's codes: 0.954 where the plan's steps give
+# 0.977). A fit follows them with the plain steps (see _nearest_point_classifier).
 _OT_EPSILON = 0.01
 _PLACE_STEPS = 300
 _PLACE_LR = 1e-2
@@ -1100,7 +1101,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             Xt = self._streamed_rows(X)
         self._train(Xt, int(transfer_iter), torch_gen, "transfer")
         if getattr(self, "_kind", None) == "nearest":
-            self._nearest_point_classifier(Xt)
+            self._nearest_point_classifier(Xt, balanced=True)
         else:
             self._refit_classifier(self.n_classifier * int(transfer_iter), torch_gen)
         self.transfer_start_ = "source"
@@ -1169,7 +1170,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         nearest = chunked(lambda part: torch.cdist(part.reshape(part.shape[0], -1), P).pow(2).min(1).values, Xt)
         return float(nearest.double().mean())
 
-    def _nearest_point_classifier(self, Xt):
+    def _nearest_point_classifier(self, Xt, balanced=False):
         """Re-estimate the generated points by Lloyd steps on ``Xt``, then set ``C`` to their nearest-point classifier.
 
         Each Lloyd step labels the rows ``Xt`` (the GAN's space) by the
@@ -1184,12 +1185,18 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         nearest-point cells scored 0.812 against 0.950 after the Lloyd steps
         (``docs/notes/precise_gan.md``, 2026-11-27, third session).
 
-        On the codes of the neighbour representation the steps are OT-Lloyd's
-        (:meth:`_ot_lloyd_points`): each assigns the rows by the entropic transport
+        On the codes of the neighbour representation the steps start with OT-Lloyd's
+        (:meth:`_ot_lloyd_points`), each assigning the rows by the entropic transport
         plan whose cluster masses are the prior ``weights_``, the distribution the
-        generator draws its clusters from. On digits 0-4 -> 5-9 (seed 1) the plain
-        steps let another class's cell take a group of 21 nines (0.954) where the
-        plan's steps, on the same codes, gave 0.977 (ninth session).
+        generator draws its clusters from: no cell can take the rows of two groups from a
+        poor start. ``balanced`` (a transfer from the source model) keeps the plan's
+        points: the source's partition biases the target's codes (its classes split a
+        target class), and the prior's masses hold against it (digits 0-4 -> 5-9, seed 1:
+        the plain steps let another class's cell take a group of 21 nines, 0.954, where
+        the plan's steps on the same codes gave 0.977). A fit then runs the plain steps,
+        which let the cells take the sizes of the data's groups: with the plan's alone,
+        imbalanced clusters were pulled towards equal sizes (breast cancer, 37 % / 63 %:
+        0.914 against 0.940 with the plain steps alone). Ninth session, helpers G11, G12.
 
         The classifier: logits ``(p_y . x - |p_y|^2 / 2) / s2 + log w_y``, the
         posterior of equal isotropic Gaussians of variance ``s2`` at the
@@ -1201,10 +1208,12 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             every = torch.arange(self.n_clusters, device=self.device_)
             latent = self._latent(every, None, zero_noise=True)
             start = self.generator_(latent).reshape(self.n_clusters, -1)
-            # On the neighbour representation's codes: OT-Lloyd's steps under the prior, else plain ones.
-            ot = getattr(self, "encoder_", None) is not None
-            P, labels = (self._ot_lloyd_points(start, Xt) if ot else start.clone()), None
-            for _ in range(0 if ot else _LLOYD_STEPS):
+            # On the neighbour representation's codes OT-Lloyd's steps under the prior first; then,
+            # but in a transfer from the source, the plain steps, which let the cells take the sizes
+            # of the data's groups.
+            codes = getattr(self, "encoder_", None) is not None
+            P, labels = (self._ot_lloyd_points(start, Xt) if codes else start.clone()), None
+            for _ in range(0 if balanced and codes else _LLOYD_STEPS):
                 C = self._nearest_point_linear(P, Xt)
                 new = chunked(lambda part: C(part.reshape(part.shape[0], -1)).argmax(1), Xt)
                 if labels is not None and torch.equal(new, labels):
@@ -1223,13 +1232,13 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     def _ot_lloyd_points(self, start, Z):
         """The points ``start`` (K, d) moved by OT-Lloyd on the codes ``Z`` under the prior ``weights_``.
 
-        :func:`~sktransfer_cluster.cluster.sinkhorn_kmeans.lloyd.ot_lloyd` in float64 from
+        :func:`~sktransfer_cluster.ot.lloyd.ot_lloyd` in float64 from
         ``start``: each step assigns the rows by the entropic plan whose cluster masses are
         ``weights_`` (regularisation ``_OT_EPSILON`` times the mean cost) and moves every point
         to its plan-weighted mean; at most ``_LLOYD_STEPS`` steps, until the plan's hard labels
         stop changing. Returned in ``start``'s dtype and device.
         """
-        from ..sinkhorn_kmeans import lloyd
+        from ...ot import lloyd
 
         log_w = torch.log(torch.as_tensor(np.maximum(self.weights_, 1e-300), dtype=torch.float64))
         Zd = Z.reshape(Z.shape[0], -1).to("cpu", torch.float64)

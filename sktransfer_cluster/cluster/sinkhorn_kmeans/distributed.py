@@ -1,6 +1,6 @@
 """OT-Lloyd on a Dask array: every pass over the rows runs on the workers, chunk by chunk.
 
-The form of :mod:`.lloyd` behind ``SinkhornKMeans.fit`` on a ``dask.array`` (the design
+The form of :mod:`~sktransfer_cluster.ot.lloyd` behind ``SinkhornKMeans.fit`` on a ``dask.array`` (the design
 of ``dask_ml.cluster.KMeans``). Each pass of the semi-dual Newton solver is one task per
 chunk that returns the chunk's sums -- ``sum_i f_i``, the column masses, the K x K
 Hessian and the plan-weighted feature sums, a few kilobytes -- and the client adds them
@@ -20,7 +20,7 @@ import torch
 from ...base.runtime import compute_threads
 from ...base.streaming import is_dask_array
 from ...ot.semi_dual import newton_iterations, row_chunks, semi_dual_pass
-from .lloyd import SINKHORN_MAX_ITER, SINKHORN_TOL, costs_into
+from ...ot.lloyd import SINKHORN_MAX_ITER, SINKHORN_TOL, costs_into
 from .objective import squared_distances
 
 __all__ = ["block_sums", "dask_labels", "dask_ot_lloyd", "is_dask_array", "row_blocks"]

@@ -22,7 +22,7 @@ from sklearn.cluster import kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from . import lloyd
+from ...ot import lloyd
 from ...base import (
     COMMON_PARAMETER_CONSTRAINTS,
     TransferClusterMixin,

@@ -1,6 +1,6 @@
 """Minibatch OT k-means: OT-Lloyd's step on one batch of rows at a time.
 
-The streamed form of :mod:`.lloyd` behind ``SinkhornKMeans.partial_fit`` and the fit of
+The streamed form of :mod:`~sktransfer_cluster.ot.lloyd` behind ``SinkhornKMeans.partial_fit`` and the fit of
 inputs too large to copy. Each step assigns a batch ``B`` to the centres by entropic OT
 under the cluster-size prior ``w`` at the fixed regularisation ``reg`` (with the
 column potentials carried from batch to batch and updated by Sinkhorn's rule, see
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ...base.runtime import on_compute_threads
-from .lloyd import costs_into
+from ...ot.lloyd import costs_into
 
 __all__ = ["BLOCK_ROWS", "MinibatchState", "batch_indices", "minibatch_passes", "minibatch_step"]
 
@@ -43,7 +43,7 @@ class MinibatchState:
         Absolute entropic regularisation, fixed for the run.
     g : torch.Tensor of shape (K,) or None
         Column potentials (costs divided by ``reg``, the row constant dropped, as
-        :func:`~sktransfer_cluster.cluster.sinkhorn_kmeans.lloyd.ot_lloyd_best`'s);
+        :func:`~sktransfer_cluster.ot.lloyd.ot_lloyd_best`'s);
         None starts from zeros.
     n_steps : int
         Batches seen.

@@ -22,7 +22,7 @@ from ...base.contract import _as_dask_labels
 from ...base.arrays import normalise_rows
 from ...base.runtime import compute_threads, make_generators, resolve_device, working_dtype
 from ...base.streaming import DaskRows, PlannedReads, RowReader, is_dask_array, iter_row_chunks
-from . import lloyd
+from ...ot import lloyd
 from .minibatch import MinibatchState, minibatch_passes, minibatch_step
 from .objective import squared_distances
 

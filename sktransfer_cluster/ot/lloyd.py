@@ -3,15 +3,16 @@
 The kernels behind :class:`~sktransfer_cluster.SinkhornKMeans` (Genevay,
 Dulac-Arnold & Vert, *Differentiable Deep Clustering with Cluster Size
 Constraints*): assign with entropic OT under the cluster-size prior, move each
-centre to its plan-weighted mean. Plain functions on tensors.
+centre to its plan-weighted mean. Plain functions on tensors, shared by the wings that
+re-estimate centres under a size prior (SinkhornKMeans; PreciseFeatureGAN's transfer).
 """
 
 from __future__ import annotations
 
 import torch
 
-from ...base.runtime import on_compute_threads
-from ...ot.semi_dual import newton_solve, row_chunks, semi_dual_pass
+from ..base.runtime import on_compute_threads
+from .semi_dual import newton_solve, row_chunks, semi_dual_pass
 
 __all__ = ["LABEL_PATIENCE", "SINKHORN_MAX_ITER", "SINKHORN_TOL", "costs_into", "ot_lloyd", "ot_lloyd_best", "relative_reg"]
 
