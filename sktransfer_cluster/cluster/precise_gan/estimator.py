@@ -169,9 +169,11 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         ``G``, ``D`` and ``C`` then work on the 10 codes (standardised);
         ``predict`` encodes new rows, ``transfer`` first refines the encoder on
         the target's graph, from the source encoder and decoder shrunk towards
-        fresh ones (a fifth of their weights kept). The nearest-point
-        classifier's Lloyd steps on the codes are OT-Lloyd's under the prior
-        (each cluster's mass in the plan its ``cluster_weights``).
+        fresh ones (a fifth of their weights kept). On the codes the
+        nearest-point classifier's Lloyd steps start with OT-Lloyd's under the
+        prior (each cluster's mass in the plan its ``cluster_weights``); a fit
+        then runs plain ones, which let the clusters take the data's sizes, and
+        a transfer keeps the plan's.
         None: the paper's GAN on the (standardised) rows. ``"auto"`` is
         ``"neighbours"`` when ``X`` has more than 20 features (and more than
         15 rows) and ``architecture="mlp"``, None otherwise: on MNIST-5k the
