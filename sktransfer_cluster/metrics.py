@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from numbers import Real
+from numbers import Integral, Real
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -109,6 +109,13 @@ def _integer_labels(labels_true):
         return labels_true
     values = labels_true
     if kind == "O":
+        if all(isinstance(v, Integral) for v in labels_true):
+            try:  # exact, not through float64 (which merges integers past 2**53)
+                return np.asarray(labels_true.tolist(), dtype=np.int64)
+            except OverflowError:
+                bad = max(labels_true.tolist(), key=abs)
+                raise ValueError(f"match_labels: labels_true must fit in int64, got {bad!r}; encode the classes "
+                                 "as integers first, e.g. with np.unique(y, return_inverse=True).") from None
         numeric = all(isinstance(v, Real) for v in labels_true)
         values = labels_true.astype(np.float64) if numeric else None
     if values is not None and values.dtype.kind == "f":
@@ -117,7 +124,7 @@ def _integer_labels(labels_true):
             return values.astype(np.int64) if kind == "O" else labels_true
         bad = labels_true[~whole][0]
     else:
-        bad = labels_true[0]
+        bad = next((v for v in labels_true if not isinstance(v, Real)), labels_true[0])
     bad = bad.item() if hasattr(bad, "item") else bad
     raise ValueError(
         f"match_labels: labels_true must be integers (the renamed clusters take their ids), got {bad!r} "

@@ -154,3 +154,20 @@ def test_match_labels_refuses_text_in_an_object_array_with_a_clear_message(label
 
     with pytest.raises(ValueError, match="labels_true must be integers"):
         match_labels(labels, [1, 0, 0])
+
+
+def test_match_labels_keeps_large_integer_labels_of_an_object_array_exact():
+    # V13 2: through float64, 2**53 and 2**53 + 1 merged into one class.
+    from sktransfer_cluster.metrics import match_labels
+
+    big = np.array([2**53, 2**53 + 1, 2**53 + 1], dtype=object)
+    assert match_labels(big, [0, 1, 1]).tolist() == [2**53, 2**53 + 1, 2**53 + 1]
+    with pytest.raises(ValueError, match="must fit in int64"):
+        match_labels(np.array([2**63, 2**63, 5], dtype=object), [0, 0, 1])
+
+
+def test_match_labels_names_the_text_label_of_a_mixed_object_array():
+    from sktransfer_cluster.metrics import match_labels
+
+    with pytest.raises(ValueError, match="got 'a'"):
+        match_labels(np.array([1, 2, "a"], dtype=object), [0, 1, 1])

@@ -1115,6 +1115,8 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
                 self._build(Xt.shape[1], getattr(self, "encoder_", None) is not None, torch_gen)
                 self._train(Xt, int(self.n_iter), torch_gen, f"transfer restart {r + 1}")
                 if kind == "nearest":
+                    # A restart is a fresh GAN on the target alone, as a fit: no source partition
+                    # for the plan's masses to hold against, so a fit's steps (plan's, then plain).
                     self._nearest_point_classifier(Xt)
                 error = self._quantisation_error(Xt)
                 if error < best[0]:
