@@ -134,6 +134,15 @@ def _peak(a):
     return max(float(a.max(initial=0)), -float(a.min(initial=0)))  # float first: -int8(-128) wraps
 
 
+def _fresh_autoencoder(n_features, generator):
+    """A fresh neighbour encoder (``n_features`` -> ``_CODE_DIM``) and its mirror decoder, drawn
+    from ``generator`` in that order: fit's starting networks, and what a transfer shrinks towards."""
+    from ...representation import make_encoder
+
+    encoder = make_encoder(n_features, _CODE_DIM, _ENCODER_HIDDEN, generator=generator)
+    return encoder, make_encoder(_CODE_DIM, n_features, _ENCODER_HIDDEN[::-1], generator=generator)
+
+
 class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     """Deep clustering by a cluster-conditioned WGAN-GP and a classifier of its samples.
 
@@ -740,7 +749,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         error. In ``"refine"`` (transfer) both first shrink towards fresh networks drawn from
         ``torch_gen``, keeping ``_REFINE_KEEP_SOURCE`` of their weights.
         """
-        from ...representation import make_encoder, shrink_towards, steps_per_epoch, train_neighbour_encoder
+        from ...representation import shrink_towards, steps_per_epoch, train_neighbour_encoder
 
         if n_epochs == 0 or X.shape[0] < 3:
             return
@@ -760,11 +769,9 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             decoder = decoder.to(device="cpu", dtype=torch.float32)
             set_requires_grad(decoder, True)
             if phase == "refine":
-                d = X.shape[1]
-                shrink_towards(encoder, make_encoder(d, _CODE_DIM, _ENCODER_HIDDEN, generator=torch_gen),
-                               _REFINE_KEEP_SOURCE)
-                shrink_towards(decoder, make_encoder(_CODE_DIM, d, _ENCODER_HIDDEN[::-1], generator=torch_gen),
-                               _REFINE_KEEP_SOURCE)
+                fresh_encoder, fresh_decoder = _fresh_autoencoder(X.shape[1], torch_gen)
+                shrink_towards(encoder, fresh_encoder, _REFINE_KEEP_SOURCE)
+                shrink_towards(decoder, fresh_decoder, _REFINE_KEEP_SOURCE)
         # The encoder trains in float32 on the CPU whatever the GAN's device and dtype.
         compile = self._compile_rule("neighbours", phase, n_epochs * steps, steps, graph=(X.shape[1], "float32", "cpu"))
         state = [encoder] if decoder is None else [encoder, decoder]
@@ -996,13 +1003,12 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         self.encoder_, self._code_affine, self._decoder = None, None, None
         represented = self._represents(X)
         if represented:
-            from ...representation import auto_metric, make_encoder
+            from ...representation import auto_metric
 
             # Chosen on the source's values and kept for transfer's target graph.
             self._graph_metric = auto_metric(X)
-            self.encoder_ = make_encoder(X.shape[1], _CODE_DIM, _ENCODER_HIDDEN, generator=torch_gen)
-            # Trained with the encoder (reconstruction), only there: codes and predict never use it.
-            self._decoder = make_encoder(_CODE_DIM, X.shape[1], _ENCODER_HIDDEN[::-1], generator=torch_gen)
+            # The decoder trains with the encoder (reconstruction), only there: codes and predict never use it.
+            self.encoder_, self._decoder = _fresh_autoencoder(X.shape[1], torch_gen)
             self._train_representation(X, Xt, int(self.representation_epochs), torch_gen, "representation",
                                        index=index)
             self.encoder_ = self.encoder_.eval().to(device=self.device_, dtype=self._dtype())
