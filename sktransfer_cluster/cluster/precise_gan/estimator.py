@@ -111,9 +111,8 @@ _LLOYD_STEPS = 100
 # On the neighbour representation's codes the Lloyd steps start with OT-Lloyd's (ot.lloyd):
 # each assignment the entropic transport plan whose cluster masses are the prior weights_, at this
 # regularisation relative to the mean cost (SinkhornKMeans' default epsilon). The GAN's generator
-# draws its clusters with those weights; the plain nearest-point steps let one cluster swallow a group
-# of another class (digits 0-4 -> 5-9, seed 1, the decoder's codes: 0.954 where the plan's steps give
-# 0.977). A fit follows them with the plain steps (see _nearest_point_classifier).
+# draws its clusters with those weights. A fit follows them with the plain steps (see
+# _nearest_point_classifier; measurements in docs/notes/precise_gan.md, ninth session).
 _OT_EPSILON = 0.01
 _PLACE_STEPS = 300
 _PLACE_LR = 1e-2
@@ -1201,12 +1200,10 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         generator draws its clusters from: no cell can take the rows of two groups from a
         poor start. ``balanced`` (a transfer from the source model) keeps the plan's
         points: the source's partition biases the target's codes (its classes split a
-        target class), and the prior's masses hold against it (digits 0-4 -> 5-9, seed 1:
-        the plain steps let another class's cell take a group of 21 nines, 0.954, where
-        the plan's steps on the same codes gave 0.977). A fit then runs the plain steps,
-        which let the cells take the sizes of the data's groups: with the plan's alone,
-        imbalanced clusters were pulled towards equal sizes (breast cancer, 37 % / 63 %:
-        0.914 against 0.940 with the plain steps alone). Ninth session, helpers G11, G12.
+        target class), and the prior's masses hold against it. A fit then runs the plain
+        steps, which let the cells take the sizes of the data's groups: the plan's alone
+        pull imbalanced clusters towards equal sizes. The measurements behind both:
+        ``docs/notes/precise_gan.md``, ninth session.
 
         The classifier: logits ``(p_y . x - |p_y|^2 / 2) / s2 + log w_y``, the
         posterior of equal isotropic Gaussians of variance ``s2`` at the
