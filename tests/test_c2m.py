@@ -1224,3 +1224,88 @@ def test_a_gap_veto_after_set_params_serves_the_gap_metrics_clustering_mlp():
     assert est.gap_vetoed_
     assert est._mlp_dims() == (est.gap_model_.cem_hidden, est.gap_model_.max_clusters)
     np.testing.assert_array_equal(est.predict(Xr), labels)
+
+
+# ------------------------------------------------- the neighbour encoder's device
+# Digits 0-4 (first 200 rows) -> 5-9 (first 150), the encoder on by default (intensities).
+_DIGITS_SMALL = dict(critic_dims=(32, 32), population=16, cem_iter=4, max_epochs=3, sets_per_epoch=4,
+                     set_size=40, max_clusters=6, random_state=0)
+# Labels at 329ee0b, before the encoder had a device (it ran on the CPU), on this machine's CPU.
+_AT_329EE0B = dict(
+    fit="22211201111011121101022222102111111011222011011012112111011222111211111111111211111111211111"
+        "011111110121111110111011012101111111122211211112121122121222112201111111222122211111212112121211"
+        "211112120111",
+    predict="1122222211222211122212121222212212211222222122221122222221222121222221222212222112212121222222"
+            "22111121221121222221122222222222212222222221222111222122",
+    transfer="20332303333003333203323333330030022333330303302303033333332332333303333030330333333033333333"
+             "3303000232333232300303033333333202330302303323031233303233",
+)
+
+
+def _digits_small():
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    return X[y < 5][:200], y[y < 5][:200], X[y >= 5][:150]
+
+
+def _labels(text):
+    return np.array([int(c) for c in text])
+
+
+def test_on_the_cpu_the_encoders_device_leaves_every_label_as_before():
+    Xs, ys, Xt = _digits_small()
+    est = C2MCluster(**_DIGITS_SMALL, device="cpu").fit(Xs, ys)
+    assert est.representation_ is not None
+    np.testing.assert_array_equal(est.labels_, _labels(_AT_329EE0B["fit"]))
+    np.testing.assert_array_equal(est.predict(Xt), _labels(_AT_329EE0B["predict"]))
+    np.testing.assert_array_equal(est.transfer(Xt), _labels(_AT_329EE0B["transfer"]))
+    np.testing.assert_array_equal(est.predict(Xt), _labels(_AT_329EE0B["transfer"]))
+
+
+def test_the_neighbour_encoder_computes_on_the_estimators_device_and_trains_on_the_cpu():
+    X, y = make_blobs(90, n_features=4, centers=3, random_state=0)
+    est = C2MCluster(**{**FAST, "representation": "neighbours"}).fit(X, y)
+    assert est.representation_.device_ == est.device_ == torch.device("cpu")
+    assert est.representation_.get_params()["device"] == est.device_
+    est.transfer(X[:60] + 0.5)
+    assert est.representation_.device_ == est.device_
+    assert all(p.device.type == "cpu" for p in est.representation_.encoder_.parameters())
+
+
+def test_a_model_pickled_before_the_encoder_had_a_device_predicts_its_labels():
+    import pickle
+
+    X, y = make_blobs(90, n_features=4, centers=3, random_state=0)
+    est = C2MCluster(**{**FAST, "representation": "neighbours"}).fit(X, y)
+    labels = est.transfer(X[:60] + 0.5)
+    state = dict(est.__getstate__())
+    for name in ("representation_", "_source_representation"):
+        emb = state[name]
+        old = type(emb).__new__(type(emb))
+        old.__dict__.update({k: v for k, v in emb.__dict__.items() if k not in ("device", "device_")})
+        state[name] = old
+    before = C2MCluster.__new__(C2MCluster)
+    before.__dict__.update(state)
+    restored = pickle.loads(pickle.dumps(before))
+    assert restored.representation_.device_ == torch.device("cpu")
+    np.testing.assert_array_equal(restored.predict(X[:60] + 0.5), labels)
+    np.testing.assert_array_equal(restored.transfer(X[:60] + 0.5), labels)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_the_encoders_codes_are_computed_there_and_agree_with_the_cpus():
+    import copy
+    import pickle
+
+    Xs, ys, Xt = _digits_small()
+    est = C2MCluster(**_DIGITS_SMALL, device="cuda").fit(Xs, ys)
+    assert est.representation_.device_.type == "cuda"
+    on_cpu = copy.deepcopy(est.representation_)
+    on_cpu.device_ = torch.device("cpu")
+    rows = est._encoder_rows(Xt)
+    np.testing.assert_allclose(est.representation_.transform(rows), on_cpu.transform(rows), rtol=1e-4, atol=1e-4)
+    labels = est.transfer(Xt)
+    assert np.mean(est.predict(Xt) == labels) > 0.99
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(est)).predict(Xt), est.predict(Xt))

@@ -608,3 +608,136 @@ def test_transform_keeps_the_fitted_width_after_set_params():
     expected = emb.transform(X)
     emb.set_params(n_components=3)
     np.testing.assert_array_equal(emb.transform(X), expected)
+
+
+# ------------------------------------------------------------------ device
+def test_device_is_a_parameter_that_clone_and_get_params_keep():
+    from sklearn.base import clone
+
+    emb = NeighbourEmbedding(device="cpu", **SMALL)
+    assert NeighbourEmbedding().get_params()["device"] == "auto"
+    assert emb.get_params()["device"] == "cpu"
+    assert clone(emb).get_params() == emb.get_params()
+    assert clone(NeighbourEmbedding(device=torch.device("cpu"))).device == torch.device("cpu")
+
+
+def test_fit_resolves_the_device_and_keeps_the_encoder_on_the_cpu():
+    X, _ = blobs(60)
+    emb = NeighbourEmbedding(n_components=2, device="cpu", **SMALL).fit(X)
+    assert emb.device_ == torch.device("cpu")
+    assert all(p.device.type == "cpu" for p in emb.encoder_.parameters())
+
+
+@pytest.mark.parametrize("device, message", [("tpu", "device"), ("cuda:99", "not available|device")])
+def test_an_invalid_or_unavailable_device_is_refused_at_fit_and_the_embedding_stays_as_it_was(device, message):
+    X, _ = blobs(60)
+    emb = NeighbourEmbedding(n_components=2, device="cpu", **SMALL).fit(X)
+    expected = emb.transform(X)
+    with pytest.raises(ValueError, match=message):
+        emb.set_params(device=device).fit(X)
+    assert emb.device_ == torch.device("cpu")
+    np.testing.assert_array_equal(emb.transform(X), expected)
+
+
+def test_transform_before_fit_is_not_fitted_whatever_the_device():
+    from sklearn.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError):
+        NeighbourEmbedding(device="cuda:99").transform(np.ones((4, 3)))
+
+
+def test_set_params_device_after_fit_leaves_where_transform_runs():
+    # As every estimator's device_: set_params(device=...) after fit changes nothing until the next fit.
+    X, _ = blobs(60)
+    emb = NeighbourEmbedding(n_components=2, device="cpu", **SMALL).fit(X)
+    expected = emb.transform(X)
+    emb.set_params(device="cuda:99")
+    np.testing.assert_array_equal(emb.transform(X), expected)
+
+
+def test_the_accelerator_path_run_on_the_cpu_gives_the_cpus_codes_in_blocks(monkeypatch):
+    # The code of transform on a GPU (blocks sent in their own dtype, the affine in float64,
+    # the encoder's copy), run here on the CPU: the CPU path's codes up to float32 products'
+    # rounding, which depends on how many rows one product holds.
+    from sktransfer_cluster.representation import transformer
+
+    X, _ = blobs(200)
+    emb = NeighbourEmbedding(n_components=3, device="cpu", **SMALL).fit(X)
+    X32 = X.astype(np.float32)
+    X0 = X32.copy()
+    expected = emb.transform(X32)
+    monkeypatch.setattr(transformer, "_TRANSFORM_ROWS", 7)
+    monkeypatch.setattr(transformer, "_DEVICE_BLOCK_BYTES", 7 * 8 * X.shape[1])
+    for rows in (X32, X, X32[::-1], np.asfortranarray(X32)):
+        got = emb._transform_on(rows, torch.device("cpu"))
+        assert got.dtype == np.float64 and got.shape == (200, 3)
+        np.testing.assert_allclose(got, emb.transform(rows), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(emb._transform_on(X32, torch.device("cpu")), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(X32, X0)
+
+
+def test_the_accelerator_copy_of_the_encoder_follows_refine_and_in_place_changes():
+    X, _ = blobs(120)
+    emb = NeighbourEmbedding(n_components=2, device="cpu", **SMALL).fit(X)
+    cpu = torch.device("cpu")
+    first = emb._encoder_on(cpu)
+    assert emb._encoder_on(cpu) is first  # made once
+    assert first is not emb.encoder_
+    emb.refine(X[::-1], n_epochs=1)
+    np.testing.assert_allclose(emb._transform_on(X, cpu), emb.transform(X), rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        emb.encoder_[0].weight.mul_(2.0)
+    np.testing.assert_allclose(emb._transform_on(X, cpu), emb.transform(X), rtol=1e-5, atol=1e-5)
+
+
+def _pickled_before_the_device_parameter(emb):
+    """An embedding as pickled before ``device`` existed: neither ``device`` nor ``device_``."""
+    import pickle
+
+    state = dict(emb.__getstate__())  # a copy: it may be the embedding's own __dict__
+    state.pop("device"), state.pop("device_")
+    old = NeighbourEmbedding.__new__(NeighbourEmbedding)
+    old.__dict__.update(state)
+    return pickle.loads(pickle.dumps(old))
+
+
+def test_an_embedding_pickled_before_the_device_parameter_loads_on_the_cpu_and_gives_its_codes():
+    from sklearn.base import clone
+
+    X, _ = blobs(60)
+    emb = NeighbourEmbedding(n_components=2, device="cpu", **SMALL).fit(X)
+    old = _pickled_before_the_device_parameter(emb)
+    assert old.device == "cpu" and old.device_ == torch.device("cpu")
+    np.testing.assert_array_equal(old.transform(X), emb.transform(X))
+    assert clone(old).get_params() == emb.get_params()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="simulates a CUDA-fitted embedding on a CPU-only machine")
+def test_an_embedding_fitted_on_a_gpu_loads_on_the_cpu_with_a_warning():
+    X, _ = blobs(60)
+    emb = NeighbourEmbedding(n_components=2, device="cpu", **SMALL).fit(X)
+    state = dict(emb.__getstate__())
+    state["device_"] = torch.device("cuda")  # what a GPU-fitted embedding pickles (its encoder is on the CPU)
+    restored = NeighbourEmbedding.__new__(NeighbourEmbedding)
+    with pytest.warns(UserWarning, match="not available here; it was loaded on the CPU"):
+        restored.__setstate__(state)
+    assert restored.device_ == torch.device("cpu")
+    np.testing.assert_array_equal(restored.transform(X), emb.transform(X))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_transform_on_cuda_gives_the_cpus_codes_within_float32_rounding():
+    import pickle
+
+    X, _ = blobs(300)
+    X = np.abs(X).astype(np.float32)
+    cpu = NeighbourEmbedding(n_components=3, device="cpu", **SMALL).fit(X)
+    cuda = NeighbourEmbedding(n_components=3, device="cuda", **SMALL).fit(X)
+    assert cuda.device_.type == "cuda"
+    # Training runs on the CPU: the same encoder; only transform's arithmetic moved.
+    assert all(torch.equal(p, q) for p, q in zip(cpu.encoder_.parameters(), cuda.encoder_.parameters()))
+    codes = cuda.transform(X)
+    np.testing.assert_allclose(codes, cpu.transform(X), rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(cuda)).transform(X), codes)
+    assert all(p.device.type == "cpu" for p in cuda.encoder_.parameters())

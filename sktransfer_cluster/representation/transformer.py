@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import weakref
 from numbers import Integral, Real
 
 import numpy as np
@@ -13,6 +14,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..base.arrays import check_widths
+from ..base.runtime import exact_dtype, resolve_device, warn
 from .encoder import encode, make_encoder, train_neighbour_encoder
 from .graph import auto_metric, neighbour_graph
 
@@ -21,6 +23,13 @@ __all__ = ["NeighbourEmbedding"]
 # Rows per block of transform's input affine: a few MB of float64 at image widths, so the block
 # stays in cache between the affine and the encoder.
 _TRANSFORM_ROWS = 4096
+# On an accelerator, bytes of float64 input per block (at least _TRANSFORM_ROWS rows): large blocks
+# keep its kernels busy and the transfers few, and the device holds at most a few such blocks.
+_DEVICE_BLOCK_BYTES = 2**27
+# transform's copy of the encoder on an accelerator, per embedding: (encoder_ it was copied from,
+# its parameters' versions, device, copy). Kept off the embedding: not pickled or deep-copied.
+_DEVICE_ENCODERS = weakref.WeakKeyDictionary()
+_CPU = torch.device("cpu")
 
 
 class NeighbourEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -62,12 +71,27 @@ class NeighbourEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
     learning_rate : float, default=1e-3
     random_state : int, RandomState instance or None, default=None
         Seeds local numpy/torch generators; global seeds are never touched.
+    device : str or torch.device, default="auto"
+        Where ``transform`` runs the encoder: ``"auto"`` (CUDA, else MPS, else
+        the CPU), ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"`` or a
+        :class:`torch.device`, resolved at ``fit`` (``device_``). Training
+        (``fit``, :meth:`refine`) runs on the CPU whatever the device: its
+        steps are small and launch-bound, and so the fitted encoder is the
+        same on every machine. On the CPU ``transform`` is exact as before;
+        on an accelerator the input affine runs in float64 (float32 on MPS)
+        and the encoder in float32, so codes agree with the CPU's within
+        float32 rounding.
 
     Attributes
     ----------
     metric_ : {"cosine", "euclidean"}
         The graph's metric (``metric``, resolved at ``fit``).
+    device_ : torch.device
+        Where ``transform`` runs (``device``, resolved at ``fit``). An
+        embedding unpickled where that device is missing warns and runs on
+        the CPU; one pickled before ``device`` existed runs on the CPU.
     encoder_ : torch.nn.Sequential
+        On the CPU, float32 (``transform`` copies it to ``device_``).
     shift_, scale_ : ndarray
         Input affine applied before the encoder (column means of the ``fit``
         data and the scalar RMS of the centred data).
@@ -105,6 +129,7 @@ class NeighbourEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "random_state": ["random_state"],
+        "device": [str, torch.device, None],
     }
 
     def __init__(
@@ -123,6 +148,7 @@ class NeighbourEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         batch_size=4096,
         learning_rate=1e-3,
         random_state=None,
+        device="auto",
     ):
         self.n_components = n_components
         self.n_neighbors = n_neighbors
@@ -137,6 +163,23 @@ class NeighbourEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         self.batch_size = batch_size
         self.learning_rate = learning_rate
         self.random_state = random_state
+        self.device = device
+
+    def __setstate__(self, state):
+        state = dict(state)
+        # Embeddings pickled before the device parameter ran transform on the CPU, and keep doing so.
+        state.setdefault("device", "cpu")
+        if "encoder_" in state:
+            state.setdefault("device_", torch.device("cpu"))
+        device = state.get("device_")
+        if device is not None and device.type != "cpu":
+            try:
+                resolve_device(device)
+            except ValueError:
+                warn(f"This model was fitted on {device} which is not available here; it was loaded on the CPU.",
+                     UserWarning)
+                state["device_"] = torch.device("cpu")
+        super().__setstate__(state)
 
     @property
     def _n_features_out(self):
@@ -202,6 +245,7 @@ class NeighbourEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         """
         self._validate_params()
         hidden_dims = check_widths("hidden_dims", self.hidden_dims)
+        device = resolve_device(self.device)
         names = ("n_features_in_", "feature_names_in_")
         before = {name: self.__dict__[name] for name in names if name in self.__dict__}
         try:
@@ -220,6 +264,7 @@ class NeighbourEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
             self.__dict__.update(before)
             raise
         self.metric_, self._torch_gen, self.shift_, self.scale_ = metric, torch_gen, shift, scale
+        self.device_ = device
         self.encoder_, self.graph_, self.loss_curve_ = encoder, graph, list(losses)
         return self
 
@@ -254,16 +299,50 @@ class NeighbourEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         return self
 
     def transform(self, X):
-        """Embed ``X`` with the encoder: an ndarray of shape (n_samples, n_components).
+        """Embed ``X`` with the encoder on ``device_``: an ndarray of shape (n_samples, n_components).
 
-        Float32 rows are read as they are, and the input affine runs in float64 over
-        ``_TRANSFORM_ROWS`` rows at a time: the same arithmetic as on one float64 copy of
-        ``X``, without that copy (1.25 GB for 200,000 rows of 784 pixels).
+        On the CPU, float32 rows are read as they are, and the input affine runs in float64
+        over ``_TRANSFORM_ROWS`` rows at a time: the same arithmetic as on one float64 copy
+        of ``X``, without that copy (1.25 GB for 200,000 rows of 784 pixels). On an
+        accelerator, blocks of rows go to the device in their own dtype, the affine runs
+        there in float64 (the same float32 inputs as on the CPU; float32 on MPS), and only
+        the codes come back.
         """
         check_is_fitted(self, "encoder_")
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        device = getattr(self, "device_", _CPU)  # an embedding restored without __setstate__: the CPU, as before
+        if device.type != "cpu":
+            return self._transform_on(X, device)
         out = np.empty((X.shape[0], self._n_features_out), dtype=np.float64)  # the fitted width
         for start in range(0, X.shape[0], _TRANSFORM_ROWS):
             rows = X[start : start + _TRANSFORM_ROWS].astype(np.float64, copy=False)
             out[start : start + rows.shape[0]] = encode(self.encoder_, self._inputs(rows))
+        return out
+
+    def _encoder_on(self, device):
+        """An eval-mode copy of ``encoder_`` on ``device``, made once per fitted encoder and device."""
+        # The parameters' versions: an in-place change of encoder_'s weights makes a new copy.
+        versions = tuple(p._version for p in self.encoder_.parameters())
+        cached = _DEVICE_ENCODERS.get(self)
+        if cached is not None and cached[0] is self.encoder_ and cached[1] == versions and cached[2] == device:
+            return cached[3]
+        moved = copy.deepcopy(self.encoder_).to(device=device, dtype=torch.float32).eval()
+        moved.requires_grad_(False)
+        _DEVICE_ENCODERS[self] = (self.encoder_, versions, device, moved)
+        return moved
+
+    @torch.no_grad()
+    def _transform_on(self, X, device):
+        """:meth:`transform`'s codes of the validated rows ``X``, computed on the accelerator ``device``."""
+        encoder = self._encoder_on(device)
+        dtype = exact_dtype(device)
+        shift = torch.as_tensor(self.shift_, dtype=dtype, device=device)
+        scale = torch.as_tensor(self.scale_, dtype=dtype, device=device)
+        out = np.empty((X.shape[0], self._n_features_out), dtype=np.float64)
+        step = max(_TRANSFORM_ROWS, _DEVICE_BLOCK_BYTES // (8 * max(1, X.shape[1])))
+        for start in range(0, X.shape[0], step):
+            # A writable, contiguous block (a copy only for views and read-only memory) in its own dtype.
+            block = torch.from_numpy(np.require(np.asarray(X[start : start + step]), requirements="CW"))
+            inputs = ((block.to(device).to(dtype) - shift) / scale).to(torch.float32)
+            out[start : start + block.shape[0]] = encoder(inputs).cpu().double().numpy()
         return out

@@ -590,6 +590,9 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
         ``on_record``, ``on_phase_end``) is called during every training
         phase. They change no result.
     device : str or torch.device, default="auto"
+        Where the critic, the search and ``predict`` run, and where the neighbour
+        encoder (``representation_``) computes its codes; the encoder trains on the
+        CPU whatever the device (its steps are small and launch-bound).
     random_state : int, RandomState instance or None, default=None
         Seeds local generators only; equal values give identical results on CPU.
     verbose : int, default=0
@@ -1142,8 +1145,9 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
                     self._rep_shift = X.mean(0, dtype=np.float64)
                 peak = float(np.abs(self._encoder_rows(X)).max())
             self._rep_exponent = math.frexp(peak)[1] if 0.0 < peak < math.inf else 0
+            # The encoder trains on the CPU; its codes are computed on this estimator's device.
             embedding = NeighbourEmbedding(image_shape=shape, metric=metric, n_epochs=self._neighbour_epochs,
-                                          random_state=seed)
+                                          random_state=seed, device=self.device_)
             self._source_representation = embedding.fit(self._encoder_landmarks(X, rng))
             self.representation_ = self._source_representation
         Z = self._encode_all(X)
@@ -1206,11 +1210,12 @@ class C2MCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
 
     def _encode_all(self, X):
         """:meth:`_encode` of every row of ``X``; past the landmark count chunk by chunk, so
-        only the codes (``n x n_components``) are held. A dask array's chunks are encoded on
-        their workers in the same pieces at the same offsets (:func:`_block_codes`)."""
+        only the codes (``n x n_components``) are held. On the CPU a dask array's chunks are
+        encoded on their workers in the same pieces at the same offsets (:func:`_block_codes`)."""
         if self.representation_ is None or not _streams(X.shape[0]):
             return self._encode(X)
-        if isinstance(X, DaskRows):
+        # On an accelerator a dask array's chunks come to the client, where the device is (as predict's).
+        if isinstance(X, DaskRows) and torch.device(self.device_).type == "cpu":
             # Each chunk encoded on its worker, in the pieces below (the encoder travels once); only codes come back.
             parts = X.map_blocks(_block_codes, chunk_rows(X.shape[1]), X.dtype, self.representation_,
                                  self._rep_shift, self._rep_exponent)
