@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from sklearn.base import clone
 from sklearn.pipeline import Pipeline
+from sklearn.utils import get_tags
+from sklearn.utils.validation import validate_data
 
 __all__ = ["TransferPipeline", "make_transfer_pipeline", "pipeline_transfer"]
 
@@ -47,6 +49,14 @@ def pipeline_transfer(pipeline, X, *, preprocessing="target", **kwargs):
     -------
     labels : ndarray of shape (n_samples,)
 
+    Raises
+    ------
+    ValueError
+        Before anything is refitted, ``predict``'s error for an ``X`` whose width or
+        feature names (their order included) are not the source's; and, the source
+        fit put back, for a preprocessing step that needs labels to fit
+        (``SelectKBest``, ...) under ``preprocessing="target"``.
+
     Examples
     --------
     >>> from sklearn.datasets import make_blobs
@@ -68,18 +78,51 @@ def pipeline_transfer(pipeline, X, *, preprocessing="target", **kwargs):
     if preprocessing == "source":
         return final.transfer(pipeline[:-1].transform(X), **kwargs)
     saved = list(pipeline.steps)
+    _check_like_predict(pipeline, X)
     Xt = X
     try:
         for i, (name, step) in enumerate(saved[:-1]):
-            if step is None or step == "passthrough":
+            if _passthrough(step):
                 continue
             refit = clone(step)
-            Xt = refit.fit_transform(Xt)
+            try:
+                Xt = refit.fit_transform(Xt)
+            except (TypeError, ValueError) as exc:
+                if not _needs_labels(step, exc):
+                    raise
+                raise ValueError(
+                    f"pipeline step {name!r} ({type(step).__name__}) cannot be refitted on the target: it needs "
+                    "labels to fit and the target has none. Pass preprocessing='source' to keep what it learned "
+                    "on the source, or drop the step."
+                ) from exc
             pipeline.steps[i] = (name, refit)
         return final.transfer(Xt, **kwargs)
     except BaseException:
         pipeline.steps[:] = saved
         raise
+
+
+def _passthrough(step):
+    return step is None or (isinstance(step, str) and step == "passthrough")
+
+
+def _check_like_predict(pipeline, X):
+    """``predict``'s error, before anything is refitted, for a target that is not the source's features.
+
+    Refitting would otherwise take any width and any column order, and ``predict`` would then
+    refuse the source's own rows. The check is the one the first step that sees ``X`` makes on
+    its input (``n_features_in_``, ``feature_names_in_``); the final estimator checks its own.
+    """
+    step = next((s for _, s in pipeline.steps[:-1] if not _passthrough(s)), None)
+    if step is not None:
+        validate_data(step, X, reset=False, skip_check_array=True)
+
+
+def _needs_labels(step, exc):
+    """Whether ``exc``, raised by refitting ``step`` without labels, says that it needs them."""
+    text = str(exc)
+    return (get_tags(step).target_tags.required or "requires y" in text
+            or "required positional argument: 'y'" in text)
 
 
 class TransferPipeline(Pipeline):
