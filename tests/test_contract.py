@@ -843,3 +843,36 @@ def test_predict_under_assume_finite_checks_no_value_as_sklearn_does(data, in_ch
     with sklearn.config_context(assume_finite=True), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         assert in_chunks.predict(rows).shape == (30,)
+
+
+# ----------------------------------------------------------------- source labels that cannot be ordered
+
+
+def _labelled(name):
+    from sktransfer_cluster import C2MCluster, CCNCluster
+
+    return {"CCNCluster": CCNCluster(3, device="cpu", random_state=0),
+            "C2MCluster": C2MCluster(3, device="cpu", random_state=0)}[name]
+
+
+@pytest.mark.parametrize("name", ["CCNCluster", "C2MCluster"])
+def test_source_labels_with_a_missing_value_are_refused_with_the_rows_to_drop(name):
+    X, y = make_blobs(n_samples=90, centers=3, n_features=4, random_state=0)
+    labels = y.astype(object)
+    labels[7] = None
+    kept = labels.copy()
+    est = _labelled(name)
+    with pytest.raises(ValueError, match=r"y has 1 missing label\(s\) .* out of 90; every source row needs a label: "
+                                         r"drop the rows without one from X and y"):
+        est.fit(X, labels)
+    np.testing.assert_array_equal(labels, kept)
+    with pytest.raises(NotFittedError):  # nothing half-fitted
+        est.predict(X)
+
+
+@pytest.mark.parametrize("name", ["CCNCluster", "C2MCluster"])
+def test_source_labels_of_mixed_types_are_refused_with_one_type_asked_for(name):
+    X, y = make_blobs(n_samples=90, centers=3, n_features=4, random_state=0)
+    labels = np.array([str(v) if v == 1 else int(v) for v in y], dtype=object)
+    with pytest.raises(ValueError, match=r"y mixes label types \(int, str\).*pass labels of one type"):
+        _labelled(name).fit(X, labels)

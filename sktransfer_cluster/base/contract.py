@@ -53,7 +53,7 @@ from .streaming import (
     release_pages,
     streamed_affine,
 )
-from .training import LineProgress, TrainingRun
+from .training import LineProgress, TrainingRun, check_callbacks
 
 __all__ = ["COMMON_PARAMETER_CONSTRAINTS", "TransferClusterMixin", "WithinClusterScoreMixin", "inplace_activations"]
 
@@ -198,6 +198,41 @@ def _distinct_rows_below(X, bound):
     return len(seen)
 
 
+def _is_missing(value):
+    """None, a float NaN (numpy's or Python's), or pandas' ``NA``/``NaT`` (named, so pandas is not imported)."""
+    if value is None or type(value).__name__ in ("NAType", "NaTType"):
+        return True
+    return isinstance(value, (float, np.floating)) and value != value
+
+
+def _check_labels(y):
+    """``ValueError`` for source labels that ``np.unique`` cannot order: missing ones (None, NaN,
+    pandas' NA) or a mix of types (``1`` and ``"a"`` in one object array). Numeric NaN would reach
+    scikit-learn's "Input y contains NaN" and the rest a bare ``TypeError`` from the sort; either
+    way the message did not say what to do. ``y`` is read, never changed."""
+    values = np.asarray(y)
+    if values.dtype.kind == "f":
+        n_missing = int(np.isnan(values).sum())
+    elif values.dtype == object:
+        n_missing = sum(map(_is_missing, values.ravel()))
+    else:
+        return
+    if n_missing:
+        raise ValueError(
+            f"y has {n_missing} missing label(s) (None, NaN or NA) out of {values.size}; every source row needs "
+            "a label: drop the rows without one from X and y (e.g. keep = pd.notna(y); X[keep], y[keep])."
+        )
+    if values.dtype == object:
+        try:
+            np.unique(values)
+        except TypeError:
+            kinds = sorted({type(v).__name__ for v in values.ravel()})
+            raise ValueError(
+                f"y mixes label types ({', '.join(kinds)}), which cannot be ordered; pass labels of one "
+                "type (e.g. y.astype(str))."
+            ) from None
+
+
 def _memory_mapped(X):
     """Whether ``X`` is an array over a releasable memory map (see :mod:`.streaming`)."""
     return isinstance(X, np.ndarray) and mapped_pages(X) is not None
@@ -322,10 +357,12 @@ class TransferClusterMixin(ABC):
         held in memory are not checked here; the caller checks them chunk by chunk
         (:func:`_check_chunk_finite`).
         """
+        if is_dask_array(y):
+            y = y.compute()  # one label per row: what the client holds of labels anyway
+        if y is not None:
+            _check_labels(y)
         if is_dask_array(X):
             X = dask_input(X, self._min_samples if reset else 1, stream=stream)
-            if is_dask_array(y):
-                y = y.compute()  # one label per row: what the client holds of labels anyway
             if isinstance(X, DaskRows):
                 return self._validate_dask_rows(X, reset=reset, y=y)
         kwargs = dict(
@@ -588,6 +625,12 @@ class TransferClusterMixin(ABC):
         finally:
             # Set by a kept interrupt (see _training); valid for one call only.
             self.__dict__.pop("_training_stopped", None)
+
+    def _validate_params(self):
+        """scikit-learn's parameter constraints, then ``callbacks``' entries (:func:`check_callbacks`):
+        the constraints take any list, and a function in it would be silently never called."""
+        super()._validate_params()
+        check_callbacks(getattr(self, "callbacks", None))
 
     def _check_fit_params(self, fit_params):
         """``TypeError`` before any work for a ``fit`` option this estimator does not take (e.g.

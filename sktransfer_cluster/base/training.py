@@ -13,7 +13,7 @@ import torch
 
 from .runtime import exact_dtype
 
-__all__ = ["minibatches", "TrainingRun", "TrainingCallback", "LineProgress"]
+__all__ = ["minibatches", "TrainingRun", "TrainingCallback", "LineProgress", "check_callbacks"]
 
 
 def _snapshot(state):
@@ -91,6 +91,37 @@ class TrainingCallback:
         """A training phase ended without an error."""
 
 
+_CALLBACK_HOOKS = ("on_phase_begin", "on_epoch_end", "on_record", "on_phase_end")
+
+
+def check_callbacks(callbacks):
+    """``TypeError`` for an entry of ``callbacks`` that defines none of :class:`TrainingCallback`'s hooks.
+
+    Such an entry would never be called (a plain function, say): the fit would run as if it
+    were not there, silently.
+
+    Parameters
+    ----------
+    callbacks : list or tuple or None
+        An estimator's ``callbacks`` parameter.
+
+    Examples
+    --------
+    >>> check_callbacks([TrainingCallback()])
+    >>> check_callbacks([print])
+    Traceback (most recent call last):
+    ...
+    TypeError: callbacks[0] (builtin_function_or_method) defines none of on_phase_begin, ...
+    """
+    for i, callback in enumerate(callbacks or ()):
+        if not any(callable(getattr(callback, hook, None)) for hook in _CALLBACK_HOOKS):
+            raise TypeError(
+                f"callbacks[{i}] ({type(callback).__name__}) defines none of {', '.join(_CALLBACK_HOOKS)}, so it "
+                "would never be called; pass objects with some of these methods (e.g. a subclass of "
+                "sktransfer_cluster.base.TrainingCallback), not functions."
+            )
+
+
 class TrainingRun:
     """The mechanics of one training phase, shared by every estimator's loop.
 
@@ -132,6 +163,7 @@ class TrainingRun:
         self.best_loss = math.inf
         self._saved = None
         self.callbacks = tuple(getattr(owner, "callbacks", None) or ())
+        check_callbacks(self.callbacks)  # also set after fit's check (set_params before a transfer)
         self._totals = {}
         self._weight = 0.0
 
