@@ -590,8 +590,8 @@ def test_converged_is_said_only_of_a_plan_that_meets_tol(monkeypatch):
     # them before the fix): the plan check must catch it.
     real_solve = module._solve
 
-    def lying_solve(*args):
-        res, M, r, c = real_solve(*args)
+    def lying_solve(*args, **kwargs):
+        res, M, r, c = real_solve(*args, **kwargs)
         res.g = res.g + 0.1
         return res, M, r, c
 
@@ -1005,3 +1005,35 @@ def test_semi_dual_newton_raises_for_costs_that_make_column_sums_non_finite_and_
         res = semi_dual_newton(M, log_b, tol=1e-10)
         assert res.converged
         assert plan_from_potentials(M, res.f, res.g, 1.0, None, log_b)[0, 0] == 0
+
+
+def test_a_non_converged_solve_of_a_cost_that_requires_grad_warns_that_its_gradient_is_off():
+    """V15 #1: five iterations left the implicit gradient 10 % off finite differences, silently."""
+    M = torch.rand(5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    with pytest.warns(ConvergenceWarning, match=r"error .* > tol .*requires grad.*Increase max_iter"):
+        res = sinkhorn_potentials(M, 0.05, max_iter=5, tol=1e-13)
+    assert not res.converged
+
+
+def test_a_converged_solve_of_a_cost_that_requires_grad_does_not_warn():
+    M = torch.rand(5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        sinkhorn_potentials(M, 0.05, max_iter=10**4, tol=1e-10)
+
+
+def test_sinkhorns_warning_for_a_cost_that_requires_grad_says_the_gradient_is_off_once():
+    M = torch.rand(5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    with pytest.warns(ConvergenceWarning) as record:
+        sinkhorn(None, None, M, 0.05, max_iter=5, tol=1e-13)
+    (message,) = [str(w.message) for w in record if issubclass(w.category, ConvergenceWarning)]
+    assert "did not converge" in message and "requires grad" in message
+
+
+def test_sinkhorns_convergence_warning_is_attributed_to_the_callers_line():
+    """V15 #2: stacklevel=2 inside the thread decorator pointed at base/runtime.py, so the default
+    filter showed one warning for calls from any number of lines."""
+    M = np.random.default_rng(0).random((5, 4))
+    with pytest.warns(ConvergenceWarning) as record:
+        sinkhorn(None, None, M, 0.001, numItermax=1, eps_scaling=None)
+    assert record[0].filename == __file__

@@ -57,14 +57,13 @@ problems*, Math. Comp. 2018.
 from __future__ import annotations
 
 import math
-import warnings
 from numbers import Real
 
 import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
-from ..base.runtime import exact_dtype, on_compute_threads, working_dtype
+from ..base.runtime import exact_dtype, on_compute_threads, warn as _warn_caller, working_dtype
 from .plan import SinkhornResult, log_marginals, plan_from_potentials
 
 __all__ = ["sinkhorn", "sinkhorn_potentials", "SinkhornResult"]
@@ -416,6 +415,10 @@ def sinkhorn_potentials(
         column minima, whose potentials are then shifted back: for costs far from zero
         (1e14 at ``reg=0.01``) ``f`` and ``g`` are then too large to rebuild the plan from
         ``M`` at float precision; :func:`sinkhorn` builds it from the shifted costs.
+        For an ``M`` that requires grad, ``f`` and ``g`` carry an implicit gradient (from the
+        optimality conditions, not unrolled through the iterations), exact only for a converged
+        solve: a solve that stops before ``tol`` emits a
+        :class:`~sklearn.exceptions.ConvergenceWarning` saying so.
 
     Raises
     ------
@@ -429,12 +432,16 @@ def sinkhorn_potentials(
     return res
 
 
-def _solve(M, reg, log_a, log_b, reg_m, init, max_iter, tol, check_every, eps_scaling, method, verbose):
+def _solve(
+    M, reg, log_a, log_b, reg_m, init, max_iter, tol, check_every, eps_scaling, method, verbose, warn_gradient=True
+):
     """:func:`sinkhorn_potentials` on the shifted costs of :func:`_shift_costs`.
 
     Returns ``(result, M_solved, r, c)``: the potentials of ``result`` are those of
     ``M_solved = M - r_i - c_j``, so ``f + r`` and ``g + c`` are those of ``M``
     (``r``, ``c`` are zeros for unbalanced OT, whose plan a shift would change).
+    With ``warn_gradient`` a solve of an ``M`` that requires grad and has not converged
+    warns that its implicit gradient is off (:func:`sinkhorn` says so in its own warning).
     """
     method = _scheme(method)
     _check_options(reg, reg_m, max_iter, tol, check_every, eps_scaling)
@@ -476,10 +483,24 @@ def _solve(M, reg, log_a, log_b, reg_m, init, max_iter, tol, check_every, eps_sc
     )
     res = SinkhornResult(f=f, g=g, n_iter=n_iter, err=float(err), converged=err < tol, method=used, errors=errors)
     if differentiable:
+        if warn_gradient and not res.converged:
+            # The adjoint below is that of the optimality conditions: at potentials that do not
+            # meet them it is the gradient of another problem, silently (V15 #1: 10 % off).
+            _warn_caller(_gradient_not_converged(res.err, tol, n_iter), ConvergenceWarning)
         # The shift r, c is a constant: the potentials of M + dM are those of M + dM - r - c plus it.
         M = M_grad - r.unsqueeze(-1) - c.unsqueeze(-2)
         res.f, res.g = _ImplicitPotentials.apply(M, res.f, res.g, log_a, log_b, reg)
     return res, M, r, c
+
+
+def _gradient_not_converged(err, tol, n_iter):
+    """The warning for a gradient taken at potentials that have not converged."""
+    return (
+        f"Sinkhorn did not converge in {n_iter} iterations (error {err:.3g} > tol {tol:g}), and M requires grad: "
+        "the gradient in M is implicit, taken from the optimality conditions that only a converged solve "
+        "meets, so it is off by about as much as the potentials are. Increase max_iter (or reg, or tol) until "
+        "the solve converges."
+    )
 
 
 def _wants_gradient(M, log_a, log_b, reg_m):
@@ -764,7 +785,9 @@ def sinkhorn(
     Returns
     -------
     plan : same kind as ``M`` (numpy or torch)
-        Transport plan of shape ``(..., n, m)``, in ``M``'s floating dtype.
+        Transport plan of shape ``(..., n, m)``, in ``M``'s floating dtype. For an ``M``
+        that requires grad, its gradient is implicit (see :func:`sinkhorn_potentials`),
+        exact only for a converged solve; the ConvergenceWarning says when it was not.
     log : dict
         Only when ``log=True``.
 
@@ -818,7 +841,8 @@ def sinkhorn(
         if warmstart is not None:
             init = _from_warmstart(warmstart, method, not balanced, Mt, log_a, log_b, reg)
     res, Ms, r, c = _solve(
-        Mt, reg, log_a, log_b, reg_m, init, max_iter, tol, check_every, eps_scaling, method, verbose
+        Mt, reg, log_a, log_b, reg_m, init, max_iter, tol, check_every, eps_scaling, method, verbose,
+        warn_gradient=False,
     )
     # The plan comes from the shifted costs and their potentials, where (f + g - M) / reg
     # has not lost its precision to the costs' offset.
@@ -876,7 +900,14 @@ def sinkhorn(
                             f"({mass_a:.6g} and {mass_b:.6g}), which no plan of balanced OT can match. Normalise "
                             "them to the same total, or pass reg_m for unbalanced OT."
                         )
-        warnings.warn(message, ConvergenceWarning, stacklevel=2)
+        if not res.converged and Mt.requires_grad and torch.is_grad_enabled():
+            message += (
+                " M requires grad: its gradient is implicit, taken from the optimality conditions that "
+                "only a converged solve meets, so it is off as well."
+            )
+        # Attributed to the caller's line (not the thread decorator's), so that warnings from two
+        # call sites are two warnings under Python's default filter.
+        _warn_caller(message, ConvergenceWarning)
     out = (lambda t: t.to(out_dtype)) if torch.is_tensor(M) else (lambda t: t.to(out_dtype).numpy())
     if not log:
         return out(P)
