@@ -363,15 +363,19 @@ def input_affine(X, chunk_size=None):
     ``scale`` is the root mean square of the centred entries (1 when they are
     all equal). One scale for every feature keeps the data's geometry, and
     float64 with a pre-division by the largest centred entry keeps both
-    computable for any finite float32/float64 input (no overflow at 1e20, no
-    underflow at 1e-300). Rows are read in chunks: no float64 copy of ``X``.
+    computable for any finite float32/float64 input whose centred entries are
+    finite (no overflow at 1e20 nor at 1.2e308, no underflow at 1e-300). Rows
+    are read in chunks: no float64 copy of ``X``.
     """
     n = X.shape[0]
     chunk_size = chunk_rows(X.shape[1]) if chunk_size is None else chunk_size
     shift = np.zeros(X.shape[1])
-    for start in range(0, n, chunk_size):
-        shift += X[start : start + chunk_size].sum(0, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflowing sum is redone below
+        for start in range(0, n, chunk_size):
+            shift += X[start : start + chunk_size].sum(0, dtype=np.float64)
     shift /= n
+    if not np.isfinite(shift).all():
+        shift = _scaled_column_means((X[start : start + chunk_size] for start in range(0, n, chunk_size)), n, X.shape[1])
     peak = 0.0
     for start in range(0, n, chunk_size):
         peak = max(peak, float(np.abs(X[start : start + chunk_size] - shift).max(initial=0.0)))
@@ -381,6 +385,26 @@ def input_affine(X, chunk_size=None):
     for start in range(0, n, chunk_size):
         total += float((((X[start : start + chunk_size] - shift) / peak) ** 2).sum())
     return shift, peak * math.sqrt(total / X.size)
+
+
+def _scaled_column_means(chunks, n, n_features):
+    """Column means of the rows in ``chunks`` (``n`` in all) as the sum of each row divided by ``n``.
+
+    The fallback of :func:`input_affine` where the plain float64 sum overflows (finite
+    values near 1.8e308): a sum of values divided by ``n`` is at most their largest
+    magnitude. Rounds differently from the plain sum, so it is used only where that fails.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[1.5e308], [1.5e308], [-1.0e308]])
+    >>> _scaled_column_means([X[:2], X[2:]], 3, 1) / 1e307
+    array([6.66666667])
+    """
+    shift = np.zeros(n_features)
+    for rows in chunks:
+        shift += (np.asarray(rows, dtype=np.float64) / n).sum(0)
+    return shift
 
 
 def check_resolution(dtype, shift, scale):
@@ -397,8 +421,14 @@ def check_resolution(dtype, shift, scale):
         raise ValueError(
             f"X cannot be clustered at {np.dtype(dtype).name} precision: its values sit near "
             f"{offset:.3g} but spread by only {scale:.3g} around their mean, while "
-            f"{np.dtype(dtype).name} resolves steps of {resolution:.3g} there. Subtract the offset "
-            "(e.g. StandardScaler) before converting the data, or pass float64."
+            f"{np.dtype(dtype).name} resolves steps of {resolution:.3g} there. "
+            + (
+                "Subtract the offset (e.g. StandardScaler) before converting the data, or pass float64."
+                if np.dtype(dtype) != np.float64
+                # Already float64: the spread is lost where the values were rounded, not in a conversion.
+                else "The spread is lost in the values' own rounding: compute them relative to their offset "
+                "where they are produced (float64 has no wider type to pass)."
+            )
         )
 
 

@@ -27,7 +27,7 @@ import mmap
 
 import numpy as np
 
-from .arrays import chunk_rows
+from .arrays import _scaled_column_means, chunk_rows
 
 __all__ = ["DASK_READ_ROWS", "DaskRows", "RELEASE_ROWS", "RELEASE_WINDOW", "RowReader", "check_dask_array",
            "PlannedReads", "check_finite", "dask_input", "in_memory_rows", "is_dask_array", "iter_row_chunks", "mapped_pages",
@@ -236,29 +236,50 @@ def streamed_affine(X, chunk_size=None):
     mean = np.zeros(d)
     peak = 0.0  # largest |x - chunk mean| met so far: the unit of ss
     ss = 0.0  # total sum of squares about the running mean, divided by peak**2
-    for start, stop, rows in iter_row_chunks(X, chunk_size):
-        if not np.isfinite(rows).all():
-            raise ValueError("Input X contains NaN or infinity.")
-        m = stop - start
-        chunk_sum = rows.sum(0)
-        total += chunk_sum
-        chunk_mean = chunk_sum / m
-        rows -= chunk_mean
-        chunk_peak = float(np.abs(rows).max(initial=0.0))
-        delta = chunk_mean - mean
-        delta_peak = float(np.abs(delta).max(initial=0.0))
-        new_peak = max(peak, chunk_peak, delta_peak)
-        if new_peak > 0:
-            chunk_ss = float(((rows / new_peak) ** 2).sum()) if chunk_peak > 0 else 0.0
-            ss = ss * (peak / new_peak) ** 2 + chunk_ss
-            ss += float(((delta / new_peak) ** 2).sum()) * n_seen * m / (n_seen + m)
-            peak = new_peak
-        mean = mean + delta * (m / (n_seen + m))
-        n_seen += m
+    # Finite values near float64's limit can overflow a sum here (V15 #3): checked after the pass.
+    with np.errstate(over="ignore", invalid="ignore"):
+        for start, stop, rows in iter_row_chunks(X, chunk_size):
+            if not np.isfinite(rows).all():
+                raise ValueError("Input X contains NaN or infinity.")
+            m = stop - start
+            chunk_sum = rows.sum(0)
+            total += chunk_sum
+            chunk_mean = chunk_sum / m
+            rows -= chunk_mean
+            chunk_peak = float(np.abs(rows).max(initial=0.0))
+            delta = chunk_mean - mean
+            delta_peak = float(np.abs(delta).max(initial=0.0))
+            new_peak = max(peak, chunk_peak, delta_peak)
+            if new_peak > 0:
+                chunk_ss = float(((rows / new_peak) ** 2).sum()) if chunk_peak > 0 else 0.0
+                ss = ss * (peak / new_peak) ** 2 + chunk_ss
+                ss += float(((delta / new_peak) ** 2).sum()) * n_seen * m / (n_seen + m)
+                peak = new_peak
+            mean = mean + delta * (m / (n_seen + m))
+            n_seen += m
     shift = total / max(n_seen, 1)
+    if not (np.isfinite(total).all() and np.isfinite(mean).all() and math.isfinite(peak) and math.isfinite(ss)):
+        # input_affine's three passes, its sums pre-divided by n, where this one cannot carry them.
+        return _streamed_affine_scaled(X, chunk_size)
     if not (0.0 < peak < np.inf) or ss <= 0:
         return shift, 1.0
     return shift, peak * math.sqrt(ss / (n_seen * d))
+
+
+def _streamed_affine_scaled(X, chunk_size):
+    """:func:`streamed_affine` where its one pass overflows: three passes over the chunks,
+    the shift summed pre-divided by n (:func:`~sktransfer_cluster.base.arrays._scaled_column_means`)."""
+    n, d = X.shape
+    shift = _scaled_column_means((rows for _, _, rows in iter_row_chunks(X, chunk_size)), n, d)
+    peak = 0.0
+    for _, _, rows in iter_row_chunks(X, chunk_size):
+        peak = max(peak, float(np.abs(rows - shift).max(initial=0.0)))
+    if not (0.0 < peak < np.inf):
+        return shift, 1.0
+    total = 0.0
+    for _, _, rows in iter_row_chunks(X, chunk_size):
+        total += float((((rows - shift) / peak) ** 2).sum())
+    return shift, peak * math.sqrt(total / (n * d))
 
 
 def is_dask_array(X):
@@ -318,8 +339,9 @@ def _first_moments(start, block, dtype, step):
         return [], np.full(d, np.inf), np.full(d, -np.inf), True, False
     if not np.isfinite(rows).all():
         return [], np.full(d, np.inf), np.full(d, -np.inf), False, False
-    sums = [(i, rows[lo - start : hi - start].sum(0, dtype=np.float64))
-            for i, lo, hi in _subchunks(start, start + rows.shape[0], step)]
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflowing sum is redone by DaskRows.affine
+        sums = [(i, rows[lo - start : hi - start].sum(0, dtype=np.float64))
+                for i, lo, hi in _subchunks(start, start + rows.shape[0], step)]
     return sums, rows.min(0).astype(np.float64), rows.max(0).astype(np.float64), True, bool((rows == 0).any())
 
 
@@ -328,6 +350,12 @@ def _second_moments(start, block, dtype, step, shift, peak):
     rows = _as_rows(block, dtype)
     return [(i, float((((rows[lo - start : hi - start] - shift) / peak) ** 2).sum()))
             for i, lo, hi in _subchunks(start, start + rows.shape[0], step)]
+
+
+def _scaled_sum(block, dtype, n):
+    """One chunk's column sums of its rows divided by ``n`` (:meth:`DaskRows.affine` where the plain sum overflows)."""
+    rows = _as_rows(block, dtype)
+    return _scaled_column_means([rows], n, rows.shape[1])
 
 
 def _merge_pieces(parts):
@@ -461,9 +489,14 @@ class DaskRows:
         high = np.max([p[2] for p in parts], axis=0)
         self._signs = (bool((low < 0).any()), any(p[4] for p in parts))
         shift = np.zeros(d)
-        for total in _merge_pieces([p[0] for p in parts]):
-            shift += total
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflowing sum is redone below
+            for total in _merge_pieces([p[0] for p in parts]):
+                shift += total
         shift /= n
+        if not np.isfinite(shift).all():
+            # Finite values near float64's limit (V15 #3): each chunk's rows summed pre-divided by n.
+            sums = dask.compute(*[dask.delayed(_scaled_sum, pure=False)(block, self.dtype, n) for _, block in self.blocks()])
+            shift = np.sum(sums, axis=0)
         peak = float(np.maximum(high - shift, shift - low).max(initial=0.0))
         if not (0.0 < peak < np.inf):
             return shift, 1.0
