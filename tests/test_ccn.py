@@ -500,6 +500,16 @@ def test_a_bad_ccn_plus_source_is_refused_before_any_training(bad, message):
     assert phases == []
 
 
+def test_a_ccn_plus_source_without_labels_is_refused_with_a_plain_message():
+    Xs, ys, Xt, _ = _blob_task()
+    est = CCNCluster(n_clusters=3, **FAST).fit(Xs, ys)
+    labels = est.labels_.copy()
+    with pytest.raises(ValueError, match=r"source=\(X_source, None\): CCN\+ needs the source labels y_source.*"
+                                         "leave source out"):
+        est.transfer(Xt, source=(Xs, None))
+    np.testing.assert_array_equal(est.labels_, labels)  # still the source model
+
+
 def test_estimating_k_takes_fewer_rows_than_the_n_clusters_bound():
     Xs, ys, Xt, _ = _blob_task()
     est = CCNCluster(n_clusters=20, estimate_n_clusters=True, **FAST).fit(Xs[:15], ys[:15])

@@ -899,6 +899,11 @@ class CCNCluster(TransferClusterMixin, ClusterMixin, BaseEstimator):
             Xs, ys = source
         except (TypeError, ValueError) as exc:
             raise ValueError("source must be a pair (X_source, y_source).") from exc
+        if ys is None:
+            raise ValueError(
+                "source=(X_source, None): CCN+ needs the source labels y_source (it ties outputs to "
+                "source classes); pass them, or leave source out to transfer without source rows."
+            )
         try:
             # The rows as the target's, the labels as fit's (one per row, finite).
             Xs, ys = self._validate_input(Xs, reset=False, y=ys, stream=False)
