@@ -18,11 +18,13 @@ redirected to a file is not silent.
 from __future__ import annotations
 
 import json
+import math
 import platform
+import re
 import sys
 import time
 import warnings
-from numbers import Integral
+from numbers import Integral, Real
 from os import PathLike
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -339,6 +341,32 @@ def _default_threads():
     return COMPUTE_THREADS
 
 
+def _check_count(value, name):
+    """``UsageError`` unless ``value`` is None or an integer >= 1 (not a bool, not a str, not 2.5).
+
+    The command line's ``--n-clusters``/``--threads`` are parsed as such (``cli._positive_int``);
+    from Python, ``True`` or ``"3"`` would otherwise fail deep in a run with a ``TypeError``.
+    """
+    if value is not None and (isinstance(value, bool) or not isinstance(value, Integral) or value < 1):
+        raise UsageError(f"{name} must be a positive integer or None, got {value!r}")
+
+
+def _check_megabytes(value, name):
+    """``UsageError`` unless ``value`` is a finite number of MiB above 0 (as ``cli.check_inputs``'s
+    ``--max-array-mb``): NaN, inf, 0 and negative limits would refuse every file, or none."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{name} must be a positive, finite number of MiB, got {value!r}")
+
+
+def _device_for_the_command_line(device):
+    """``UsageError`` when ``--device`` is not available here, in the command line's words
+    (``--device cpu``, not resolve_device's ``device='cpu'``, which is what a Python caller writes)."""
+    try:
+        resolve_device(device)
+    except ValueError as exc:
+        raise UsageError(re.sub(r"device='([^']*)'", r"--device \1", str(exc))) from None
+
+
 def _load_tasks(data, seed, mode, label_column, max_array_mb):
     try:
         items = load_data_list(data, built_in=TASKS, label_column=label_column, max_bytes=int(max_array_mb * 2**20))
@@ -405,15 +433,18 @@ def compare(
     Raises
     ------
     UsageError
-        A ``ValueError``, before any task is loaded for a bad option (an unknown
-        or empty method list, an unknown ``mode``, a ``seed`` outside
-        ``0 .. 2**32 - 1``, a non-positive ``n_clusters``/``threads``, an unknown
-        device), for a task that cannot be loaded, or that is too small for its K
+        A ``ValueError``, before any task is loaded for a bad option (empty
+        ``data``, an unknown or empty method list, an unknown ``mode``, a ``seed``
+        outside ``0 .. 2**32 - 1``, an ``n_clusters``/``threads`` that is not an
+        integer >= 1, a ``max_array_mb`` that is not a finite number > 0, an
+        unknown or unavailable device), for a task that cannot be loaded, or that is too small for its K
         (:func:`~sktransfer_cluster.files.task_size_error`; checked for every task
         before any runs), or for a task that cannot be run.
     """
     # A single name is one task or one method, not a sequence of its characters.
     data = [data] if isinstance(data, (str, PathLike)) else list(data)
+    if not data:
+        raise UsageError(f"data is empty; pass built-in task names ({', '.join(TASKS)}) or paths to .npz/.csv files")
     if methods is None:
         methods = list(REGISTRY)
     else:
@@ -428,10 +459,9 @@ def compare(
     unknown = [m for m in methods if m not in REGISTRY]
     if unknown:
         raise UsageError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(REGISTRY)}")
-    if n_clusters is not None and n_clusters < 1:
-        raise UsageError(f"--n-clusters must be a positive integer, got {n_clusters}")
-    if threads is not None and threads < 1:
-        raise UsageError(f"--threads must be a positive integer, got {threads}")
+    _check_count(n_clusters, "n_clusters")
+    _check_count(threads, "threads")
+    _check_megabytes(max_array_mb, "max_array_mb")
     try:
         resolve_device(device)
     except ValueError as exc:
@@ -664,6 +694,7 @@ def run(args):
     label_column = None if args.label_column.lower() == "none" else args.label_column
     threads = args.threads or _default_threads()
     try:
+        _device_for_the_command_line(args.device)
         rows, tasks = compare(
             args.data, methods, args.device, args.seed, mode, progress=sys.stderr.isatty(),
             n_clusters=args.n_clusters, threads=threads, label_column=label_column, max_array_mb=args.max_array_mb,
