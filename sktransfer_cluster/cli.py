@@ -6,14 +6,13 @@ that ``--help`` and ``--version`` answer without importing torch. The work is in
 """
 
 import argparse
-import math
 import os
 import re
 import sys
 from pathlib import Path
 
 from . import __version__
-from .errors import SEED_MAX, UsageError
+from .errors import SEED_MAX, UsageError, check_megabytes
 from .outputs import foreign_files
 from .registry import REGISTRY, method_names, unknown_k_error
 
@@ -172,8 +171,7 @@ def check_inputs(args):
     if not 0 <= args.seed <= SEED_MAX:
         # numpy's and scikit-learn's random states take 32-bit seeds only.
         raise UsageError(f"--seed must be an integer in 0 .. {SEED_MAX}, got {args.seed}")
-    if not (math.isfinite(args.max_array_mb) and args.max_array_mb > 0):
-        raise UsageError(f"--max-array-mb must be a positive number of MiB, got {args.max_array_mb!r}")
+    check_megabytes(args.max_array_mb, "--max-array-mb")
     if args.out is not None:
         _check_out(args.out)
     if args.out is not None and foreign_files(args.out):

@@ -18,13 +18,12 @@ redirected to a file is not silent.
 from __future__ import annotations
 
 import json
-import math
 import platform
 import re
 import sys
 import time
 import warnings
-from numbers import Integral, Real
+from numbers import Integral
 from os import PathLike
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,7 +39,7 @@ from . import __version__
 
 from .base import limit_threads, resolve_device
 from .base.runtime import COMPUTE_THREADS
-from .errors import SEED_MAX, UsageError
+from .errors import SEED_MAX, UsageError, check_count, check_megabytes
 from .outputs import foreign_files
 from .registry import REGISTRY, unknown_k_error
 from .datasets import (
@@ -341,23 +340,6 @@ def _default_threads():
     return COMPUTE_THREADS
 
 
-def _check_count(value, name):
-    """``UsageError`` unless ``value`` is None or an integer >= 1 (not a bool, not a str, not 2.5).
-
-    The command line's ``--n-clusters``/``--threads`` are parsed as such (``cli._positive_int``);
-    from Python, ``True`` or ``"3"`` would otherwise fail deep in a run with a ``TypeError``.
-    """
-    if value is not None and (isinstance(value, bool) or not isinstance(value, Integral) or value < 1):
-        raise UsageError(f"{name} must be a positive integer or None, got {value!r}")
-
-
-def _check_megabytes(value, name):
-    """``UsageError`` unless ``value`` is a finite number of MiB above 0 (as ``cli.check_inputs``'s
-    ``--max-array-mb``): NaN, inf, 0 and negative limits would refuse every file, or none."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not (math.isfinite(value) and value > 0):
-        raise UsageError(f"{name} must be a positive, finite number of MiB, got {value!r}")
-
-
 def _device_for_the_command_line(device):
     """``UsageError`` when ``--device`` is not available here, in the command line's words
     (``--device cpu``, not resolve_device's ``device='cpu'``, which is what a Python caller writes)."""
@@ -459,9 +441,9 @@ def compare(
     unknown = [m for m in methods if m not in REGISTRY]
     if unknown:
         raise UsageError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(REGISTRY)}")
-    _check_count(n_clusters, "n_clusters")
-    _check_count(threads, "threads")
-    _check_megabytes(max_array_mb, "max_array_mb")
+    check_count(n_clusters, "n_clusters")
+    check_count(threads, "threads")
+    check_megabytes(max_array_mb, "max_array_mb")
     try:
         resolve_device(device)
     except ValueError as exc:

@@ -488,7 +488,7 @@ def test_two_files_with_the_same_name_are_refused_naming_both(tmp_path, capsys):
 def test_max_array_mb_must_be_a_positive_finite_number(value, capsys):
     assert main(["compare", "--max-array-mb", value]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"sktransfer-cluster: error: --max-array-mb must be a positive number of MiB, got {float(value)!r}"
+        f"sktransfer-cluster: error: --max-array-mb must be a positive, finite number of MiB, got {float(value)!r}"
     ]
 
 
