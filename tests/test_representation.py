@@ -741,3 +741,37 @@ def test_transform_on_cuda_gives_the_cpus_codes_within_float32_rounding():
     np.testing.assert_allclose(codes, cpu.transform(X), rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(cuda)).transform(X), codes)
     assert all(p.device.type == "cpu" for p in cuda.encoder_.parameters())
+
+
+# ------------------------------------------- V14's findings 2 and 11 (tenth session, helper F8)
+def test_transform_refuses_rows_whose_normalised_values_overflow_float32():
+    # Before: all-NaN codes and only numpy's "overflow encountered in cast".
+    X, _ = blobs(60)
+    emb = NeighbourEmbedding(n_components=2, **SMALL).fit(X)
+    far = X * 1e40
+    with pytest.raises(ValueError, match=r"beyond float32's largest value.*Rescale them to its units"):
+        emb.transform(far)
+    np.testing.assert_array_equal(far, X * 1e40)
+    np.testing.assert_array_equal(emb.transform(X), NeighbourEmbedding(n_components=2, **SMALL).fit(X).transform(X))
+
+
+def test_the_accelerator_path_refuses_rows_whose_normalised_values_overflow_float32():
+    # transform's device path (_transform_on), run here on the CPU.
+    X, _ = blobs(60)
+    emb = NeighbourEmbedding(n_components=2, **SMALL).fit(X)
+    with pytest.raises(ValueError, match=r"beyond float32's largest value.*Rescale them to its units"):
+        emb._transform_on(X * 1e40, torch.device("cpu"))
+
+
+def test_transform_embeds_rows_far_beyond_the_fitted_scale_that_float32_holds():
+    X, _ = blobs(60)
+    emb = NeighbourEmbedding(n_components=2, **SMALL).fit(X)
+    assert np.isfinite(emb.transform(X * 1e30)).all()
+
+
+def test_an_image_shape_of_non_integers_is_refused_at_fit_not_truncated():
+    # Before, (2.9, 2.9) was taken as (2, 2).
+    X = np.random.default_rng(0).random((30, 4))
+    with pytest.raises(ValueError, match=r"image_shape must be \(h, w\) or \(c, h, w\) with positive ints"):
+        NeighbourEmbedding(image_shape=(2.9, 2.9), n_epochs=1).fit(X)
+    assert NeighbourEmbedding(image_shape=(2, 2), n_epochs=1).fit(X).transform(X).shape == (30, 10)

@@ -1,5 +1,6 @@
 """TDCMCluster: the behaviours specific to the transferable deep clustering model."""
 
+import copy
 import os
 import warnings
 
@@ -1104,3 +1105,126 @@ def test_smoothing_by_landmarks_with_every_row_a_landmark_is_smooth_rows():
     H = np.random.default_rng(0).normal(size=(300, 4))
     np.testing.assert_allclose(smooth_by_landmarks(H, np.arange(300), 5, 3, chunk_size=70),
                                smooth_rows(H, H, 5, 3), rtol=1e-12, atol=1e-12)
+
+
+# ------------------------------------------- parameters set after fit (V14 finding 1, tenth session)
+# Each parameter that shapes the fitted model, with another value: transfer refuses it, naming it
+# (before, transfer ran with it: 12 centroids from 3 fitted ones, or a shape error from deep inside).
+_SHAPING = [("n_clusters", 12), ("representation", "input"), ("hidden_dims", (4,)), ("embedding_dim", 12),
+            ("n_blocks", 2), ("tau", 0.5), ("activation", "leaky_relu"), ("symmetric", False),
+            ("embedding_norm", None), ("image_shape", (2, 2)), ("input_projection", None)]
+
+
+@pytest.mark.parametrize("name, value", _SHAPING)
+def test_transfer_refuses_a_parameter_that_shapes_the_model_changed_since_fit(blobs, name, value):
+    X, _ = blobs
+    model = TDCMCluster(3, max_epochs=3, random_state=0, device="cpu").fit(X)
+    model.set_params(**{name: value})
+    with pytest.raises(ValueError, match=rf"TDCMCluster.transfer: {name} changed since fit.*Call fit again"):
+        model.transfer(X + 1.0)
+
+
+def test_a_refused_transfer_leaves_the_model_and_transfers_as_before_once_set_back(blobs):
+    X, _ = blobs
+    Xt, Xt0 = X + 1.0, X + 1.0
+    model = TDCMCluster(3, max_epochs=3, random_state=0, device="cpu").fit(X)
+    expected = TDCMCluster(3, max_epochs=3, random_state=0, device="cpu").fit(X).transfer(Xt)
+    labels, centres, predicted = model.labels_.copy(), model.cluster_centers_.copy(), model.predict(Xt)
+    with pytest.raises(ValueError, match="n_clusters changed since fit"):
+        model.set_params(n_clusters=12).transfer(Xt)
+    np.testing.assert_array_equal(model.labels_, labels)
+    np.testing.assert_array_equal(model.cluster_centers_, centres)
+    np.testing.assert_array_equal(model.predict(Xt), predicted)
+    np.testing.assert_array_equal(model.set_params(n_clusters=3).transfer(Xt), expected)
+    np.testing.assert_array_equal(Xt, Xt0)
+
+
+def test_embedding_dim_auto_is_not_a_change_when_it_resolves_to_the_fitted_width(blobs):
+    X, _ = blobs
+    model = TDCMCluster(3, max_epochs=3, random_state=0, device="cpu").fit(X)
+    assert model.set_params(embedding_dim=model.embedding_dim_).transfer(X + 1.0).shape == (120,)
+
+
+def test_transfer_smooths_the_target_with_the_current_smoothing_steps(blobs, monkeypatch):
+    # How the target is smoothed is transfer's own: a value set after fit is honoured.
+    X, _ = blobs
+    model = TDCMCluster(3, **{**FAST, "hidden_dims": (), "embedding_dim": 3, "smoothing_steps": 3}).fit(X)
+    seen = []
+    real = tdcm.model.smooth_rows
+    monkeypatch.setattr(tdcm.model, "smooth_rows", lambda X_, G, k, steps: seen.append(steps) or real(X_, G, k, steps))
+    model.set_params(smoothing_steps=5).transfer(X + 1.0)
+    assert seen == [5]
+
+
+def test_predict_reads_the_fitted_number_of_clusters_after_set_params(blobs):
+    X, _ = blobs
+    model = TDCMCluster(3, max_epochs=3, random_state=0, device="cpu").fit(X)
+    model.transfer(X + 1.0)
+    expected = model.predict(X)
+    model.set_params(n_clusters=12, tau=0.5)
+    np.testing.assert_array_equal(model.predict(X), expected)
+    assert model._model().n_clusters == 3
+
+
+def test_a_model_pickled_before_the_record_was_kept_loads_and_transfers_with_the_current_parameters(blobs):
+    import pickle
+
+    X, _ = blobs
+    model = TDCMCluster(3, max_epochs=3, random_state=0, device="cpu").fit(X)
+    expected = model.transfer(X + 1.0)
+    old = copy.deepcopy(model)
+    for state in (old.__dict__, old.__dict__["_source_state"]):
+        del state["_fitted_params"]
+    old = pickle.loads(pickle.dumps(old))
+    np.testing.assert_array_equal(old.transfer(X + 1.0), expected)
+
+
+# ------------------------------------------- rows beyond float32's range (V14 finding 2, tenth session)
+def test_folded_head_predict_gives_the_labels_of_a_rows_direction_on_float64_rows_beyond_float32s_range(blobs):
+    # Before, the folded head scored such rows unpulled: inf codes, every row label 0.
+    X, _ = blobs
+    model = TDCMCluster(3, random_state=0, representation="neighbours", max_epochs=3, device="cpu").fit(X)
+    assert model._folded_head() is not None
+    np.testing.assert_array_equal(model.predict(X * 1e39), model.predict(X * 1e30))
+
+
+def test_transform_of_rows_beyond_float32s_range_gives_their_float64_codes(blobs):
+    # Before, their float32 codes overflowed (inf/NaN); far away the piecewise-linear codes scale with the row.
+    X, _ = blobs
+    model = TDCMCluster(3, random_state=0, representation="neighbours", max_epochs=3, device="cpu").fit(X)
+    far = model.transform(X * 1e39)
+    assert np.isfinite(far).all()
+    np.testing.assert_allclose(far / 1e39, model.transform(X * 1e25) / 1e25, rtol=1e-9)
+
+
+def test_a_far_row_in_transform_leaves_the_codes_of_the_other_rows_as_they_are(blobs):
+    X, _ = blobs
+    model = TDCMCluster(3, random_state=0, representation="neighbours", max_epochs=3, device="cpu").fit(X)
+    rows = X.copy()
+    rows[5] *= 1e39
+    Z = model.transform(rows)
+    np.testing.assert_array_equal(np.delete(Z, 5, 0), np.delete(model.transform(X), 5, 0))
+    np.testing.assert_array_equal(rows[5], X[5] * 1e39)
+
+
+def test_transform_refuses_rows_whose_float64_codes_overflow(blobs):
+    X, _ = blobs
+    model = TDCMCluster(3, random_state=0, representation="neighbours", max_epochs=3, device="cpu").fit(X)
+    with torch.no_grad():  # weights that make float64 overflow on rows near its largest value
+        model.encoder_[0][0].weight.mul_(1e20)
+    with pytest.raises(ValueError, match="overflow even float64; rescale them"):
+        model.transform(X * 1e300)
+
+
+# ------------------------------------------- smoothing on small data (V14 finding 9, tenth session)
+def test_smoothing_on_few_rows_per_cluster_keeps_the_clusters_apart():
+    # 15 rows of 3 blobs: 10 neighbours reached into the other clusters, and 16 steps merged all three.
+    X, y = make_blobs(15, n_features=4, centers=3, cluster_std=0.5, random_state=0)
+    model = TDCMCluster(3, max_epochs=3, random_state=0, device="cpu").fit(X)
+    assert adjusted_rand_score(y, model.labels_) == 1.0
+
+
+def test_smoothing_neighbours_are_n_neighbors_from_n_neighbors_rows_per_cluster_and_a_cluster_below(blobs):
+    X, _ = blobs
+    model = TDCMCluster(3, max_epochs=3, random_state=0, device="cpu").fit(X)
+    assert [model._smoothing_neighbours(n) for n in (3000, 30, 29, 15, 2)] == [10, 10, 9, 5, 1]

@@ -13,7 +13,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..base.arrays import check_widths
+from ..base.arrays import check_image_shape, check_widths
 from ..base.runtime import exact_dtype, resolve_device, warn
 from .encoder import encode, make_encoder, train_neighbour_encoder
 from .graph import auto_metric, neighbour_graph
@@ -30,6 +30,24 @@ _DEVICE_BLOCK_BYTES = 2**27
 # its parameters' versions, device, copy). Kept off the embedding: not pickled or deep-copied.
 _DEVICE_ENCODERS = weakref.WeakKeyDictionary()
 _CPU = torch.device("cpu")
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _check_in_float32(inputs, normalised):
+    """ValueError when the encoder's float32 ``inputs`` (a tensor) hold a value the cast overflowed.
+
+    One ``aminmax`` of the block (no ``|inputs|`` copy; the values were validated finite, so an
+    infinite one overflowed). ``normalised()``: the block's float64 values, for the message only.
+    """
+    lo, hi = torch.aminmax(inputs)
+    if bool(torch.isfinite(torch.stack([lo, hi])).all()):
+        return
+    peak = float(torch.as_tensor(normalised()).abs().max())
+    raise ValueError(
+        f"NeighbourEmbedding.transform: the encoder's inputs reach {peak:.3g} after normalisation (the fit data's "
+        f"shift_ and scale_), beyond float32's largest value {_FLOAT32_MAX:.3g}, in which the encoder runs: the "
+        "rows are far outside the scale of the data fit saw. Rescale them to its units."
+    )
 
 
 class NeighbourEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -195,13 +213,15 @@ class NeighbourEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         every ordinary data set's float32 distances, and so the graphs the wings have).
         """
         image = self.image_shape is not None
+        # A shape of positive ints holding the row (the graph would truncate (2.9, 2.9) to (2, 2)).
+        image_shape = check_image_shape(self.image_shape, X.shape[1]) if image else None
         # Embeddings pickled before metric_ existed were fitted with an explicit metric.
         metric = getattr(self, "metric_", self.metric) if metric is None else metric
         return neighbour_graph(
             X,
             min(int(self.n_neighbors), X.shape[0] - 1),
             metric=metric,
-            image_shape=self.image_shape,
+            image_shape=image_shape,
             max_shift=int(self.max_shift) if image else 0,
             blur=float(self.blur) if image else 0.0,
             shared_neighbours=self.shared_neighbours,
@@ -307,6 +327,13 @@ class NeighbourEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         accelerator, blocks of rows go to the device in their own dtype, the affine runs
         there in float64 (the same float32 inputs as on the CPU; float32 on MPS), and only
         the codes come back.
+
+        Raises
+        ------
+        ValueError
+            For rows whose normalised values overflow float32, the encoder's type: rows
+            about 1e38 times beyond the scale of the fit data (checked by one ``aminmax``
+            per block).
         """
         check_is_fitted(self, "encoder_")
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
@@ -316,7 +343,10 @@ class NeighbourEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         out = np.empty((X.shape[0], self._n_features_out), dtype=np.float64)  # the fitted width
         for start in range(0, X.shape[0], _TRANSFORM_ROWS):
             rows = X[start : start + _TRANSFORM_ROWS].astype(np.float64, copy=False)
-            out[start : start + rows.shape[0]] = encode(self.encoder_, self._inputs(rows))
+            with np.errstate(over="ignore"):  # an overflow is refused below, with what to do
+                inputs = self._inputs(rows)
+            _check_in_float32(torch.from_numpy(inputs), lambda: (rows - self.shift_) / self.scale_)
+            out[start : start + rows.shape[0]] = encode(self.encoder_, inputs)
         return out
 
     def _encoder_on(self, device):
@@ -343,6 +373,8 @@ class NeighbourEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         for start in range(0, X.shape[0], step):
             # A writable, contiguous block (a copy only for views and read-only memory) in its own dtype.
             block = torch.from_numpy(np.require(np.asarray(X[start : start + step]), requirements="CW"))
-            inputs = ((block.to(device).to(dtype) - shift) / scale).to(torch.float32)
+            normalised = (block.to(device).to(dtype) - shift) / scale
+            inputs = normalised.to(torch.float32)
+            _check_in_float32(inputs, lambda: normalised.cpu())
             out[start : start + block.shape[0]] = encoder(inputs).cpu().double().numpy()
         return out

@@ -176,7 +176,10 @@ class TDCMCluster(
     n_neighbors : int, default=10
         Neighbours (the row itself included) averaged by one smoothing step,
         searched in the encoder's input space (the principal-axis coordinates
-        with ``input_projection="pca"``), within the data set being clustered.
+        with ``input_projection="pca"``), within the data set being clustered;
+        at most ``n_samples // n_clusters`` of it, so that a step does not
+        average over more rows than a cluster of average size holds (on 15
+        rows of 3 blobs, 10 neighbours averaged the clusters into one).
     smoothing_steps : int, default=16
         Neighbour-averaging steps applied to the data set of ``fit`` and
         ``transfer`` (the target uses its own neighbours).
@@ -435,15 +438,11 @@ class TDCMCluster(
     def _check_params_vs_input(self, X, *, reset):
         super()._check_params_vs_input(X, reset=reset)
         if not reset:
+            self._check_unchanged_since_fit("transfer")
             return
         if self.image_shape is not None:
             check_image_shape(self.image_shape, X.shape[1])
-        if self._neighbours():
-            # The codes' width: NeighbourEmbedding's 10 components, or K when larger.
-            auto = max(self.n_clusters, 10)
-        else:
-            auto = model.auto_embedding_dim(self.n_clusters, X.shape[1])
-        self.embedding_dim_ = auto if self.embedding_dim == "auto" else int(self.embedding_dim)
+        self.embedding_dim_ = self._resolved_embedding_dim(self.get_params(deep=False), X.shape[1])
         if self.embedding_dim_ < self.n_clusters:
             raise ValueError(
                 f"embedding_dim={self.embedding_dim_} must be >= n_clusters={self.n_clusters}: "
@@ -452,10 +451,62 @@ class TDCMCluster(
             )
         self._check_norm_samples(X.shape[0], "training")
 
+    @staticmethod
+    def _resolved_embedding_dim(params, n_features):
+        """``embedding_dim`` of the parameters ``params`` (a dict) on ``n_features`` columns, ``"auto"`` resolved."""
+        if params["embedding_dim"] != "auto":
+            return int(params["embedding_dim"])
+        if params["representation"] == "neighbours":
+            # The codes' width: NeighbourEmbedding's 10 components, or K when larger.
+            return max(int(params["n_clusters"]), 10)
+        return model.auto_embedding_dim(int(params["n_clusters"]), n_features)
+
+    #: Parameters that shape the fitted model (the networks, their forward pass, the number of centroids):
+    #: code after a fit reads the values it was fitted with (``_fitted_param``), and :meth:`transfer`
+    #: refuses a change since, which would run another model than the fitted one. The others are how
+    #: transfer adapts (``smoothing_steps``, ``n_neighbors``, ``adapt_n_init``, ``extra_adapt_steps``,
+    #: and fine-tuning's loss weights and optimiser): transfer takes their current values.
+    _STRUCTURE = ("n_clusters", "representation", "image_shape", "hidden_dims", "embedding_dim", "input_projection",
+                  "n_blocks", "tau", "activation", "symmetric", "embedding_norm")
+
+    def _structure(self, params):
+        """The :data:`_STRUCTURE` values of ``params`` (a dict), normalised so that equal models compare equal."""
+        structure = {name: params[name] for name in self._STRUCTURE}
+        structure["hidden_dims"] = tuple(params["hidden_dims"])
+        if params["image_shape"] is not None:
+            structure["image_shape"] = tuple(params["image_shape"])
+        structure["embedding_dim"] = self._resolved_embedding_dim(params, self.n_features_in_)
+        structure["tau"] = float(params["tau"])
+        return structure
+
+    def _check_unchanged_since_fit(self, what):
+        """ValueError naming the :data:`_STRUCTURE` parameters set to other values since fit.
+
+        ``transfer`` runs the fitted networks and centroids: another number of clusters,
+        representation or network would fail deep inside, or silently run the fitted one.
+        A model pickled before the record was kept reads the current values (no check).
+        """
+        record = self.__dict__.get("_fitted_params")
+        if record is None:
+            return
+        params = self.get_params(deep=False)
+        fitted, now = self._structure({**params, **record}), self._structure(params)
+        # embedding_dim="auto" resolved anew only follows n_clusters or representation, which are named.
+        changed = [name for name in self._STRUCTURE if fitted[name] != now[name]
+                   and not (name == "embedding_dim" and params[name] == record.get(name, params[name]))]
+        if not changed:
+            return
+        detail = "; ".join(f"{name}={({**params, **record})[name]!r} at fit, {params[name]!r} now" for name in changed)
+        raise ValueError(
+            f"{type(self).__name__}.{what}: {', '.join(changed)} changed since fit ({detail}); they shape the "
+            "fitted model, which transfer runs. Call fit again with the new value, or set it back with set_params."
+        )
+
     def _check_norm_samples(self, n_samples, what):
-        if self.embedding_norm is not None and n_samples < 2:
+        norm = self._fitted_param("embedding_norm")
+        if norm is not None and n_samples < 2:
             raise ValueError(
-                f"n_samples={n_samples}: embedding_norm={self.embedding_norm!r} normalises the embeddings "
+                f"n_samples={n_samples}: embedding_norm={norm!r} normalises the embeddings "
                 f"over a batch and needs at least 2 samples for {what}; pass more samples or "
                 "embedding_norm=None."
             )
@@ -464,7 +515,8 @@ class TDCMCluster(
     def _model(self):
         """The fitted networks as a :class:`~sktransfer_cluster.cluster.tdcm.model.TDCMModel` (a view)."""
         return model.TDCMModel(
-            self.encoder_, self.blocks_, self.n_clusters, tau=self.tau, beta=self.beta, ortho_weight=self.ortho_weight,
+            self.encoder_, self.blocks_, self._fitted_param("n_clusters"), tau=self._fitted_param("tau"), beta=self.beta,
+            ortho_weight=self.ortho_weight,
             isometry_weight=self.isometry_weight, extra_adapt_steps=self.extra_adapt_steps,
         )
 
@@ -566,7 +618,7 @@ class TDCMCluster(
     _tune_neighbour_encoder = False
 
     def _neighbours(self):
-        return self.representation == "neighbours"
+        return self._fitted_param("representation") == "neighbours"
 
     def _graph_rows(self, X, index=None):
         """The rows the neighbour encoder sees (float32) and the fuzzy k-NN graph of ``X``.
@@ -583,19 +635,19 @@ class TDCMCluster(
         """
         from ...representation import auto_metric, read_landmarks
 
-        metric = auto_metric(X)
+        metric, image_shape = auto_metric(X), self._fitted_param("image_shape")
         if index is None:
             inputs = self._tensor(X).cpu().float().numpy()  # the source's input affine, as predict sees it
             rows = model.unit_peak(np.asarray(X, dtype=np.float64)) if metric == "cosine" else inputs
-            return inputs, model.neighbour_encoder_graph(rows, self.image_shape, metric)
+            return inputs, model.neighbour_encoder_graph(rows, image_shape, metric)
         shift, scale = self._input_affine or (None, 1.0)
         if metric == "cosine":
             # The raw landmarks are dropped once scaled, and read a second time normalised after the
             # graph: one landmark array fewer at the graph's peak (150 MiB at 50,000 x 784).
-            graph = model.neighbour_encoder_graph(model.unit_peak(read_landmarks(X, index)), self.image_shape, metric)
+            graph = model.neighbour_encoder_graph(model.unit_peak(read_landmarks(X, index)), image_shape, metric)
             return read_landmarks(X, index, shift, scale), graph
         inputs = read_landmarks(X, index, shift, scale)
-        return inputs, model.neighbour_encoder_graph(inputs, self.image_shape, metric)
+        return inputs, model.neighbour_encoder_graph(inputs, image_shape, metric)
 
     @staticmethod
     def _landmarks(X, rng):
@@ -651,9 +703,9 @@ class TDCMCluster(
             return H
         Hn = H.cpu().double().numpy()
         if index is None:
-            smooth = model.smooth_rows(Hn, Hn, self.n_neighbors, self.smoothing_steps)
+            smooth = model.smooth_rows(Hn, Hn, self._smoothing_neighbours(Hn.shape[0]), self.smoothing_steps)
         else:
-            smooth = model.smooth_by_landmarks(Hn, index, self.n_neighbors, self.smoothing_steps)
+            smooth = model.smooth_by_landmarks(Hn, index, self._smoothing_neighbours(index.size), self.smoothing_steps)
         return torch.as_tensor(smooth, dtype=H.dtype, device=H.device)
 
     @torch.no_grad()
@@ -721,7 +773,7 @@ class TDCMCluster(
         keep = float(self._refine_keep_source)
         if keep < 1.0:
             # The start of the refinement: the source encoder shrunk towards a fresh one (0: fresh).
-            hidden = tuple(self.hidden_dims) or model.NEIGHBOUR_HIDDEN
+            hidden = tuple(self._fitted_param("hidden_dims")) or model.NEIGHBOUR_HIDDEN
             fresh = make_encoder(X.shape[1], self.embedding_dim_, hidden, generator=torch_gen)
             shrink_towards(codes, fresh, keep)
         self._train_neighbour_encoder(codes, *self._graph_rows(X, index), self._refine_epochs, torch_gen,
@@ -741,7 +793,7 @@ class TDCMCluster(
         ``predict``/``transfer`` is deterministic and does not depend on the
         last training batches.
         """
-        if self.embedding_norm is None:
+        if self._fitted_param("embedding_norm") is None:
             return
         body, bn = self.encoder_[:-1], self.encoder_[-1]
 
@@ -762,10 +814,11 @@ class TDCMCluster(
         # c^(0), then adapt_n_init - 1 k-means++ seeds of Z (seeded: reproducible).
         rng, _ = make_generators(self.random_state, "cpu")
         C = net.adapt(Z, self.adapt_n_init, rng)
+        n_clusters = self._fitted_param("n_clusters")
         with torch.no_grad():
-            labels, used = compact_labels(net.assign(Z, C), self.n_clusters)
+            labels, used = compact_labels(net.assign(Z, C), n_clusters)
         # Centroids in label order, then those of the clusters no sample chose.
-        order = np.concatenate([used, np.setdiff1d(np.arange(self.n_clusters), used)])
+        order = np.concatenate([used, np.setdiff1d(np.arange(n_clusters), used)])
         self._centroids = C[torch.as_tensor(order, device=C.device)].detach()
         self.cluster_centers_ = self._centroids.cpu().numpy()
         return labels
@@ -783,7 +836,17 @@ class TDCMCluster(
         # Distances are searched on G times the power of two that brings its peak near 1: exact,
         # so the neighbours of ordinary data do not change, while squared distances of data at
         # 1e-170 or 1e160 no longer under- or overflow (all rows tied: ARI 0, issue 30 R3).
-        return model.smooth_rows(X, model.unit_peak(G), self.n_neighbors, self.smoothing_steps)
+        return model.smooth_rows(X, model.unit_peak(G), self._smoothing_neighbours(X.shape[0]), self.smoothing_steps)
+
+    def _smoothing_neighbours(self, n_rows):
+        """Rows one smoothing step averages over among ``n_rows``: ``n_neighbors``, at most ``n_rows // n_clusters``.
+
+        A neighbourhood larger than a cluster of average size reaches into the others, and
+        16 steps over it average the clusters together: 15 rows of 3 well-separated blobs,
+        10 neighbours, came out as one cluster. The cap changes nothing where the rows
+        number ``n_neighbors`` per cluster or more (every data set of the notes).
+        """
+        return max(1, min(int(self.n_neighbors), int(n_rows) // int(self._fitted_param("n_clusters"))))
 
     def _input_projection(self):
         """The fitted encoder's fixed :class:`~sktransfer_cluster.cluster.tdcm.model.InputProjection`, or None."""
@@ -833,6 +896,15 @@ class TDCMCluster(
         centroid-updating blocks (the paper's transfer); afterwards ``labels_``
         holds the target's labels and ``predict`` serves the target.
 
+        The model is the fitted one: the parameters that shape it
+        (:data:`_STRUCTURE`: ``n_clusters``, ``representation``, ``image_shape``,
+        ``hidden_dims``, ``embedding_dim``, ``input_projection``, ``n_blocks``,
+        ``tau``, ``activation``, ``symmetric``, ``embedding_norm``) must be as at
+        ``fit``. How the target is smoothed and the centroids adapted
+        (``smoothing_steps``, ``n_neighbors``, ``adapt_n_init``,
+        ``extra_adapt_steps``) and fine-tuning's loss weights and optimiser take
+        their current values.
+
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
@@ -844,6 +916,13 @@ class TDCMCluster(
         Returns
         -------
         labels : ndarray of shape (n_samples,)
+
+        Raises
+        ------
+        ValueError
+            When a parameter of :data:`_STRUCTURE` was set to another value
+            since ``fit`` (the estimator is left as it was: set it back, or fit
+            again).
 
         Examples
         --------
@@ -905,24 +984,42 @@ class TDCMCluster(
         distance. Rows within half the bound on every feature (all fitted data) skip the
         float64 pass, and come back untouched.
         """
-        affine = getattr(self, "_input_affine", None)
-        shift, scale = (0.0, 1.0) if affine is None else (np.asarray(affine[0], dtype=np.float64), float(affine[1]))
         X = np.asarray(X)
-        if X.size == 0:
+        found = self._far_rows(X, peaks=True)
+        if found is None:
             return X
+        far, rows, peak = found
+        shift, scale = self._affine64()
+        out = np.array(X, dtype=np.float64)
+        out[far] = rows[far] * (self._FAR_ROW / peak[far])[:, None] * scale + shift
+        return out
+
+    def _affine64(self):
+        """The fitted input normalisation ``(shift, scale)`` in float64 (``(0, 1)`` without one)."""
+        affine = getattr(self, "_input_affine", None)
+        return (0.0, 1.0) if affine is None else (np.asarray(affine[0], dtype=np.float64), float(affine[1]))
+
+    def _far_rows(self, X, peaks=False):
+        """The mask of the rows of ``X`` whose normalised entries exceed :data:`_FAR_ROW`, or None when none does.
+
+        Rows within half the bound on every feature (all fitted data) are let through by
+        one min and max per feature, without a float64 pass. ``peaks``: ``(mask, rows,
+        peak)``, with the rows normalised in float64 and each one's largest magnitude.
+        """
+        if X.size == 0:
+            return None
+        shift, scale = self._affine64()
         bound = self._FAR_ROW * scale
         low, high = shift - 0.5 * bound, shift + 0.5 * bound
         if np.all(X.min(0) >= low) and np.all(X.max(0) <= high):  # a NaN fails it, and stays NaN below
-            return X
+            return None
         # Divide before subtracting: rows near float64's largest value stay finite.
         rows = X.astype(np.float64) / scale - shift / scale
         peak = np.abs(rows).max(1)
         far = peak > self._FAR_ROW
         if not far.any():
-            return X
-        out = np.array(X, dtype=np.float64)
-        out[far] = rows[far] * (self._FAR_ROW / peak[far])[:, None] * scale + shift
-        return out
+            return None
+        return (far, rows, peak) if peaks else far
 
     #: Modules that map rows affinely in eval mode (what a linear head can absorb).
     _AFFINE_MODULES = (model.InputProjection, torch.nn.Linear, torch.nn.BatchNorm1d)
@@ -1024,7 +1121,8 @@ class TDCMCluster(
         trunk, W, b = head
 
         def labels(rows):
-            return torch.addmm(b, trunk(self._tensor(rows)), W).argmax(1).cpu().numpy()
+            # Far rows pulled in, as on the exact path: their scores would lose the centroids' differences.
+            return torch.addmm(b, trunk(self._tensor(self._pulled_in(rows))), W).argmax(1).cpu().numpy()
 
         with self._input_fold(X):
             return self._chunked(labels, X, dtype=np.int64, chunk_size=self._inference_rows(X))
@@ -1040,11 +1138,52 @@ class TDCMCluster(
         -------
         Z : ndarray of shape (n_samples, embedding_dim_)
             A dask array for a dask array, each chunk embedded where it lives.
+            Rows beyond :data:`_FAR_ROW` of the fitted scale are embedded in
+            float64 on the CPU (:meth:`_embed_far`), where float32 would
+            overflow: their codes, exact, at any distance float64 holds.
+
+        Raises
+        ------
+        ValueError
+            For rows so far out that even their float64 codes overflow.
         """
         if is_dask_array(X):
             return self._map_dask_rows("transform", X, lambda: self._n_features_out, np.float64)
         X = self._fitted_input(X)
-        return self._chunked(lambda xc: self._embed(xc).cpu().numpy(), X, dtype=np.float64)
+        return self._chunked(self._embed_rows, X, dtype=np.float64)
+
+    def _embed_rows(self, X):
+        """:meth:`transform` of a chunk of validated rows: far rows (:meth:`_far_rows`) through :meth:`_embed_far`."""
+        far = self._far_rows(X)
+        if far is None:
+            return self._embed(X).cpu().numpy()
+        Z = np.empty((X.shape[0], self._n_features_out), dtype=np.float64)
+        if not far.all():
+            Z[~far] = self._embed(X[~far]).cpu().numpy()
+        Z[far] = self._embed_far(X[far])
+        return Z
+
+    @torch.no_grad()
+    def _embed_far(self, X):
+        """Codes of rows far beyond the fitted data, by a float64 copy of the encoder on the CPU.
+
+        The encoder is piecewise linear, so in float64 its codes of a row at 1e39 times
+        the fitted scale are as exact as any (float32 overflows from about 1e38, and on a
+        row's way there loses nothing but range). ValueError when even they overflow.
+        """
+        encoder = copy.deepcopy(self.encoder_).to(device="cpu", dtype=torch.float64)
+        affine = getattr(self, "_input_affine", None)
+        rows = np.asarray(X, dtype=np.float64)
+        if affine is not None:
+            # Divide before subtracting, as _pulled_in: rows near float64's largest value stay finite.
+            rows = rows / float(affine[1]) - np.asarray(affine[0], dtype=np.float64) / float(affine[1])
+        Z = encoder(torch.from_numpy(np.ascontiguousarray(rows))).numpy()
+        if not np.isfinite(Z).all():
+            raise ValueError(
+                f"{type(self).__name__}.transform: rows reach {np.abs(rows).max():.3g} times the fitted data's "
+                "scale, and their codes overflow even float64; rescale them to the units of the data fit saw."
+            )
+        return Z
 
     def _full_objective(self, X, Z=None):
         """The training objective on all of ``X`` (embedded as ``Z`` when given; blocks streamed), as a float."""
