@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sklearn.utils._param_validation import InvalidParameterError
 import torch
 from sklearn.base import BaseEstimator, ClusterMixin, clone
 from sklearn.datasets import make_blobs
@@ -647,6 +648,18 @@ def test_set_params_after_fit_changes_no_label_predict_gives_for_any_method(name
     est.set_params(**changes)
     np.testing.assert_array_equal(est.predict(Xt), before)
     assert {k: est._fitted_param(k) for k in changes} == fitted
+
+
+@pytest.mark.parametrize("name", _registry_names())
+def test_transfer_refuses_a_parameter_value_set_after_fit_as_fit_would_and_the_model_stays_usable(name, data):
+    X, y, Xt, _ = data
+    est = common._fit(_registry_estimator(name), X, y)
+    before = est.predict(Xt)
+    est.set_params(verbose=-1)  # set_params checks nothing; every estimator's verbose is a count >= 0
+    with pytest.raises(InvalidParameterError, match="verbose"):
+        est.transfer(Xt)
+    np.testing.assert_array_equal(est.predict(Xt), before)
+    est.set_params(verbose=0).transfer(Xt)
 
 
 @pytest.mark.parametrize("name", _registry_names())

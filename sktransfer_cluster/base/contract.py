@@ -833,6 +833,9 @@ class TransferClusterMixin(ABC):
         """
         row_chunks = X.chunks[0] if is_dask_array(X) and X.ndim else None
         X = self._fitted_input(X)
+        # A transfer reads parameters set since fit (its smoothing, epochs, ...): a value set_params
+        # let through is refused here, as fit would, not deep inside with a raw error.
+        self._validate_params()
         self._validate_transfer_options(kwargs)
         with self._rollback_on_error():
             self._start_from_source()
