@@ -77,8 +77,10 @@ def match_labels(labels_true, labels_pred):
     Raises
     ------
     ValueError
-        If ``labels_true`` holds anything but integers (``0.5``, text): ids
-        cannot be made of them. :func:`clustering_accuracy` takes any labels.
+        If ``labels_true`` holds anything but integers that fit in int64 (``0.5``,
+        text, ``1e30``, ``2**63``): ids cannot be made of them; if unmatched clusters
+        get no fresh id after the largest class id within int64; or for no samples.
+        :func:`clustering_accuracy` takes any labels.
 
     Examples
     --------
@@ -89,6 +91,8 @@ def match_labels(labels_true, labels_pred):
     labels_true = column_or_1d(labels_true)
     labels_pred = column_or_1d(labels_pred)
     check_consistent_length(labels_true, labels_pred)
+    if labels_true.shape[0] == 0:
+        raise ValueError("match_labels needs at least one sample.")
     labels_true = _integer_labels(labels_true)
     classes = np.unique(labels_true)
     clusters, pred_idx = np.unique(labels_pred, return_inverse=True)
@@ -97,14 +101,32 @@ def match_labels(labels_true, labels_pred):
     mapping = np.empty(clusters.shape[0], dtype=np.int64)
     mapping[cols] = classes[rows]
     unmatched = np.setdiff1d(np.arange(clusters.shape[0]), cols)
-    mapping[unmatched] = int(classes.max()) + 1 + np.arange(unmatched.shape[0])
+    if unmatched.shape[0]:
+        first = int(classes.max()) + 1  # a Python int: no int64 wrap-around
+        if first + unmatched.shape[0] - 1 > _INT64_MAX:
+            raise ValueError(
+                f"match_labels: {unmatched.shape[0]} unmatched cluster(s) need fresh ids after the largest class id "
+                f"{first - 1}, which int64 cannot hold; encode the classes as integers first, e.g. with "
+                "np.unique(y, return_inverse=True)."
+            )
+        mapping[unmatched] = first + np.arange(unmatched.shape[0])
     return mapping[pred_idx]
+
+
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+def _int64_overflow(bad):
+    return ValueError(f"match_labels: labels_true must fit in int64, got {bad!r}; encode the classes "
+                      "as integers first, e.g. with np.unique(y, return_inverse=True).")
 
 
 def _integer_labels(labels_true):
     """``labels_true`` with every class label an integer (``1.0`` is one, also in an object array:
     those come back as int64); ``ValueError`` for ``0.5`` or text."""
     kind = labels_true.dtype.kind
+    if kind == "u" and labels_true.size and int(labels_true.max()) > _INT64_MAX:
+        raise _int64_overflow(int(labels_true.max()))
     if kind in "iub":
         return labels_true
     values = labels_true
@@ -113,14 +135,17 @@ def _integer_labels(labels_true):
             try:  # exact, not through float64 (which merges integers past 2**53)
                 return np.asarray(labels_true.tolist(), dtype=np.int64)
             except OverflowError:
-                bad = max(labels_true.tolist(), key=abs)
-                raise ValueError(f"match_labels: labels_true must fit in int64, got {bad!r}; encode the classes "
-                                 "as integers first, e.g. with np.unique(y, return_inverse=True).") from None
+                raise _int64_overflow(max(labels_true.tolist(), key=abs)) from None
         numeric = all(isinstance(v, Real) for v in labels_true)
         values = labels_true.astype(np.float64) if numeric else None
     if values is not None and values.dtype.kind == "f":
         whole = np.isfinite(values) & (values == np.round(values))
         if whole.all():
+            # 2.0**63 is the first float past int64 (whose largest value rounds up to it).
+            fits = (values >= -(2.0**63)) & (values < 2.0**63)
+            if not fits.all():
+                bad = labels_true[~fits][0]
+                raise _int64_overflow(bad.item() if hasattr(bad, "item") else bad)
             return values.astype(np.int64) if kind == "O" else labels_true
         bad = labels_true[~whole][0]
     else:

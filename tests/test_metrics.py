@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sktransfer_cluster.metrics import clustering_accuracy, n_dominant_clusters
+from sktransfer_cluster.metrics import clustering_accuracy, match_labels, n_dominant_clusters
 
 labelings = st.lists(st.integers(0, 5), min_size=1, max_size=60)
 
@@ -171,3 +171,31 @@ def test_match_labels_names_the_text_label_of_a_mixed_object_array():
 
     with pytest.raises(ValueError, match="got 'a'"):
         match_labels(np.array([1, 2, "a"], dtype=object), [0, 1, 1])
+
+
+def test_match_labels_refuses_uint64_class_labels_past_int64_with_a_value_error():
+    """V15 #6: a raw OverflowError from the int64 mapping."""
+    y = np.array([2**63 + 5, 2**63 + 5, 7, 7], dtype=np.uint64)
+    with pytest.raises(ValueError, match=r"must fit in int64, got 9223372036854775813"):
+        match_labels(y, [1, 1, 0, 0])
+
+
+def test_match_labels_refuses_whole_float_class_labels_past_int64_with_a_value_error():
+    with pytest.raises(ValueError, match=r"must fit in int64, got 1e\+30"):
+        match_labels(np.array([1e30, 1e30, 7.0, 7.0]), [1, 1, 0, 0])
+
+
+def test_match_labels_says_when_unmatched_clusters_get_no_fresh_id_within_int64():
+    y = np.array([np.iinfo(np.int64).max] * 2 + [0, 0])
+    with pytest.raises(ValueError, match=r"1 unmatched cluster\(s\) need fresh ids after the largest class id"):
+        match_labels(y, [0, 0, 1, 2])
+
+
+def test_match_labels_refuses_empty_labels_as_clustering_accuracy_does():
+    with pytest.raises(ValueError, match="needs at least one sample"):
+        match_labels(np.array([], dtype=int), np.array([], dtype=int))
+
+
+def test_match_labels_keeps_the_largest_int64_class_id_when_every_cluster_is_matched():
+    big = np.iinfo(np.int64).max
+    assert match_labels(np.array([big, big, 0, 0]), [1, 1, 0, 0]).tolist() == [big, big, 0, 0]
