@@ -1118,3 +1118,20 @@ def test_a_diverging_autoencoder_is_reported_as_a_training_failure_not_a_scaling
         warnings.simplefilter("ignore", RuntimeWarning)
         with pytest.raises(FloatingPointError, match=r"loss became nan .*lower learning_rate"):
             est.fit(X)
+
+
+@pytest.mark.parametrize("landmarks_past", [False, True], ids=["in-memory", "landmarks"])
+def test_graph_transfer_of_rows_beyond_float32_says_rescale_not_impute(monkeypatch, landmarks_past):
+    # The Euclidean graph is built on the float32 rows the encoder reads: at 1e40 times the source
+    # they are infinite, and the graph's k-NN said "X holds NaN or infinite values ... impute them"
+    # about a finite X (V14). The message must be the encoder's range check, as it is at 1e20.
+    from sktransfer_cluster.representation import landmarks
+
+    X, _ = make_blobs(120, n_features=4, centers=3, random_state=0)  # negative values: Euclidean graph
+    km = SinkhornKMeans(3, embedding="autoencoder", pretrain_epochs=1, **FAST).fit(X)
+    assert km._graph_metric == "euclidean"
+    if landmarks_past:
+        monkeypatch.setattr(landmarks, "LANDMARK_ROWS", 100)
+    for factor in (1e20, 1e40):
+        with pytest.raises(ValueError, match="Rescale them to the source's units"):
+            km.transfer(X * factor)
