@@ -2,6 +2,7 @@
 
 from .encoder import (
     MULTINOMIAL_CATEGORIES,
+    check_input_range,
     draw_edges,
     encode,
     make_encoder,
@@ -44,6 +45,7 @@ __all__ = [
     "NeighbourEmbedding",
     "StreamedRows",
     "auto_metric",
+    "check_input_range",
     "draw_edges",
     "encode",
     "encode_chunks",

@@ -254,18 +254,29 @@ def _step_loss(bs, negative_rate, a, b, neighbour_weight, decoder, reconstructio
 NEIGHBOUR_COMPILE_OPTIONS = {"options": {"cpp.vec_isa_ok": True}}
 
 
-def _check_input_range(rows):
-    """ValueError when float32 ``rows`` hold values whose squares overflow float32.
+def check_input_range(rows):
+    """ValueError when float32 ``rows`` (a tensor or an ndarray) hold values whose squares overflow float32.
 
     The encoder's products and the loss's squared distances cannot be computed from such
-    rows: training would turn NaN a few steps in, with a message about the step size. Inputs
-    are normalised rows, so this means rows far outside the scale the normalisation was taken
-    from (a transfer's target about 1e20 times its source's, say).
+    rows: training would turn NaN a few steps in, with a message about the step size, and a
+    Euclidean k-NN graph would call them non-finite. Inputs are normalised rows, so this means
+    rows far outside the scale the normalisation was taken from (a transfer's target about
+    1e20 times its source's, say). NaN rows are refused too.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> check_input_range(np.ones((2, 3), dtype=np.float32))
+    >>> check_input_range(np.full((2, 3), 1e20, dtype=np.float32))
+    Traceback (most recent call last):
+    ...
+    ValueError: the encoder's inputs reach 1e+20 after normalisation, ...
     """
     peak = 0.0
-    if rows.numel():
-        lo, hi = torch.aminmax(rows)  # no |rows| copy: 150 MiB at 50,000 x 784 (NaN propagates)
-        peak = float(torch.maximum(-lo, hi))
+    if rows.size if isinstance(rows, np.ndarray) else rows.numel():
+        # min and max, no |rows| copy: 150 MiB at 50,000 x 784 (NaN propagates into peak).
+        lo, hi = (rows.min(), rows.max()) if isinstance(rows, np.ndarray) else torch.aminmax(rows)
+        peak = float(max(-lo, hi)) if isinstance(rows, np.ndarray) else float(torch.maximum(-lo, hi))
     if not peak <= _SQUARE_SAFE:
         raise ValueError(
             f"the encoder's inputs reach {peak:.3g} after normalisation, beyond the {_SQUARE_SAFE:.3g} whose "
@@ -381,7 +392,7 @@ def train_neighbour_encoder(
         read = X
     else:
         rows = torch.as_tensor(np.asarray(X, dtype=np.float32))
-        _check_input_range(rows)
+        check_input_range(rows)
         # index_select: the same rows as X[nodes], gathered in about 60 % of the time (5,000 x 784).
         read = functools.partial(torch.index_select, rows, 0)
     G = sp.coo_matrix(graph)

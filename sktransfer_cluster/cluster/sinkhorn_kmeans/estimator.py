@@ -95,30 +95,6 @@ _CHECK_TOL = 1e-3
 _CHECK_MAX_ITER = 10 * lloyd.SINKHORN_MAX_ITER
 
 
-def _check_graph_rows(rows):
-    """ValueError when the float32 rows of the Euclidean graph hold values whose squares overflow float32.
-
-    Normalised with the source's affine, a target far beyond the source's scale (1e40
-    times, say) rounds to infinite float32 rows, and the k-NN would call a finite ``X``
-    NaN and ask for imputation; past ``_SQUARE_SAFE`` its squared distances overflow
-    anyway. The message is the encoder's own (it refuses the same rows a step later).
-    """
-    peak = 0.0
-    if rows.size:
-        # min and max, no |rows| copy (landmark rows can be large); NaN propagates into peak.
-        peak = float(np.maximum(-rows.min(), rows.max()))
-    if not peak <= _SQUARE_SAFE:
-        raise ValueError(
-            f"the encoder's inputs reach {peak:.3g} after normalisation, beyond the {_SQUARE_SAFE:.3g} whose "
-            "square float32 holds: the rows are far outside the scale the encoder's input was normalised for "
-            "(for a transfer, the source's). Rescale them to the source's units."
-        )
-
-
-# The largest float32 value whose square is finite (the encoder's input check, sktransfer_cluster.representation).
-_SQUARE_SAFE = float(np.sqrt(np.finfo(np.float32).max))
-
-
 class SinkhornKMeans(
     StreamedOTKMeansMixin, WithinClusterScoreMixin, TransferClusterMixin, ClusterMixin, TransformerMixin,
     ClassNamePrefixFeaturesOutMixin, BaseEstimator,
@@ -704,7 +680,7 @@ class SinkhornKMeans(
         (rescale the rows) when the Euclidean graph's float32 rows are beyond the range the
         encoder can square, as the encoder's own check says it.
         """
-        from ...representation import neighbour_graph
+        from ...representation import check_input_range, neighbour_graph
 
         image = self.image_shape is not None
         metric = getattr(self, "_graph_metric", "cosine")  # models pickled before the rule: cosine
@@ -713,7 +689,8 @@ class SinkhornKMeans(
                 # The rows the encoder reads (centred, one global scale): the same neighbours as the
                 # raw rows, and float32 resolves them whatever the data's offset.
                 X = self._tensor(X).detach().to("cpu", torch.float32).numpy()
-            _check_graph_rows(X)
+            # Rows the encoder cannot square would reach the k-NN as infinite: its "impute NaN" is wrong here.
+            check_input_range(X)
         return neighbour_graph(
             X,
             min(int(self.n_neighbors), X.shape[0] - 1),
