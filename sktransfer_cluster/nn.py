@@ -197,6 +197,13 @@ def knn_indices(X, k, chunk_elements=2**22, query=None):
     GPU tensor) from chunked ``cdist`` with at most ``chunk_elements`` distances
     at a time: O(n^2 d) time, bounded memory. The result lies on ``X``'s device.
     Runs on the package's compute threads (:func:`~sktransfer_cluster.base.runtime.compute_threads`).
+
+    Precondition of the ``cdist`` path: rows near the origin against their spread.
+    ``torch.cdist`` computes large blocks as ``|q|^2 - 2 q.r + |r|^2`` in ``X``'s dtype,
+    which cancels for rows at an offset: float32 rows of unit spread at an offset of 1e3
+    keep 57 % of their true neighbours (800 Gaussian rows, d = 20). The package's callers pass normalised rows
+    (centred, unit scale); centre other rows first (``X - X.mean(0)``), or use
+    :func:`~sktransfer_cluster.representation.knn`, which centres and rescales as needed.
     """
     n, d = X.shape
     k = min(int(k), n if query is not None else n - 1)

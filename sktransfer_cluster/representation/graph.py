@@ -121,16 +121,31 @@ def _offset_centre(X):
     return mean if float(m @ m) > OFFSET_RATIO**2 * spread2 / n else None
 
 
+def _peak(X):
+    """The largest magnitude of ``X`` as a float, without an ``np.abs(X)``-sized temporary."""
+    return max(float(X.max()), -float(X.min())) if X.size else 0.0
+
+
+def _power_of_two_exponent(peak, n_features):
+    """The exponent ``e`` with ``peak * 2^-e`` in [0.5, 1) where float32's squared distances
+    would over- or underflow (peak outside [2^-60, 2^60 / sqrt(d)]), else None."""
+    if peak == 0.0 or 2.0**-_SAFE_EXPONENT <= peak <= 2.0**_SAFE_EXPONENT / np.sqrt(n_features):
+        return None
+    return int(np.frexp(peak)[1])
+
+
+def _times_power_of_two(X, exponent):
+    """``X`` (float64) times ``2^exponent``, exact short of over- or underflow."""
+    half = -(-exponent // 2)  # two factors: 2^exponent alone may overflow (|exponent| past 1023)
+    return np.asarray(X, dtype=np.float64) * 2.0**half * 2.0 ** (exponent - half)
+
+
 def _power_of_two_scale(X):
     """``X`` (float64) times the power of two that brings its peak to [0.5, 1), where float32's
     squared distances would over- or underflow (peak outside [2^-60, 2^60 / sqrt(d)]), else None.
     A power of two is exact: the rows keep their geometry."""
-    peak = float(np.abs(X).max()) if X.size else 0.0
-    if peak == 0.0 or 2.0**-_SAFE_EXPONENT <= peak <= 2.0**_SAFE_EXPONENT / np.sqrt(X.shape[1]):
-        return None
-    exponent = int(np.frexp(peak)[1])
-    half = exponent // 2  # two factors: 2^-exponent alone may overflow (peaks past 2^1023)
-    return np.asarray(X, dtype=np.float64) * 2.0**-half * 2.0 ** (half - exponent)
+    exponent = _power_of_two_exponent(_peak(X), X.shape[1])
+    return None if exponent is None else _times_power_of_two(X, -exponent)
 
 
 def _unit_peak_bad_rows(X, X32):
@@ -138,7 +153,7 @@ def _unit_peak_bad_rows(X, X32):
     although the row is not zero, replaced by their float64 row divided by its peak (the same
     direction, inside float32 at any scale); every other row is left as it is."""
     with np.errstate(over="ignore", under="ignore"):
-        norms = np.linalg.norm(X32, axis=1)
+        norms = _row_norms(X32)
     suspect = ~np.isfinite(norms) | (norms < 1e-12)
     if not suspect.any():
         return X32
@@ -149,6 +164,32 @@ def _unit_peak_bad_rows(X, X32):
 
         X32[np.flatnonzero(suspect)[bad]] = unit_peak_rows(rows[bad]).astype(np.float32)
     return X32
+
+
+def _row_norms(X, keepdims=False):
+    """``np.linalg.norm(X, axis=1)`` a chunk of rows at a time: the same bits (each row is
+    reduced on its own), without its ``X``-sized temporary of squares."""
+    norms = np.empty((X.shape[0], 1) if keepdims else X.shape[0], dtype=np.result_type(X.dtype, np.float32))
+    step = chunk_rows(X.shape[1])
+    for s in range(0, X.shape[0], step):
+        norms[s : s + step] = np.linalg.norm(X[s : s + step], axis=1, keepdims=keepdims)
+    return norms
+
+
+def _squared_norms(R):
+    """``(R * R).sum(1)`` a chunk of rows at a time through one reused buffer: the same bits
+    (each row is reduced on its own) without an ``R``-sized temporary. A fresh product per
+    chunk is no better: freed chunk by chunk, the heap kept them all (+147 MiB at 50,000 x 784)."""
+    n, d = R.shape
+    rn = torch.empty(n, dtype=R.dtype)
+    step = max(1, min(n, chunk_rows(max(d, 1))))
+    buf = torch.empty((step, d), dtype=R.dtype)
+    for i in range(0, n, step):
+        rows = R[i : i + step]
+        part = buf[: rows.shape[0]]
+        torch.mul(rows, rows, out=part)
+        torch.sum(part, 1, out=rn[i : i + step])
+    return rn
 
 
 def _shifts(max_shift):
@@ -162,7 +203,10 @@ def knn(X, n_neighbors, *, query=None, image_shape=None, max_shift=0, chunk_elem
     Distances are float32 block products, ``|q|^2 - 2 q.r + |r|^2``: rows whose mean lies
     farther from the origin than :data:`OFFSET_RATIO` times their spread are first centred
     (in float64, query rows by the same mean), so that the result does not depend on the
-    data's offset. Rows with NaN or infinite values are refused.
+    data's offset, and rows whose float32 squares would over- or underflow (largest
+    magnitude outside [2^-60, 2^60 / sqrt(d)], e.g. 1e-30 or 1e25) are scaled by a power of
+    two (exact; distances are returned in the rows' own unit). Rows with NaN or infinite
+    values are refused.
 
     Parameters
     ----------
@@ -183,7 +227,15 @@ def knn(X, n_neighbors, *, query=None, image_shape=None, max_shift=0, chunk_elem
     -------
     indices : ndarray of int64, shape (m, n_neighbors)
     distances : ndarray of float32, shape (m, n_neighbors)
-        Ascending within each row.
+        Ascending within each row (``inf`` or 0 where a distance lies outside float32's range).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[0.0], [1.0], [3.0], [7.0]]) * 1e-30
+    >>> i, d = knn(X, 1)
+    >>> i.ravel().tolist(), (d.ravel() / np.float32(1e-30)).round(3).tolist()
+    ([1, 0, 1, 2], [1.0, 1.0, 2.0, 4.0])
     """
     self_query = query is None
     X = _finite_rows(X, "X")
@@ -195,6 +247,13 @@ def knn(X, n_neighbors, *, query=None, image_shape=None, max_shift=0, chunk_elem
     if centre is not None:
         X = np.subtract(X, centre, dtype=np.float64)
         query = None if self_query else np.subtract(query, centre, dtype=np.float64)
+    # Neighbours do not change with the scale: rows whose float32 squares would over- or
+    # underflow are brought to a peak in [0.5, 1) by a power of two (exact), as prepare_rows does.
+    peak = _peak(X) if self_query else max(_peak(X), _peak(query))
+    exponent = _power_of_two_exponent(peak, X.shape[1]) if X.ndim == 2 else None
+    if exponent is not None:
+        X = _times_power_of_two(X, -exponent)
+        query = None if self_query else _times_power_of_two(query, -exponent)
     R = torch.as_tensor(np.asarray(X, dtype=np.float32))
     Q = R if self_query else torch.as_tensor(np.asarray(query, dtype=np.float32))
     n, m = R.shape[0], Q.shape[0]
@@ -202,7 +261,7 @@ def knn(X, n_neighbors, *, query=None, image_shape=None, max_shift=0, chunk_elem
     if k < 1 or k > n - (1 if self_query else 0):
         raise ValueError(f"n_neighbors={k} must lie in [1, {n - (1 if self_query else 0)}].")
     shifts = _shifts(int(max_shift)) if (image_shape is not None and max_shift > 0) else [(0, 0)]
-    rn = (R * R).sum(1)
+    rn = _squared_norms(R)
     rows = max(1, int(chunk_elements) // max(n, 1))
     out_i = np.empty((m, k), dtype=np.int64)
     out_d = np.empty((m, k), dtype=np.float32)
@@ -211,13 +270,19 @@ def knn(X, n_neighbors, *, query=None, image_shape=None, max_shift=0, chunk_elem
         best = None
         for dy, dx in shifts:
             qs = q if (dy, dx) == (0, 0) else shifted_images(q, image_shape, dy, dx)
-            d2 = (qs * qs).sum(1, keepdim=True) - 2.0 * qs @ R.T + rn
-            best = d2 if best is None else torch.minimum(best, d2)
+            # (q2 - (2 q) @ R^T) + rn in place: -M + q2 is q2 - M to the bit (negation and the
+            # doubling are exact), with one block alive instead of three (V15 #5).
+            d2 = (2.0 * qs) @ R.T
+            d2.neg_().add_((qs * qs).sum(1, keepdim=True)).add_(rn)
+            best = d2 if best is None else torch.minimum(best, d2, out=best)
         if self_query:
             best[torch.arange(best.shape[0]), torch.arange(s, s + best.shape[0])] = float("inf")
         d, i = torch.topk(best, k, dim=1, largest=False)
         out_i[s : s + rows] = i.numpy()
         out_d[s : s + rows] = d.clamp_min(0).sqrt().numpy()
+    if exponent is not None:
+        with np.errstate(over="ignore", under="ignore"):  # float32 holds what it can of the rows' unit
+            out_d = _times_power_of_two(out_d, exponent).astype(np.float32)
     return out_i, out_d
 
 
@@ -423,7 +488,7 @@ def prepare_rows(X, *, metric="euclidean", image_shape=None, blur=0.0):
     if image_shape is not None and blur > 0:
         X = _blur(X, image_shape, float(blur)).astype(np.float32)
     if metric == "cosine":
-        X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+        X /= np.maximum(_row_norms(X, keepdims=True), 1e-12)
     return X
 
 
