@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import torch
 
-from ..base.runtime import on_compute_threads
+from ..base.runtime import exact_dtype, on_compute_threads
 from .semi_dual import newton_solve, row_chunks, semi_dual_pass
 
-__all__ = ["LABEL_PATIENCE", "SINKHORN_MAX_ITER", "SINKHORN_TOL", "costs_into", "ot_lloyd", "ot_lloyd_best", "relative_reg"]
+__all__ = ["LABEL_PATIENCE", "OFFSET_RATIO", "SINKHORN_MAX_ITER", "SINKHORN_TOL", "costs_into", "ot_lloyd", "ot_lloyd_best",
+           "relative_reg"]
 
 # Inside OT-Lloyd the potentials are warm-started across iterations, so a loose
 # per-iteration solve suffices (L1 marginal error).
@@ -89,9 +90,61 @@ def _initial_reg(X, x2, c0, reg_rel):
 
 
 def costs_into(M, X, centers, reg):
-    """``M <- (||c_k||^2 - 2 x_i . c_k) / reg``: the cost without the row constant ``||x_i||^2``."""
+    """``M <- (||c_k||^2 - 2 x_i . c_k) / reg``: the cost without the row constant ``||x_i||^2``.
+
+    The expansion cancels to about ``eps * (||x||^2 + ||c||^2)``: for rows far from the origin
+    against their spread (float32 at an offset) the costs are rounding. Rows near the origin
+    are its precondition; :func:`ot_lloyd` and :func:`ot_lloyd_best` centre rows that are not.
+    """
     torch.addmm((centers * centers).sum(-1), X, centers.transpose(0, 1), alpha=-2.0, out=M)
     return M.div_(reg)
+
+
+#: :func:`ot_lloyd` and :func:`ot_lloyd_best` centre rows whose costs would lose more to their
+#: offset than float32 rows at this ratio of the mean's norm to the RMS spread (6 of 24 bits):
+#: float32 rows past 8, float64 rows past about 1.9e5. Rows the estimators pass (normalised
+#: inputs, codes) never reach it, so their results keep their bits.
+OFFSET_RATIO = 8.0
+
+
+def _offset_mean(X):
+    """The rows' column means (in float64 where the device has it) when the cost expansion
+    ``|x|^2 - 2 x.c + |c|^2`` in ``X``'s dtype would lose more than :data:`OFFSET_RATIO`
+    allows to the rows' offset, else None. Read in row chunks: no copy of ``X``."""
+    n = X.shape[0]
+    if n == 0 or X.ndim != 2 or not X.dtype.is_floating_point:
+        return None
+    work = exact_dtype(X.device)
+    chunks = row_chunks(n, X.shape[1])
+    mean = torch.zeros(X.shape[1], dtype=work, device=X.device)
+    for start, stop in chunks:
+        mean += X[start:stop].to(work).sum(0)
+    mean /= n
+    unit = float(mean.abs().max())  # both sides in units of the mean's peak: no overflow at any scale
+    if unit == 0.0 or not (unit < float("inf")):
+        return None
+    spread2 = 0.0
+    for start, stop in chunks:
+        block = (X[start:stop].to(work) - mean) / unit
+        spread2 += float((block * block).sum())
+    m2 = float(((mean / unit) ** 2).sum())
+    allowed = torch.finfo(torch.float32).eps / torch.finfo(X.dtype).eps * OFFSET_RATIO**2
+    return mean if m2 > allowed * spread2 / n else None
+
+
+def _centred(X, centers):
+    """``(X, centers, mean)``: both less the rows' :func:`_offset_mean` (in float64, cast back)
+    where the costs need it (a copy of ``X``), else as they are with ``mean=None``. The plan
+    of squared distances is the same for translated rows and centres."""
+    mean = _offset_mean(X)
+    if mean is None:
+        return X, centers, None
+    return (X.to(mean.dtype) - mean).to(X.dtype), (centers.to(mean.dtype) - mean).to(centers.dtype), mean
+
+
+def _uncentred(centers, mean):
+    """Centres computed on :func:`_centred` rows, moved back to the rows' own origin."""
+    return centers if mean is None else (centers.to(mean.dtype) + mean).to(centers.dtype)
 
 
 @on_compute_threads
@@ -109,10 +162,15 @@ def ot_lloyd(X, centers, reg_rel, log_w, max_iter, tol):
     (B, n) and (B, K), of the last assignment of each run, for the costs
     ``squared_distances(X, centers) / reg`` (with ``reg=1`` and marginals
     ``1/n`` and ``exp(log_w)`` as in :func:`~sktransfer_cluster.ot.sinkhorn_potentials`).
+
+    Rows far from the origin against their spread (:data:`OFFSET_RATIO`, in ``X``'s dtype)
+    are run centred at their mean, in a copy of ``X``: the plan is that of the rows as given
+    (squared distances do not change with a translation), the centres are moved back.
     """
+    X, centers, mean = _centred(X, centers)
     outs, regs, n_iters, fs, gs = [], [], [], [], []
     for c, reg, n_iter, f, g, x2, _ in _runs(X, centers, reg_rel, log_w, max_iter, tol):
-        outs.append(c)
+        outs.append(_uncentred(c, mean))
         regs.append(reg)
         n_iters.append(n_iter)
         fs.append(f + x2 / reg)  # the row constant ||x_i||^2 / reg, dropped from the solve
@@ -147,7 +205,8 @@ def ot_lloyd_best(X, centers, reg_rel, log_w, max_iter, tol, *, check_tol=1e-3, 
     exact for the column potentials of its last solve, read in closed form from one
     chunked pass: ``reg * (<a, f> + <P^T 1, g>)``. The kept run's plan is then solved
     to ``check_tol`` (warm, usually no extra pass) to report whether it converged.
-    Memory beyond ``X``: one (n, K) buffer and O(n) vectors, whatever B.
+    Memory beyond ``X``: one (n, K) buffer and O(n) vectors, whatever B (and a centred
+    copy of ``X`` for rows far from the origin, as in :func:`ot_lloyd`).
 
     Returns
     -------
@@ -161,6 +220,7 @@ def ot_lloyd_best(X, centers, reg_rel, log_w, max_iter, tol, *, check_tol=1e-3, 
     check : SinkhornResult
         The check solve at its final centres (``converged``, ``err``, ``n_iter``).
     """
+    X, centers, mean = _centred(X, centers)
     log_w = log_w.to(X.dtype)
     f = torch.empty(X.shape[0], dtype=X.dtype, device=X.device)
     chunks = row_chunks(X.shape[0], centers.shape[-2])
@@ -168,9 +228,10 @@ def ot_lloyd_best(X, centers, reg_rel, log_w, max_iter, tol, *, check_tol=1e-3, 
     for c, reg, n_iter, _, g, x2, M in _runs(X, centers, reg_rel, log_w, max_iter, tol):
         costs_into(M, X, c, reg)
         af, mass, _, _ = semi_dual_pass(M, log_w + g, None, f, chunks)
-        cost = float(reg * (af + (mass * g).sum()) + x2.mean())
+        # Summed as Python floats (float64): in float32 the two terms cancel to rounding.
+        cost = float(reg) * (float(af) + float((mass * g).sum())) + float(x2.mean())
         if best is None or cost < best[0]:
             best = (cost, c, float(reg), n_iter, g)
     cost, c, reg, n_iter, g = best
     check, _, _ = newton_solve(costs_into(M, X, c, reg), log_w, g, None, check_max_iter, check_tol, 30.0)
-    return cost, c, reg, n_iter, check
+    return cost, _uncentred(c, mean), reg, n_iter, check
