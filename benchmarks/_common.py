@@ -52,6 +52,7 @@ CANONICAL = {
     "model_selection": "model_selection",
     "busy": "busy",
     "heldout": "heldout_images",
+    "tabular": "tabular",
 }
 
 #: True once :func:`setup` has seen ``--smoke``.
