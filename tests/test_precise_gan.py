@@ -723,36 +723,73 @@ def test_transfer_refines_from_the_source_encoder_and_decoder_shrunk_towards_fre
         torch.testing.assert_close(start, 0.2 * w + 0.8 * w0)
 
 
-def test_on_codes_the_points_move_by_ot_lloyd_under_the_prior_then_plain_steps_but_in_a_transfer(wide_blobs,
-                                                                                                 monkeypatch):
+def test_on_codes_a_fit_runs_ot_lloyd_under_the_prior_then_the_tied_mixture_and_a_transfer_the_plan_only(wide_blobs,
+                                                                                                           monkeypatch):
     # On the codes, the Lloyd steps start with OT-Lloyd's from the generated points, each
     # cluster's mass in the plan the prior weight the generator draws it with. A fit then runs
-    # the plain nearest-point steps (cells take the data's sizes); a transfer from the source
-    # keeps the plan's points (the prior's masses hold against the source's partition).
+    # the tied-covariance mixture's EM from the plan's points (cells take the data's sizes) and
+    # no plain step; a transfer from the source keeps the plan's points (the prior's masses hold
+    # against the source's partition).
     from sktransfer_cluster.cluster.precise_gan.estimator import PreciseFeatureGAN as GAN
     from sktransfer_cluster.ot import lloyd
 
-    seen, plain = [], []
-    original, cell_sums = lloyd.ot_lloyd, GAN._cell_sums
+    seen, plain, tied = [], [], []
+    original, cell_sums, mixture = lloyd.ot_lloyd, GAN._cell_sums, GAN._tied_mixture
 
     def spy(X, centers, reg_rel, log_w, max_iter, tol):
         seen.append((X.shape, centers.shape, log_w.exp().tolist()))
-        return original(X, centers, reg_rel, log_w, max_iter, tol)
+        out = original(X, centers, reg_rel, log_w, max_iter, tol)
+        seen[-1] += (out[0][0].clone(),)
+        return out
+
+    def tied_spy(self, start, Z):
+        tied.append(start.detach().clone())
+        return mixture(self, start, Z)
 
     monkeypatch.setattr(lloyd, "ot_lloyd", spy)
     monkeypatch.setattr(GAN, "_cell_sums", staticmethod(lambda *a: plain.append(1) or cell_sums(*a)))
+    monkeypatch.setattr(GAN, "_tied_mixture", tied_spy)
     weights = [0.5, 0.3, 0.2]
     model = PreciseFeatureGAN(3, cluster_weights=weights, **WIDE).fit(wide_blobs[0])
-    assert len(seen) == 1 and plain
-    shape, centers_shape, w = seen[0]
+    assert len(seen) == 1 and len(tied) == 1 and not plain
+    shape, centers_shape, w, plan_points = seen[0]
     assert shape == (wide_blobs[0].shape[0], 10) and centers_shape == (1, 3, 10)
     np.testing.assert_allclose(w, weights)
-    plain.clear()
+    torch.testing.assert_close(tied[0].double(), plan_points.to(tied[0].device))  # the EM starts from the plan's points
     model.transfer(wide_blobs[0] + 0.5)
-    assert len(seen) == 2 and not plain
-    # Without the representation only the plain steps run (no plan).
+    assert len(seen) == 2 and len(tied) == 1 and not plain
+    # Without the representation only the plain steps run (no plan, no mixture).
     PreciseFeatureGAN(3, classifier="nearest", **{**WIDE, "representation": None}).fit(wide_blobs[0])
-    assert len(seen) == 2 and plain
+    assert len(seen) == 2 and len(tied) == 1 and plain
+
+
+def _elongated_pair(n_a=600, n_b=200, seed=0):
+    # Two groups sharing one covariance, long along the first axis (sd 2) and thin along the
+    # second (sd 0.1); their means differ by (1, 1). The bisector of the means cuts across the
+    # groups; the shared covariance's boundary runs between them.
+    rng = np.random.default_rng(seed)
+    sd = np.array([2.0, 0.1])
+    Z = np.vstack([rng.normal(size=(n_a, 2)) * sd, rng.normal(size=(n_b, 2)) * sd + [1.0, 1.0]])
+    return torch.as_tensor(Z), np.repeat([0, 1], [n_a, n_b]), torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
+
+
+def test_the_tied_mixture_separates_groups_along_their_shared_covariance_where_the_nearest_point_cells_cut_across():
+    Z, y, means = _elongated_pair()
+    model = PreciseFeatureGAN(2)
+    model.device_ = torch.device("cpu")
+    nearest = torch.cdist(Z, means).argmin(1).numpy()
+    assert (nearest == y).mean() < 0.8
+    P, (S_inv, log_pi) = model._tied_mixture(means, Z)
+    labels = model._tied_linear(P, S_inv, log_pi)(Z).argmax(1).numpy()
+    assert (labels == y).mean() > 0.99
+
+
+def test_the_tied_mixture_fits_the_proportions_of_imbalanced_groups():
+    Z, y, means = _elongated_pair(n_a=600, n_b=200)
+    model = PreciseFeatureGAN(2)
+    model.device_ = torch.device("cpu")
+    _, (_, log_pi) = model._tied_mixture(means, Z)
+    np.testing.assert_allclose(log_pi.exp().numpy(), [0.75, 0.25], atol=0.01)
 
 
 def test_the_neighbour_graph_of_rows_at_a_per_feature_offset_is_that_of_the_unshifted_rows(wide_blobs, monkeypatch):
