@@ -1042,3 +1042,24 @@ def test_streamed_rows_are_read_in_the_order_asked_handing_pages_back_every_rele
     RowsTouched.log = []
     np.testing.assert_array_equal(rows[100:400].numpy(), X[100:400])
     assert sum(RowsTouched.log) == 300
+
+
+@pytest.mark.parametrize("change", [{"n_clusters": 4}, {"noise_dim": 2}, {"hidden_dims": (16,)}])
+def test_transfer_and_sample_refuse_a_structure_changed_since_fit_naming_it(tiny_model, blobs, change):
+    X, _ = blobs
+    model = copy.deepcopy(tiny_model)
+    before = model.predict(X)
+    model.set_params(**change)
+    (name,) = change
+    for call in (lambda: model.transfer(X), lambda: model.sample(2)):
+        with pytest.raises(ValueError, match=f"{name} changed since fit.*fit again"):
+            call()
+    np.testing.assert_array_equal(model.predict(X), before)
+
+
+@pytest.mark.filterwarnings("ignore:.*distinct clusters:sklearn.exceptions.ConvergenceWarning")  # 3 steps of training
+def test_a_width_given_as_a_list_of_the_fitted_values_is_no_change(tiny_model, blobs):
+    X, _ = blobs
+    model = copy.deepcopy(tiny_model).set_params(hidden_dims=[8])  # fitted with (8,)
+    assert model.transfer(X).shape == (X.shape[0],)
+    assert model.sample(2)[0].shape[0] == 2

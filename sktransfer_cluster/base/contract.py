@@ -72,6 +72,13 @@ COMMON_PARAMETER_CONSTRAINTS = {
 # below this fraction of the data's spread: float32 data offset by more than about 8 spreads,
 # float64 data by more than 4e9, are centred chunk by chunk instead (see _labels).
 _FOLD_TOL = 1e-6
+
+
+def _same_value(a, b):
+    """Whether two parameter values are equal, arrays included (``==`` on arrays is elementwise)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(np.asarray(a, dtype=object), np.asarray(b, dtype=object))
+    return bool(a == b)
 # scikit-learn's error for rows of another width than the fitted one (validate_data).
 _WIDTH_ERROR = re.compile(r"X has \d+ features, but \w+ is expecting \d+ features as input")
 # What a transfer does not restore from the source model (_start_from_source): the logs, the last
@@ -340,6 +347,44 @@ class TransferClusterMixin(ABC):
         if hasattr(self, "n_clusters") and not getattr(self, "estimate_n_clusters", False):
             # Under estimate_n_clusters, n_clusters is an upper bound: fewer rows are fine.
             self._check_n_clusters(X.shape[0], self.n_clusters)
+        if not reset:
+            self._check_unchanged_since_fit("transfer")
+
+    #: The parameters that shape the fitted model (networks, K, latent): a transfer, which runs
+    #: that model, refuses a change since fit (:meth:`_check_unchanged_since_fit`). The others are
+    #: how a transfer adapts, and it takes their current values.
+    _STRUCTURE = ()
+
+    def _structure_values(self, params):
+        """The :attr:`_STRUCTURE` values of ``params`` (a dict), normalised so that equal models
+        compare equal (a list of widths and the same tuple, say); subclasses extend it."""
+        return {name: tuple(v) if isinstance(v, list) else v for name, v in
+                ((name, params[name]) for name in self._STRUCTURE)}
+
+    def _check_unchanged_since_fit(self, what):
+        """ValueError naming the :attr:`_STRUCTURE` parameters set to other values since fit.
+
+        ``what`` (``"transfer"``, ``"sample"``) runs the fitted model: another number of
+        clusters or network would fail deep inside, or silently run the fitted one. A name
+        counts when both its value and its normalised value differ (``"auto"`` resolving
+        anew after another change is not one). A model pickled before the record reads the
+        current values, unchecked.
+        """
+        record = self.__dict__.get("_fitted_params")
+        if record is None or not self._STRUCTURE:
+            return
+        params = self.get_params(deep=False)
+        at_fit = {**params, **record}
+        fitted, now = self._structure_values(at_fit), self._structure_values(params)
+        changed = [name for name in self._STRUCTURE
+                   if not _same_value(fitted[name], now[name]) and not _same_value(at_fit[name], params[name])]
+        if changed:
+            detail = "; ".join(f"{name}={at_fit[name]!r} at fit, {params[name]!r} now" for name in changed)
+            raise ValueError(
+                f"{type(self).__name__}.{what}: {', '.join(changed)} changed since fit ({detail}); they shape "
+                f"the fitted model, which {what} runs. Call fit again with the new value, or set it back with "
+                "set_params."
+            )
 
     def _validate_input(self, X, *, reset, y=None, stream=True, finite=True):
         """Validate X (and y when given) against the fitted feature count.

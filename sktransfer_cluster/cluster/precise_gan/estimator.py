@@ -475,6 +475,9 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     """
 
     _width_params = ("hidden_dims", "conv_channels")
+    #: What shapes the fitted networks and latent code: transfer and sample refuse a change since fit.
+    _STRUCTURE = ("n_clusters", "representation", "noise_dim", "architecture", "hidden_dims", "image_shape",
+                  "conv_channels", "classifier", "standardize")
     _cpu_dtype = torch.float32  # compute-bound training: float64 doubles the CPU time
     _parameter_constraints = {
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
@@ -1459,6 +1462,7 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             The generator id each point was generated from.
         """
         check_is_fitted(self)
+        self._check_unchanged_since_fit("sample")
         if isinstance(n_samples, bool) or not isinstance(n_samples, Integral) or n_samples < 1:
             raise ValueError(f"n_samples must be an int >= 1, got {n_samples!r}.")
         k = self.n_clusters

@@ -436,9 +436,8 @@ class TDCMCluster(
 
     # ----------------------------------------------------------------- checks
     def _check_params_vs_input(self, X, *, reset):
-        super()._check_params_vs_input(X, reset=reset)
+        super()._check_params_vs_input(X, reset=reset)  # at transfer: the structure unchanged since fit
         if not reset:
-            self._check_unchanged_since_fit("transfer")
             return
         if self.image_shape is not None:
             check_image_shape(self.image_shape, X.shape[1])
@@ -469,38 +468,16 @@ class TDCMCluster(
     _STRUCTURE = ("n_clusters", "representation", "image_shape", "hidden_dims", "embedding_dim", "input_projection",
                   "n_blocks", "tau", "activation", "symmetric", "embedding_norm")
 
-    def _structure(self, params):
-        """The :data:`_STRUCTURE` values of ``params`` (a dict), normalised so that equal models compare equal."""
-        structure = {name: params[name] for name in self._STRUCTURE}
+    def _structure_values(self, params):
+        """The contract's normalised :data:`_STRUCTURE` values, with ``embedding_dim`` as the width it
+        resolves to and ``tau`` as a float."""
+        structure = super()._structure_values(params)
         structure["hidden_dims"] = tuple(params["hidden_dims"])
         if params["image_shape"] is not None:
             structure["image_shape"] = tuple(params["image_shape"])
         structure["embedding_dim"] = self._resolved_embedding_dim(params, self.n_features_in_)
         structure["tau"] = float(params["tau"])
         return structure
-
-    def _check_unchanged_since_fit(self, what):
-        """ValueError naming the :data:`_STRUCTURE` parameters set to other values since fit.
-
-        ``transfer`` runs the fitted networks and centroids: another number of clusters,
-        representation or network would fail deep inside, or silently run the fitted one.
-        A model pickled before the record was kept reads the current values (no check).
-        """
-        record = self.__dict__.get("_fitted_params")
-        if record is None:
-            return
-        params = self.get_params(deep=False)
-        fitted, now = self._structure({**params, **record}), self._structure(params)
-        # embedding_dim="auto" resolved anew only follows n_clusters or representation, which are named.
-        changed = [name for name in self._STRUCTURE if fitted[name] != now[name]
-                   and not (name == "embedding_dim" and params[name] == record.get(name, params[name]))]
-        if not changed:
-            return
-        detail = "; ".join(f"{name}={({**params, **record})[name]!r} at fit, {params[name]!r} now" for name in changed)
-        raise ValueError(
-            f"{type(self).__name__}.{what}: {', '.join(changed)} changed since fit ({detail}); they shape the "
-            "fitted model, which transfer runs. Call fit again with the new value, or set it back with set_params."
-        )
 
     def _check_norm_samples(self, n_samples, what):
         norm = self._fitted_param("embedding_norm")
