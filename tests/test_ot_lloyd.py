@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from sktransfer_cluster.ot.lloyd import _offset_mean, ot_lloyd, ot_lloyd_best
+from sktransfer_cluster.ot.lloyd import _offset_mean, ot_lloyd, ot_lloyd_best, pair_with_weights
 
 
 def _three_blobs():
@@ -43,3 +43,19 @@ def test_rows_near_the_origin_are_not_centred():
     assert _offset_mean(torch.tensor(X)) is None
     assert _offset_mean(torch.tensor(X + 1e3)) is None  # float64 resolves the costs at 1e3
     assert _offset_mean(torch.tensor(X + 1e3, dtype=torch.float32)) is not None
+
+
+def test_pair_with_weights_gives_the_largest_weight_to_the_largest_cell():
+    X = torch.tensor([[0.0], [0.1], [0.2], [0.3], [5.0], [5.1], [9.0]], dtype=torch.float64)
+    starts = torch.tensor([[[9.0], [0.1], [5.0]], [[5.0], [9.0], [0.1]]], dtype=torch.float64)
+    paired = pair_with_weights(X, starts, [0.2, 0.1, 0.7])
+    # Cells: 4 rows nearest 0.1, 2 nearest 5.0, 1 nearest 9.0; weights ranked 0.7 > 0.2 > 0.1.
+    expected = torch.tensor([[5.0], [9.0], [0.1]], dtype=torch.float64)
+    assert torch.equal(paired[0], expected)
+    assert torch.equal(paired[1], expected)
+
+
+def test_pair_with_uniform_weights_returns_the_starts_as_given():
+    X = torch.randn(20, 2, dtype=torch.float64)
+    starts = torch.randn(2, 3, 2, dtype=torch.float64)
+    assert pair_with_weights(X, starts, [1.0, 1.0, 1.0]) is starts

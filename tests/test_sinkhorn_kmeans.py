@@ -106,6 +106,74 @@ def test_transport_plan_columns_follow_the_cluster_weights(blobs):
     np.testing.assert_allclose(km.transport_plan(X).sum(0), w / w.sum(), atol=1e-5)
 
 
+@pytest.fixture(scope="module")
+def imbalanced():
+    # benchmarks/tabular.py's "imbalanced" set at seed 1: 60/30/10 % blobs. Before the pairing
+    # (62f2305) [0.1, 0.3, 0.6] gave ACC 0.684 here and [0.6, 0.3, 0.1] 0.998 (docs/notes, S14/S15).
+    return make_blobs(n_samples=[600, 300, 100], n_features=2, random_state=1)
+
+
+def _renaming(reference, labels):
+    """The map label -> reference label, asserting the two partitions are the same."""
+    pairs = set(zip(labels.tolist(), reference.tolist()))
+    assert len(pairs) == len({a for a, _ in pairs}) == len({b for _, b in pairs})
+    return dict(pairs)
+
+
+def _fit_with_weights(X, w, path):
+    if path == "partial_fit":
+        return SinkhornKMeans(3, cluster_weights=w, random_state=1).partial_fit(X)
+    if path == "dask":
+        da = pytest.importorskip("dask.array")
+        return SinkhornKMeans(3, cluster_weights=w, random_state=1).fit(da.from_array(X, chunks=250))
+    return SinkhornKMeans(3, cluster_weights=w, algorithm=path, random_state=1).fit(X)
+
+
+@pytest.mark.parametrize("path", ["full", "minibatch", "partial_fit", "dask"])
+def test_explicit_cluster_weights_give_the_same_clusters_in_any_order(imbalanced, path):
+    X, _ = imbalanced
+    reference = _fit_with_weights(X, [0.6, 0.3, 0.1], path)
+    for order in ([0.1, 0.3, 0.6], [0.3, 0.1, 0.6], [0.1, 0.6, 0.3]):
+        km = _fit_with_weights(X, order, path)
+        rename = _renaming(reference.labels_, km.labels_)
+        for k, w in enumerate(km.weights_):
+            assert w == pytest.approx(reference.weights_[rename[k]])
+
+
+def test_each_fitted_cluster_gets_the_weight_of_its_size(imbalanced):
+    X, y = imbalanced
+    km = SinkhornKMeans(3, cluster_weights=[0.1, 0.3, 0.6], random_state=1).fit(X)
+    assert adjusted_rand_score(y, km.labels_) > 0.95
+    sizes = np.bincount(km.labels_, minlength=3)
+    np.testing.assert_array_equal(np.argsort(sizes), np.argsort(km.weights_))
+    np.testing.assert_allclose(km.weights_, [0.1, 0.3, 0.6])  # as given: cluster k has weight k
+
+
+def test_transfer_keeps_each_fitted_weight_with_the_cluster_of_its_size(imbalanced):
+    X, _ = imbalanced
+    km = SinkhornKMeans(3, cluster_weights=[0.1, 0.3, 0.6], random_state=1).fit(X)
+    labels = km.transfer(X + 0.3, n_restarts=10)
+    sizes = np.bincount(labels, minlength=3)
+    np.testing.assert_array_equal(np.argsort(sizes), np.argsort(km.weights_))
+
+
+def test_uniform_prior_runs_ot_lloyd_from_the_kmeanspp_starts_as_drawn(blobs):
+    X, _ = blobs
+    km = SinkhornKMeans(3, **FAST)
+    km.weights_ = km._proportions()
+    drawn = km._kmeanspp(torch.as_tensor(X), 3, np.random.default_rng(0))
+    seeds = np.random.default_rng(0).integers(0, 2**31 - 1, size=3)
+    expected = np.stack([kmeans_plusplus(X, 3, random_state=int(s))[0] for s in seeds])
+    np.testing.assert_array_equal(drawn.numpy(), expected)
+
+
+def test_cluster_weights_docstring_says_weights_are_matched_by_size_in_any_order():
+    doc = " ".join(SinkhornKMeans.__doc__.split())
+    assert "matched to clusters by size, so their order does not matter" in doc
+    assert "The default assumes roughly balanced clusters" in doc
+    assert "known sizes belong here" in doc
+
+
 def test_uniform_prior_balances_clusters_where_kmeans_does_not():
     # Two touching groups of 150 and 50 points: the uniform prior pulls the split
     # towards 100/100 while KMeans follows the gap.

@@ -15,7 +15,7 @@ from ..base.runtime import exact_dtype, on_compute_threads
 from .semi_dual import newton_solve, row_chunks, semi_dual_pass
 
 __all__ = ["LABEL_PATIENCE", "OFFSET_RATIO", "SINKHORN_MAX_ITER", "SINKHORN_TOL", "costs_into", "ot_lloyd", "ot_lloyd_best",
-           "relative_reg"]
+           "pair_with_weights", "relative_reg"]
 
 # Inside OT-Lloyd the potentials are warm-started across iterations, so a loose
 # per-iteration solve suffices (L1 marginal error).
@@ -72,6 +72,53 @@ def _one_run(X, centers, reg, log_w, max_iter, tol, M, labels):
             if same >= LABEL_PATIENCE:
                 break
     return centers, it, f, g
+
+
+def pair_with_weights(X, centers, weights):
+    """Reorder each start's centres so that the larger prior weights go to the larger cells.
+
+    In OT-Lloyd weight ``k`` belongs to centre ``k``; the centres of a k-means++ start
+    come in a random order, so a non-uniform prior would hit the start's clusters
+    by chance. Per start ``b``, the centres are ranked by the number of rows of ``X``
+    nearest to them and the weights by size (both descending, ties in their given
+    order), and the centre of rank ``r`` moves to the position of the weight of rank
+    ``r``: the largest cell gets the largest weight. Uniform weights return
+    ``centers`` itself (nothing to pair). Memory: one (rows, K) block per chunk.
+
+    Parameters
+    ----------
+    X : torch.Tensor of shape (n, d)
+    centers : torch.Tensor of shape (B, K, d)
+    weights : array-like of shape (K,)
+        The prior proportions, in the order OT-Lloyd reads them.
+
+    Returns
+    -------
+    torch.Tensor of shape (B, K, d)
+
+    Examples
+    --------
+    >>> import torch
+    >>> X = torch.tensor([[0.0], [0.1], [0.2], [5.0]])
+    >>> pair_with_weights(X, torch.tensor([[[5.0], [0.1]]]), [0.75, 0.25])[0, :, 0]
+    tensor([0.1000, 5.0000])
+    """
+    w = torch.as_tensor(weights, dtype=torch.float64).reshape(-1).cpu()
+    if bool((w == w[0]).all()):
+        return centers
+    B, K = centers.shape[0], centers.shape[1]
+    counts = torch.zeros(B, K, dtype=torch.long)
+    for start, stop in row_chunks(X.shape[0], K):
+        rows = X[start:stop].to(centers.dtype)
+        for b in range(B):
+            nearest = torch.cdist(rows, centers[b]).argmin(1)
+            counts[b] += torch.bincount(nearest, minlength=K).cpu()
+    w_rank = torch.sort(w, descending=True, stable=True).indices
+    out = torch.empty_like(centers)
+    for b in range(B):
+        c_rank = torch.sort(counts[b], descending=True, stable=True).indices
+        out[b, w_rank.to(centers.device)] = centers[b, c_rank.to(centers.device)]
+    return out
 
 
 def _initial_reg(X, x2, c0, reg_rel):

@@ -145,7 +145,16 @@ class SinkhornKMeans(
         scale of the data. Small values approach hard OT assignments.
     cluster_weights : array-like of shape (n_clusters,), default=None
         Prior proportions of the clusters (normalised to sum to one); None is
-        uniform.
+        uniform. The weights are matched to clusters by size, so their order
+        does not matter: in each k-means++ start the largest weight goes to the
+        centre with the most nearest rows, the next to the next, and so on;
+        the source centres that ``transfer`` starts from keep the weights they
+        were fitted with. ``weights_`` then lists the weight of each fitted
+        cluster (of ``cluster_centers_`` and the labels, in their order). The
+        default assumes roughly balanced clusters: on clearly unbalanced data
+        (say 60/30/10 %) the uniform prior splits the large cluster and merges
+        small ones, and known sizes belong here (:class:`~sklearn.cluster.KMeans`
+        has no size prior to give).
     embedding : {None, "autoencoder", "neighbours"}, default=None
         Cluster raw features, or learn a deep embedding. ``"autoencoder"``:
         an autoencoder trained on the k-NN graph and on reconstruction (see
@@ -271,7 +280,8 @@ class SinkhornKMeans(
     reg_ : float
         Absolute entropic regularisation used last.
     weights_ : ndarray of shape (n_clusters,)
-        Normalised cluster proportions.
+        Normalised cluster proportions: ``weights_[k]`` is the prior weight of
+        cluster ``k`` (``cluster_centers_[k]``, label ``k``).
     autoencoder_ : torch.nn.Module or None
         The autoencoder (``forward`` gives codes and reconstructions;
         :class:`~sktransfer_cluster.cluster.sinkhorn_kmeans.networks.GraphAutoEncoder`
@@ -584,10 +594,19 @@ class SinkhornKMeans(
         return cost, centers, reg, n_iter
 
     def _kmeanspp(self, Z, n_init, rng):
+        """``n_init`` k-means++ starts on ``Z`` (B, K, d), each paired with the fitted weights.
+
+        Every start of every path (fit, minibatch fit, ``partial_fit``, Dask fit,
+        transfer's restarts) comes from here, so explicit ``cluster_weights`` are
+        order-free everywhere: :func:`~sktransfer_cluster.ot.lloyd.pair_with_weights`
+        puts the start's largest nearest-centre cell at the largest weight. Uniform
+        weights leave the starts as k-means++ drew them.
+        """
         Zn = Z.detach().cpu().numpy()
         seeds = rng.integers(0, 2**31 - 1, size=n_init)
         inits = [kmeans_plusplus(Zn, self.n_clusters, random_state=int(s))[0] for s in seeds]
-        return torch.as_tensor(np.stack(inits), dtype=Z.dtype, device=Z.device)
+        starts = torch.as_tensor(np.stack(inits), dtype=Z.dtype, device=Z.device)
+        return lloyd.pair_with_weights(Z.detach(), starts, self.weights_)
 
     def _train_embedding(self, Xt, centers, epochs, torch_gen, phase):
         """Minibatch Adam on reconstruction, plus the OT loss when ``centers`` is given.
