@@ -336,8 +336,12 @@ class TransferClusterMixin(ABC):
         with validated ``X``. Here: the layer widths of ``_width_params`` (at
         fit) and ``n_samples >= n_clusters`` where the estimator has a fixed
         ``n_clusters`` (not an upper bound under ``estimate_n_clusters``).
-        Subclasses extend it (calling ``super()``).
+        Subclasses extend it (calling ``super()``). At transfer, first: the
+        parameters that shape the fitted model are unchanged since fit
+        (:meth:`_check_unchanged_since_fit`).
         """
+        if not reset:
+            self._check_unchanged_since_fit("transfer")
         if reset:
             for name in self._width_params:
                 value = getattr(self, name)
@@ -347,8 +351,6 @@ class TransferClusterMixin(ABC):
         if hasattr(self, "n_clusters") and not getattr(self, "estimate_n_clusters", False):
             # Under estimate_n_clusters, n_clusters is an upper bound: fewer rows are fine.
             self._check_n_clusters(X.shape[0], self.n_clusters)
-        if not reset:
-            self._check_unchanged_since_fit("transfer")
 
     #: The parameters that shape the fitted model (networks, K, latent): a transfer, which runs
     #: that model, refuses a change since fit (:meth:`_check_unchanged_since_fit`). The others are

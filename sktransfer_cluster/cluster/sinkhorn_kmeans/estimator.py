@@ -421,9 +421,7 @@ class SinkhornKMeans(
 
     # ----------------------------------------------------------------- checks
     def _check_params_vs_input(self, X, *, reset):
-        if not reset:
-            self._check_unchanged_since_fit("transfer")
-        super()._check_params_vs_input(X, reset=reset)
+        super()._check_params_vs_input(X, reset=reset)  # at transfer, first: _check_unchanged_since_fit
         if reset:
             self.__dict__.pop("_fit_structure", None)  # a model pickled at 5f9d6e7, fitted anew
             if not (isinstance(self.hidden_dims, str) and self.hidden_dims == "auto"):
@@ -460,6 +458,9 @@ class SinkhornKMeans(
 
     def _check_unchanged_since_fit(self, what):
         """ValueError naming the parameters that shape the model and changed since fit.
+
+        The contract's check, here with the structure the parameters resolve to
+        (:meth:`_structure`, off an unfitted twin) and the record of models pickled at 5f9d6e7.
 
         ``transfer`` and ``partial_fit`` continue the fitted model with the
         parameters: a changed number of clusters or network would fail deep
