@@ -1063,3 +1063,27 @@ def test_a_width_given_as_a_list_of_the_fitted_values_is_no_change(tiny_model, b
     model = copy.deepcopy(tiny_model).set_params(hidden_dims=[8])  # fitted with (8,)
     assert model.transfer(X).shape == (X.shape[0],)
     assert model.sample(2)[0].shape[0] == 2
+
+
+@pytest.mark.parametrize("change", [{"representation": "neighbours"}, {"classifier": "nearest"}, {"conv_channels": (8, 8)}])
+def test_naming_what_auto_resolved_to_or_an_unused_setting_is_no_change_of_structure(change):
+    X, _ = make_blobs(n_samples=60, n_features=25, centers=3, random_state=0)
+    model = PreciseFeatureGAN(3, representation_epochs=2, random_state=0, **TINY).fit(X)  # auto: neighbours, nearest; mlp
+    model.set_params(**change)
+    assert model.transfer(X).shape == (X.shape[0],)
+    assert model.sample(2)[0].shape[0] == 2
+
+
+def test_cells_of_one_row_each_fall_back_to_the_plain_steps_instead_of_a_singular_covariance():
+    X, _ = make_blobs(n_samples=60, n_features=25, centers=3, random_state=0)
+    model = PreciseFeatureGAN(6, n_iter=10, representation="neighbours", representation_epochs=3, random_state=0,
+                              device="cpu").fit(X[:6])  # K = n: each cell one row, no spread within
+    assert sorted(model.labels_.tolist()) == list(range(6))
+
+
+def test_exact_duplicate_groups_each_get_their_own_cluster():
+    P = np.random.default_rng(0).normal(size=(3, 30)) * 5
+    X = np.repeat(P, 20, axis=0)  # 3 distinct rows, 20 copies each: the mixture's spread is rounding error
+    labels = PreciseFeatureGAN(3, n_iter=20, representation="neighbours", random_state=0, device="cpu").fit(X).labels_
+    np.testing.assert_array_equal(np.bincount(labels), [20, 20, 20])
+    assert all(len(set(labels[i * 20:(i + 1) * 20])) == 1 for i in range(3))

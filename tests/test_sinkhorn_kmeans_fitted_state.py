@@ -93,6 +93,18 @@ def test_dask_transfer_after_n_clusters_changed_asks_for_a_new_fit(blobs):
         km.transfer(da.from_array(X, chunks=30))
 
 
+def test_dask_transfer_refuses_a_parameter_value_set_after_fit_as_the_numpy_transfer_does(blobs):
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    X, _ = blobs
+    km = SinkhornKMeans(3, **FAST).fit(X)
+    before = km.predict(X)
+    km.set_params(epsilon=-1.0)  # set_params checks nothing; the dask path blamed the data's NaN
+    with pytest.raises(InvalidParameterError, match="epsilon"):
+        km.transfer(da.from_array(X + 0.1, chunks=30))
+    np.testing.assert_array_equal(km.predict(X), before)
+
+
 def test_partial_fit_after_n_clusters_changed_asks_for_a_new_fit(blobs):
     X, _ = blobs
     km = SinkhornKMeans(3, **FAST).partial_fit(X[:45])

@@ -118,6 +118,10 @@ _OT_EPSILON = 0.01
 # neighbour loss alone leaves codes with dead directions (6 of 10 within-class eigenvalues below 3e-5
 # on MNIST-5k), whose unshrunk inverse whitens noise (ACC 0.82-0.84 against 0.86-0.91 shrunk; tenth session).
 _TIED_SHRINK = 0.01
+# Below this share of the codes' total variance, the mixture's within-cell spread is taken as none
+# (cells of one row, or of duplicates; the expansion Z^T Z - sum n mu mu^T leaves rounding error):
+# the plain nearest-point steps run instead.
+_TIED_MIN_SPREAD = 1e-8
 _PLACE_STEPS = 300
 _PLACE_LR = 1e-2
 # Rows (standardised) beyond this magnitude are scored in float64: float32 overflows within a
@@ -612,6 +616,20 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
     def _input_normalization(self):
         # The house's one normalisation (base.input_affine, applied by _tensor in float64).
         return "affine" if self.standardize else None
+
+    def _structure_values(self, params):
+        """The contract's normalised :data:`_STRUCTURE` values, with the ``"auto"`` of
+        ``representation`` and ``classifier`` as the fitted model resolved it (a transfer runs that
+        model, so naming its resolution is no change), and ``conv_channels`` only where the
+        networks are convolutional."""
+        structure = super()._structure_values(params)
+        if structure["representation"] == "auto":
+            structure["representation"] = "neighbours" if getattr(self, "encoder_", None) is not None else None
+        if structure["classifier"] == "auto":
+            structure["classifier"] = getattr(self, "_kind", "auto")
+        if params["architecture"] != "conv":
+            structure["conv_channels"] = None
+        return structure
 
     def _represents(self, X):
         """Whether the GAN works on neighbour-encoder codes of rows like ``X`` (``representation``
@@ -1236,7 +1254,9 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             P, labels, tied = (self._ot_lloyd_points(start, Xt) if codes else start.clone()), None, None
             if codes and not balanced:
                 P, tied = self._tied_mixture(P, Xt)
-            for _ in range(0 if codes else _LLOYD_STEPS):
+            # The plain steps without codes, and where the mixture's covariance was degenerate (tied None).
+            plain = not codes or (not balanced and tied is None)
+            for _ in range(_LLOYD_STEPS if plain else 0):
                 C = self._nearest_point_linear(P, Xt)
                 new = chunked(lambda part: C(part.reshape(part.shape[0], -1)).argmax(1), Xt)
                 if labels is not None and torch.equal(new, labels):
@@ -1260,10 +1280,15 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
         eigenvalue) and the proportions from the responsibilities, then recomputes them; at
         most ``_LLOYD_STEPS`` steps, until the hard labels stop changing. In float64 on the
         CPU. Returns the means (``start``'s dtype and device) and ``(inverse covariance,
-        log proportions)`` of the last E-step, for :meth:`_tied_linear`.
+        log proportions)`` of the last E-step, for :meth:`_tied_linear`; or ``(start, None)``
+        where the pooled covariance is degenerate (cells of one row, or of duplicate rows:
+        no spread within the cells next to the codes' own, or not positive definite), for the
+        plain nearest-point steps instead.
         """
         Zd = Z.reshape(Z.shape[0], -1).to("cpu", torch.float64)
         n, d = Zd.shape
+        # The codes' total variance: the scale against which the within-cell spread is rounding error.
+        total = float(((Zd - Zd.mean(0)) ** 2).sum() / n)
         mu = start.to("cpu", torch.float64)
         R = F.one_hot(torch.cdist(Zd, mu).argmin(1), self.n_clusters).to(torch.float64)
         labels = None
@@ -1274,7 +1299,11 @@ class PreciseFeatureGAN(TransferClusterMixin, ClusterMixin, BaseEstimator):
             # The pooled within-cell scatter sum_ik r_ik (z_i - mu_k)(z_i - mu_k)^T, as Z^T Z - sum_k n_k mu_k mu_k^T
             # (every row's responsibilities sum to one): no (n, K, d) temporary.
             S = (Zd.T @ Zd - (mu * nk[:, None]).T @ mu) / n
+            if not float(S.trace()) > _TIED_MIN_SPREAD * total:
+                return start, None
             S = (1 - _TIED_SHRINK) * S + _TIED_SHRINK * (S.trace() / d) * torch.eye(d, dtype=S.dtype)
+            if torch.linalg.cholesky_ex(S).info != 0:  # the expansion above left rounding error only
+                return start, None
             S_inv = torch.linalg.inv(S + torch.finfo(S.dtype).eps * S.trace() * torch.eye(d, dtype=S.dtype))
             log_pi = torch.log((nk / n).clamp_min(1e-300))
             logits = Zd @ S_inv @ mu.T - 0.5 * ((mu @ S_inv) * mu).sum(1) + log_pi

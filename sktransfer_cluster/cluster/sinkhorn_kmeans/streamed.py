@@ -366,6 +366,7 @@ class StreamedOTKMeansMixin:
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self)
+        self._validate_params()  # as the in-memory transfer: a value set since fit is refused, not run
         self._validate_transfer_options(options)
         n_restarts = 0 if options.get("n_restarts") is None else int(options["n_restarts"])
         with self._rollback_on_error():
