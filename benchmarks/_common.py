@@ -607,6 +607,19 @@ def scores(y, labels):
     }
 
 
+def scored_row(row, y, labels, estimator, timer):
+    """``row`` with the scores of ``labels`` against ``y`` (:func:`scores`), the clusters found
+    (the estimator's ``n_clusters_``, else the distinct labels) and the run's CPU and wall seconds."""
+    found = getattr(estimator, "n_clusters_", None) if estimator is not None else None
+    return {
+        **row,
+        **scores(y, labels),
+        "k_found": int(found) if found is not None else len(np.unique(labels)),
+        "cpu_s": timer.cpu,
+        "wall_s": timer.wall,
+    }
+
+
 def requires_y(estimator):
     """Whether ``estimator.fit`` needs labels, read from its scikit-learn tags
     (``target_tags.required``; our estimators set it from ``_requires_y``)."""

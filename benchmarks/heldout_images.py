@@ -163,14 +163,7 @@ def run_row(name, task, seed, args, alone=False):
         # umap-learn's numba raises OpenMP's (and torch's) threads to the cores on its first
         # parallel call; the later rows keep the run's count.
         torch.set_num_threads(threads)
-    found = getattr(est, "n_clusters_", None) if est is not None else None
-    return {
-        **row,
-        **_common.scores(task.y_target, labels),
-        "k_found": int(found) if found is not None else len(np.unique(labels)),
-        "cpu_s": t.cpu,
-        "wall_s": t.wall,
-    }
+    return _common.scored_row(row, task.y_target, labels, est, t)
 
 
 def summarise(rows):

@@ -242,15 +242,7 @@ def run_row(name, task, seed, smoke):
         return {**row, "failed": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
     finally:
         torch.set_num_threads(threads)
-    found = getattr(est, "n_clusters_", None) if est is not None else None
-    return {
-        **row,
-        **_common.scores(task.y_target, labels),
-        "k_found": int(found) if found is not None else len(np.unique(labels)),
-        "cpu_s": t.cpu,
-        "wall_s": t.wall,
-        "warnings": sorted({_warning_text(w) for w in caught}),
-    }
+    return {**_common.scored_row(row, task.y_target, labels, est, t), "warnings": sorted({_warning_text(w) for w in caught})}
 
 
 def summarise(rows):
