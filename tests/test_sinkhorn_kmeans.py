@@ -777,7 +777,7 @@ def test_neighbour_weight_zero_is_the_papers_autoencoder_and_image_shape_shapes_
     assert widths == [256, 256, 10]
 
 
-def test_default_autoencoder_transfer_refines_on_the_target_graph_from_the_source_weights_shrunk_to_fresh(
+def test_default_autoencoder_transfer_refines_from_the_source_first_layer_shrunk_to_fresh_and_fresh_later_layers(
     separated, monkeypatch
 ):
     import sktransfer_cluster.representation as representation
@@ -797,11 +797,16 @@ def test_default_autoencoder_transfer_refines_on_the_target_graph_from_the_sourc
     km = SinkhornKMeans(2, **GAE, callbacks=[spy]).fit(X[src])
     source = [p.detach().clone() for p in km.autoencoder_.parameters()]
     labels = km.transfer(X[tgt], fine_tune_epochs=3)
-    # The refinement starts from keep * source + (1 - keep) * a fresh autoencoder (shrink and perturb).
-    keep = estimator._REFINE_KEEP_SOURCE
-    assert 0 < keep < 1 and len(fresh) == 1
-    for start, w, w0 in zip(spy.seen["refine"], source, fresh[0]):
+    # The refinement starts from keep * source + (1 - keep) * fresh on the first encoder layer (its
+    # weight and bias; the first call's fresh module), and from the fresh network everywhere else.
+    keep = estimator._REFINE_KEEP_FIRST_LAYER
+    assert 0 < keep < 1 and len(fresh) == 2
+    starts = spy.seen["refine"]
+    for start, w, w0 in zip(starts[:2], source[:2], fresh[0]):
         torch.testing.assert_close(start, keep * w + (1 - keep) * w0.to(w.dtype))
+    for start, w0 in zip(starts[2:], fresh[1][2:]):
+        torch.testing.assert_close(start, w0.to(start.dtype))
+    assert len(starts) == len(source) > 2
     assert any(not torch.equal(a, b) for a, b in zip(source, km.autoencoder_.parameters()))
     assert [r["epoch"] for r in km.history_ if r["phase"] == "refine"] == [0, 1, 2]
     np.testing.assert_array_equal(km.predict(X[tgt]), labels)
