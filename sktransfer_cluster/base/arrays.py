@@ -369,22 +369,43 @@ def input_affine(X, chunk_size=None):
     """
     n = X.shape[0]
     chunk_size = chunk_rows(X.shape[1]) if chunk_size is None else chunk_size
+
+    def blocks():
+        return (X[start : start + chunk_size] for start in range(0, n, chunk_size))
+
     shift = np.zeros(X.shape[1])
     with np.errstate(over="ignore", invalid="ignore"):  # an overflowing sum is redone below
-        for start in range(0, n, chunk_size):
-            shift += X[start : start + chunk_size].sum(0, dtype=np.float64)
+        for rows in blocks():
+            shift += rows.sum(0, dtype=np.float64)
     shift /= n
     if not np.isfinite(shift).all():
-        shift = _scaled_column_means((X[start : start + chunk_size] for start in range(0, n, chunk_size)), n, X.shape[1])
+        shift = _scaled_column_means(blocks(), n, X.shape[1])
+    return shift, rms_about(blocks, shift, X.size)
+
+
+def rms_about(blocks, shift, size):
+    """The root mean square of ``rows - shift`` over the row blocks of ``blocks()``, in float64.
+
+    ``blocks`` is called twice: the largest centred entry, then the squares pre-divided by
+    it, so that the result is computable for entries at any finite scale. 1 when every entry
+    equals its shift (or the centred entries overflow). ``size``: the number of entries.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[0.0, 2.0], [2.0, 0.0]])
+    >>> float(rms_about(lambda: iter([X]), np.ones(2), X.size))
+    1.0
+    """
     peak = 0.0
-    for start in range(0, n, chunk_size):
-        peak = max(peak, float(np.abs(X[start : start + chunk_size] - shift).max(initial=0.0)))
+    for rows in blocks():
+        peak = max(peak, float(np.abs(rows - shift).max(initial=0.0)))
     if not (0.0 < peak < np.inf):
-        return shift, 1.0
+        return 1.0
     total = 0.0
-    for start in range(0, n, chunk_size):
-        total += float((((X[start : start + chunk_size] - shift) / peak) ** 2).sum())
-    return shift, peak * math.sqrt(total / X.size)
+    for rows in blocks():
+        total += float((((rows - shift) / peak) ** 2).sum())
+    return peak * math.sqrt(total / size)
 
 
 def _scaled_column_means(chunks, n, n_features):

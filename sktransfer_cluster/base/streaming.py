@@ -27,7 +27,7 @@ import mmap
 
 import numpy as np
 
-from .arrays import _scaled_column_means, chunk_rows
+from .arrays import _scaled_column_means, chunk_rows, rms_about
 
 __all__ = ["DASK_READ_ROWS", "DaskRows", "RELEASE_ROWS", "RELEASE_WINDOW", "RowReader", "check_dask_array",
            "PlannedReads", "check_finite", "dask_input", "in_memory_rows", "is_dask_array", "iter_row_chunks", "mapped_pages",
@@ -267,19 +267,15 @@ def streamed_affine(X, chunk_size=None):
 
 
 def _streamed_affine_scaled(X, chunk_size):
-    """:func:`streamed_affine` where its one pass overflows: three passes over the chunks,
-    the shift summed pre-divided by n (:func:`~sktransfer_cluster.base.arrays._scaled_column_means`)."""
+    """:func:`streamed_affine` where its one pass overflows: :func:`~.arrays.input_affine`'s
+    passes over the released chunks, the shift summed pre-divided by n."""
     n, d = X.shape
-    shift = _scaled_column_means((rows for _, _, rows in iter_row_chunks(X, chunk_size)), n, d)
-    peak = 0.0
-    for _, _, rows in iter_row_chunks(X, chunk_size):
-        peak = max(peak, float(np.abs(rows - shift).max(initial=0.0)))
-    if not (0.0 < peak < np.inf):
-        return shift, 1.0
-    total = 0.0
-    for _, _, rows in iter_row_chunks(X, chunk_size):
-        total += float((((rows - shift) / peak) ** 2).sum())
-    return shift, peak * math.sqrt(total / (n * d))
+
+    def blocks():
+        return (rows for _, _, rows in iter_row_chunks(X, chunk_size))
+
+    shift = _scaled_column_means(blocks(), n, d)
+    return shift, rms_about(blocks, shift, n * d)
 
 
 def is_dask_array(X):
