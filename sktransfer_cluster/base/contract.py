@@ -34,6 +34,7 @@ from .arrays import (
 from .runtime import (
     compute_threads,
     exact_dtype,
+    loaded_device,
     make_generators,
     move_torch,
     own_torch_rng,
@@ -1155,13 +1156,7 @@ class TransferClusterMixin(ABC):
             state = {**state, "_source_state": migrated}
         device = state.get("device_")
         if device is not None and device.type != "cpu":
-            try:
-                resolve_device(device)
-            except ValueError:
-                warn(
-                    f"This model was fitted on {device} which is not available here; "
-                    "it was loaded on the CPU.", UserWarning)
-                device = torch.device("cpu")
+            device = loaded_device(device)
             state = {k: move_torch(v, device) for k, v in state.items()}
             state["device_"] = device
         if hasattr(super(), "__setstate__"):

@@ -14,6 +14,7 @@ from sklearn.utils import check_random_state
 
 __all__ = [
     "resolve_device",
+    "loaded_device",
     "exact_dtype",
     "torch_threads",
     "own_torch_rng",
@@ -261,6 +262,26 @@ def working_dtype(device, cpu=torch.float64, accelerator=torch.float32):
 # Frames of these modules are skipped when a warning looks for the user's line: the package's
 # own, and contextlib's (a warning raised in a generator context manager passes through it).
 _INTERNAL = (__name__.split(".")[0], "contextlib")
+
+
+def loaded_device(device):
+    """The device of an unpickled model: ``device`` where it is available here, else the CPU,
+    with a warning (a model fitted on a GPU opened on a machine without one).
+
+    Examples
+    --------
+    >>> import torch
+    >>> loaded_device(torch.device("cpu"))
+    device(type='cpu')
+    """
+    if device is None or device.type == "cpu":
+        return device
+    try:
+        resolve_device(device)
+    except ValueError:
+        warn(f"This model was fitted on {device} which is not available here; it was loaded on the CPU.", UserWarning)
+        return torch.device("cpu")
+    return device
 
 
 def warn(message, category=UserWarning):

@@ -14,7 +14,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..base.arrays import check_image_shape, check_widths
-from ..base.runtime import exact_dtype, resolve_device, warn
+from ..base.runtime import exact_dtype, loaded_device, resolve_device
 from .encoder import encode, make_encoder, train_neighbour_encoder
 from .graph import auto_metric, neighbour_graph
 
@@ -189,14 +189,8 @@ class NeighbourEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         state.setdefault("device", "cpu")
         if "encoder_" in state:
             state.setdefault("device_", torch.device("cpu"))
-        device = state.get("device_")
-        if device is not None and device.type != "cpu":
-            try:
-                resolve_device(device)
-            except ValueError:
-                warn(f"This model was fitted on {device} which is not available here; it was loaded on the CPU.",
-                     UserWarning)
-                state["device_"] = torch.device("cpu")
+        if state.get("device_") is not None:
+            state["device_"] = loaded_device(state["device_"])  # the CPU, with a warning, where it is missing
         super().__setstate__(state)
 
     @property
